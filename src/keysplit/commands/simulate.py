@@ -1,0 +1,136 @@
+"""``keysplit simulate``: every grouping over one dataset, in process, measured side by side."""
+
+from __future__ import annotations
+
+import argparse
+
+from keysplit.commands.common import (
+    int_list,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    print_json,
+    print_table,
+    progress_bar,
+    spec_list,
+)
+from keysplit.datasets import Dataset, open_dataset, require_records
+from keysplit.errors import SpecError
+from keysplit.groupings import REGISTRY, check_grouping, grouping_class
+from keysplit.simulate import DEFAULT_RATE, SPLITS, Resize, simulate
+
+
+def grouping_help() -> str:
+    lines = []
+    for name in REGISTRY:
+        try:
+            cls = grouping_class(name)
+        except SpecError:
+            continue
+        params = ", ".join(f"{k}={p.default}" for k, p in cls.PARAMS.items())
+        lines.append(f"  {name:<10} {cls.summary}" + (f" [{params}]" if params else ""))
+    return "groupings (spec NAME[:key=value,...]):\n" + "\n".join(lines)
+
+
+def resize_list(text: str) -> list[Resize]:
+    out = []
+    for item in text.split(","):
+        at, sep, w = item.partition(":")
+        try:
+            out.append(Resize(int(at), int(w)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected AT:WORKERS[,AT:WORKERS], got {text!r}") from None
+        if not sep or out[-1].at < 1 or out[-1].workers < 1:
+            raise argparse.ArgumentTypeError(f"expected AT:WORKERS with both at least 1, got {item!r}")
+    return out
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="route a dataset through groupings in process and measure balance and memory",
+        description="Route a dataset through one or more groupings with S sources and W workers, in "
+        "process, and print imbalance, load std-dev, memory (dist_cost) and speed.",
+        epilog=grouping_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec, e.g. zipf:z=1.0,keys=10000,"
+                   "messages=1000000,seed=1 or text:book.txt (see `keysplit datasets --help`)")
+    p.add_argument("--workers", "-W", type=int_list, default=[10], metavar="W[,W...]", help="worker counts (default 10)")
+    p.add_argument("--sources", "-S", type=positive_int, default=5, metavar="S", help="sources (default 5)")
+    p.add_argument("--groupings", "-g", type=spec_list, default=["kg", "sg", "pkg"], metavar="G[,G...]",
+                   help="grouping specs (default kg,sg,pkg)")
+    p.add_argument("--rate", type=positive_float, default=DEFAULT_RATE, metavar="MSGS_PER_S",
+                   help=f"event-time rate for records without timestamps (default {DEFAULT_RATE:g})")
+    p.add_argument("--split", choices=SPLITS, default="shuffle",
+                   help="how records reach sources: round-robin (shuffle) or by key hash (key)")
+    p.add_argument("--checkpoint", type=positive_int, metavar="N",
+                   help="messages between imbalance checkpoints (default m/1000)")
+    p.add_argument("--capacities", metavar="C[,C...]",
+                   help="per-worker service rates in tuples/s for groupings that use them (FISH); "
+                   "a single value is used for every worker")
+    p.add_argument("--resize", type=resize_list, default=[], metavar="AT:W[,AT:W]",
+                   help="change the worker count to W before message AT (groupings with resize support)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(func=run)
+
+
+def parse_capacities(text: str | None, workers: int) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        values = [non_negative_float(v) for v in text.split(",")]
+    except argparse.ArgumentTypeError as exc:
+        raise SpecError(f"--capacities: {exc}") from None
+    if len(values) == 1:
+        values *= workers
+    if len(values) != workers or any(v <= 0 for v in values):
+        raise SpecError(f"--capacities needs 1 or {workers} positive values, got {len(values)}")
+    return values
+
+
+def run(args: argparse.Namespace) -> int:
+    dataset = open_dataset(args.dataset)
+    for w in args.workers:  # validate everything before the first long run
+        for spec in args.groupings:
+            check_grouping(spec, w, args.sources)
+    require_records(dataset)
+    stats = dataset.stats()
+    runs = []
+    for w in args.workers:
+        capacities = parse_capacities(args.capacities, w)
+        for spec in args.groupings:
+            runs.append(_one(dataset, spec, w, args, stats["messages"], capacities))
+    if args.json:
+        print_json({"dataset": {k: stats[k] for k in ("spec", "messages", "keys", "p1")},
+                    "runs": [r.summary() for r in runs]})
+        return 0
+    print(f"dataset {stats['spec']}: {stats['messages']:,} messages, {stats['keys']:,} keys, "
+          f"p1 = {stats['p1']:.4f}; {args.sources} sources")
+    print_table(
+        [r.summary() for r in runs],
+        [
+            ("grouping", "grouping", str),
+            ("W", "workers", str),
+            ("avg imbalance", "avg_imbalance_fraction", lambda v: f"{v:.3e}"),
+            ("final imbalance", "final_imbalance_fraction", lambda v: f"{v:.3e}"),
+            ("load std-dev %", "load_stddev", lambda v: f"{v:.3f}"),
+            ("dist_cost", "dist_cost", lambda v: f"{v:.2f}"),
+            ("msgs/s", "messages_per_second", lambda v: f"{v:,.0f}"),
+        ],
+    )
+    return 0
+
+
+def _one(dataset: Dataset, spec: str, workers: int, args, messages: int, capacities):
+    bar = progress_bar(messages, f"{spec} W={workers}", enabled=not args.json)
+    with bar:
+        last = [0]
+
+        def advance(n: int) -> None:
+            bar.update(n - last[0])
+            last[0] = n
+
+        return simulate(dataset, spec, workers, args.sources, rate=args.rate, split=args.split,
+                        checkpoint=args.checkpoint, messages_hint=messages, capacities=capacities,
+                        resizes=args.resize, progress=advance)

@@ -1,0 +1,175 @@
+"""Synthetic skewed streams, seeded and streamed in constant memory (O(keys), never O(messages)).
+
+Each record carries one key and no timestamp. Randomness comes from numpy's PCG64 seeded by ``seed``, so
+the same spec yields the same stream on every machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from keysplit.datasets.base import Dataset, Record
+from keysplit.datasets.countries import COUNTRIES
+from keysplit.specs import Param
+
+_CHUNK = 1 << 16
+
+
+def _positive(v: float) -> bool:
+    return v > 0
+
+
+def _count(help_: str, default: int) -> Param:
+    return Param(int, default, help_, lambda v: v >= 1, "at least 1")
+
+
+class Generator(Dataset):
+    """Base of the generators: parameter table, seeded RNG, and chunked sampling of key indices."""
+
+    name = ""
+    summary = ""
+    PARAMS: dict[str, Param] = {}
+
+    def __init__(self, **params) -> None:
+        self.params = params
+        self.spec = self.name + ":" + ",".join(f"{k}={v}" for k, v in params.items())
+
+    def key_indices(self, rng: np.random.Generator, n: int, start: int) -> np.ndarray:  # pragma: no cover
+        """``n`` key indices for messages ``start .. start+n-1``."""
+        raise NotImplementedError
+
+    def key_name(self, index: int) -> str:
+        return f"k{index}"
+
+    def records(self) -> Iterator[Record]:
+        rng = np.random.Generator(np.random.PCG64(self.params["seed"]))
+        total = self.params["messages"]
+        names: dict[int, str] = {}
+        done = 0
+        while done < total:
+            n = min(_CHUNK, total - done)
+            for i in self.key_indices(rng, n, done).tolist():
+                name = names.get(i)
+                if name is None:
+                    name = names[i] = self.key_name(i)
+                yield None, [name]
+            done += n
+
+
+def zipf_cdf(z: float, keys: int) -> np.ndarray:
+    """Cumulative probabilities of ranks 1..keys with P(r) proportional to 1/r^z."""
+    weights = 1.0 / np.power(np.arange(1, keys + 1, dtype=np.float64), z)
+    cdf = np.cumsum(weights)
+    return cdf / cdf[-1]
+
+
+class Zipf(Generator):
+    """``zipf:z=,keys=,messages=,seed=``: key ``k<r>`` of rank r (1-based) has probability ~ 1/r^z."""
+
+    name = "zipf"
+    summary = "Zipf: rank r has probability proportional to 1/r^z (PKG's ZF)"
+    PARAMS = {
+        "z": Param(float, 1.0, "Zipf exponent", lambda v: v >= 0, "at least 0"),
+        "keys": _count("distinct keys", 10_000),
+        "messages": _count("messages", 1_000_000),
+        "seed": Param(int, 1, "random seed"),
+    }
+
+    def __init__(self, **params) -> None:
+        super().__init__(**params)
+        self._cdf = zipf_cdf(params["z"], params["keys"])
+
+    def key_indices(self, rng: np.random.Generator, n: int, start: int) -> np.ndarray:
+        ranks = np.searchsorted(self._cdf, rng.random(n), side="right") + 1
+        return np.minimum(ranks, self.params["keys"])
+
+
+class Drift(Zipf):
+    """``drift:z=,keys=,messages=,seed=,change=,shift=``: time-evolving hot keys (the FISH paper's setting).
+
+    The first ``change`` fraction of messages follows one Zipf ranking; after it the ranking is rotated by
+    ``shift`` (rank r now names key ``k<((r-1+shift) mod keys)+1>``), so yesterday's cold keys become hot.
+    ``phases`` > 2 repeats the rotation at evenly spaced points instead.
+    """
+
+    name = "drift"
+    summary = "time-evolving Zipf: the hot keys change part-way through (FISH)"
+    PARAMS = {
+        **Zipf.PARAMS,
+        "change": Param(float, 0.8, "fraction of messages before the ranking changes (2 phases)",
+                        lambda v: 0 < v < 1, "strictly between 0 and 1"),
+        "phases": Param(int, 2, "number of rankings over the stream", lambda v: v >= 2, "at least 2"),
+        "shift": Param(int, 0, "rotation of the ranking at each change (0 = keys/2)", lambda v: v >= 0,
+                       "at least 0"),
+    }
+
+    def _phase_starts(self) -> list[int]:
+        m, phases = self.params["messages"], self.params["phases"]
+        if phases == 2:
+            return [0, int(m * self.params["change"])]
+        return [m * p // phases for p in range(phases)]
+
+    def key_indices(self, rng: np.random.Generator, n: int, start: int) -> np.ndarray:
+        ranks = super().key_indices(rng, n, start) - 1
+        keys = self.params["keys"]
+        shift = self.params["shift"] or keys // 2
+        positions = np.arange(start, start + n)
+        phase = np.searchsorted(np.asarray(self._phase_starts()), positions, side="right") - 1
+        return (ranks + phase * shift) % keys + 1
+
+
+class LogNormal(Generator):
+    """``lognormal:mu=,sigma=,messages=,seed=``: key = round(X), X ~ LogNormal(mu, sigma) (PKG's LN1/LN2).
+
+    Rounding is the reading that reproduces the paper's Table 1: LN1 (mu=1.789, sigma=2.366) gives
+    p1 = P(X < 0.5) = 14.71% and LN2 (mu=2.245, sigma=1.133) gives p1 = P(2.5 <= X < 3.5) = 7.01%.
+    """
+
+    name = "lognormal"
+    summary = "log-normal: key = round(exp(N(mu, sigma))) (PKG's LN1 mu=1.789 sigma=2.366, LN2 mu=2.245 sigma=1.133)"
+    PARAMS = {
+        "mu": Param(float, 1.789, "mean of the underlying normal"),
+        "sigma": Param(float, 2.366, "standard deviation of the underlying normal", _positive, "positive"),
+        "messages": _count("messages", 1_000_000),
+        "seed": Param(int, 1, "random seed"),
+    }
+
+    def key_indices(self, rng: np.random.Generator, n: int, start: int) -> np.ndarray:
+        values = rng.lognormal(self.params["mu"], self.params["sigma"], n)
+        return np.rint(np.minimum(values, 2.0**62)).astype(np.int64)
+
+
+class CountrySkew(Generator):
+    """``country-skew:ratio=,messages=,seed=``: DKG's synthetic data over 204 country names.
+
+    A ``ratio`` share of messages carry the hot country (``hot``, default United States); the rest are
+    uniform over the other 203, so p1 = ratio (for ratio >= 1/204).
+    """
+
+    name = "country-skew"
+    summary = "DKG's 204 countries: `ratio` of messages carry one hot country, the rest uniform"
+    PARAMS = {
+        "ratio": Param(float, 0.8, "share of messages with the hot country", lambda v: 0 <= v <= 1,
+                       "between 0 and 1"),
+        "messages": _count("messages", 1_000_000),
+        "seed": Param(int, 1, "random seed"),
+        "hot": Param(str, "United States", "the hot country", lambda v: v in COUNTRIES, "one of the 204 names"),
+    }
+
+    def __init__(self, **params) -> None:
+        super().__init__(**params)
+        self._hot = COUNTRIES.index(params["hot"])
+        self._others = np.array([i for i in range(len(COUNTRIES)) if i != self._hot])
+
+    def key_name(self, index: int) -> str:
+        return COUNTRIES[index]
+
+    def key_indices(self, rng: np.random.Generator, n: int, start: int) -> np.ndarray:
+        hot = rng.random(n) < self.params["ratio"]
+        others = self._others[rng.integers(0, len(self._others), n)]
+        return np.where(hot, self._hot, others)
+
+
+GENERATORS: dict[str, type[Generator]] = {g.name: g for g in (Zipf, LogNormal, Drift, CountrySkew)}

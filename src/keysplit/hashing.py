@@ -1,0 +1,116 @@
+"""Seeded murmur3 hashes and a consistent-hash ring: the only source of hashing in keysplit.
+
+Python's built-in ``hash()`` is salted per process, so two processes (a Storm router, the simulator, a
+Spark executor) would route the same key differently. Every routing hash therefore goes through mmh3
+with a fixed seed, and is identical in every process and on every machine.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+
+import mmh3
+
+#: Seed of the first hash function. Hash function ``i`` (0-based) uses ``BASE_SEED + i``.
+BASE_SEED = 0x5EED
+
+
+def hash32(key: str, seed: int = BASE_SEED) -> int:
+    """Unsigned 32-bit murmur3 of ``key`` (UTF-8) with ``seed``."""
+    return mmh3.hash(key, seed, False)
+
+
+def bucket(key: str, buckets: int, seed: int = BASE_SEED) -> int:
+    """``hash32(key, seed) mod buckets``: key grouping's single choice when ``seed`` is the base seed."""
+    return mmh3.hash(key, seed, False) % buckets
+
+
+def choices(key: str, d: int, workers: int, base_seed: int = BASE_SEED) -> list[int]:
+    """The ``d`` hash choices H_1(k) .. H_d(k) of the PKG paper (§3), each in ``[0, workers)``.
+
+    Choice ``i`` is an independent murmur3 hash with seed ``base_seed + i``. Choices may coincide (the
+    paper's hash functions are independent, not a permutation); the first one is key grouping's.
+    """
+    return [mmh3.hash(key, base_seed + i, False) % workers for i in range(d)]
+
+
+class HashRing:
+    """Consistent hashing with virtual nodes (Karger et al.), as used by FISH and Gedik's partitioning.
+
+    Each worker ``w`` owns ``vnodes`` points on a 32-bit ring at ``hash32(f"{w}#{v}")``. A key belongs to
+    the first point clockwise from ``hash32(key)``. Adding or removing a worker moves only the keys whose
+    arc changes owner, about 1/W of them.
+
+    >>> ring = HashRing(range(4), vnodes=64)
+    >>> ring.lookup("storm") in range(4)
+    True
+    >>> len(set(ring.successors("storm", 3)))
+    3
+    """
+
+    def __init__(self, workers: Iterable[int], vnodes: int = 64, seed: int = BASE_SEED + 1000) -> None:
+        if vnodes < 1:
+            raise ValueError(f"vnodes must be at least 1, got {vnodes}")
+        self.vnodes = vnodes
+        self.seed = seed
+        self._points: list[int] = []
+        self._owners: list[int] = []
+        self._workers: set[int] = set()
+        for w in workers:
+            self.add(w)
+
+    @property
+    def workers(self) -> list[int]:
+        return sorted(self._workers)
+
+    def _worker_points(self, worker: int) -> list[int]:
+        return [mmh3.hash(f"{worker}#{v}", self.seed, False) for v in range(self.vnodes)]
+
+    def add(self, worker: int) -> None:
+        """Place ``worker``'s virtual nodes on the ring (a no-op if it is already there)."""
+        if worker in self._workers:
+            return
+        self._workers.add(worker)
+        merged = sorted(
+            list(zip(self._points, self._owners)) + [(p, worker) for p in self._worker_points(worker)]
+        )
+        self._points = [p for p, _ in merged]
+        self._owners = [o for _, o in merged]
+
+    def remove(self, worker: int) -> None:
+        """Take ``worker``'s virtual nodes off the ring; its keys fall to their clockwise successors."""
+        if worker not in self._workers:
+            return
+        self._workers.discard(worker)
+        kept = [(p, o) for p, o in zip(self._points, self._owners) if o != worker]
+        self._points = [p for p, _ in kept]
+        self._owners = [o for _, o in kept]
+
+    def _start(self, key: str) -> int:
+        if not self._points:
+            raise ValueError("the hash ring has no workers")
+        i = bisect.bisect_left(self._points, mmh3.hash(key, self.seed, False))
+        return 0 if i == len(self._points) else i
+
+    def lookup(self, key: str) -> int:
+        """The worker owning ``key``: the first virtual node clockwise from the key's hash."""
+        return self._owners[self._start(key)]
+
+    def successors(self, key: str, n: int) -> list[int]:
+        """The first ``n`` distinct workers clockwise from ``key`` (fewer if the ring has fewer workers)."""
+        n = min(n, len(self._workers))
+        out: list[int] = []
+        i = self._start(key)
+        size = len(self._owners)
+        while len(out) < n:
+            owner = self._owners[i]
+            if owner not in out:
+                out.append(owner)
+            i = (i + 1) % size
+        return out
+
+
+def moved_keys(before: Sequence[int], after: Sequence[int]) -> int:
+    """How many positions differ between two assignments of the same keys (keys that migrate)."""
+    return sum(1 for a, b in zip(before, after, strict=True) if a != b)

@@ -1,0 +1,198 @@
+"""The in-process simulator: S sources x W workers, the reference semantics of every experiment.
+
+Records are dealt to sources the way spouts and shuffle grouping do in the topology: round-robin
+(``split="shuffle"``) or by the hash of the record's first key (``split="key"``, the PKG paper's
+skew-at-sources experiment, Fig. 8). Each source owns its Grouping instance and routes each key of its
+records. Event time is the record's timestamp, or ``sequence / rate`` where the sequence counts messages
+(keys) from 0 over the whole stream. The replay (``spark_replay``) implements exactly these rules.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+
+import mmh3
+
+from keysplit.datasets import Dataset
+from keysplit.errors import SpecError
+from keysplit.groupings import BaseGrouping, build_grouping
+from keysplit.hashing import BASE_SEED
+from keysplit.metrics import (
+    ImbalanceSeries,
+    default_checkpoint,
+    dist_cost,
+    imbalance_fraction,
+    load_stddev,
+)
+
+DEFAULT_RATE = 10_000.0
+SPLITS = ("shuffle", "key")
+#: Seed of the hash that deals records to sources under ``split="key"`` (distinct from routing seeds).
+SPLIT_SEED = BASE_SEED + 500
+
+
+def source_of(index: int, first_key: str, sources: int, split: str) -> int:
+    """The source (spout-side task) that record number ``index`` goes to."""
+    if split == "shuffle":
+        return index % sources
+    return mmh3.hash(first_key, SPLIT_SEED, False) % sources
+
+
+def event_time(ts: float | None, sequence: int, rate: float) -> float:
+    """``now`` for a message: its record's timestamp, else its sequence number over the rate."""
+    return ts if ts is not None else sequence / rate
+
+
+@dataclass
+class Resize:
+    """Change the worker count to ``workers`` just before message number ``at`` (0-based)."""
+
+    at: int
+    workers: int
+
+
+@dataclass
+class RunResult:
+    grouping: str
+    workers: int
+    sources: int
+    avg_imbalance_fraction: float
+    final_imbalance_fraction: float
+    load_stddev: float
+    dist_cost: float
+    loads: list[int]
+    messages_per_second: float
+    messages: int = 0
+    distinct_per_worker: list[int] = field(default_factory=list)
+    series_t: list[int] = field(default_factory=list, repr=False)
+    series_imbalance: list[float] = field(default_factory=list, repr=False)
+
+    def summary(self) -> dict:
+        """The fields of ``keysplit simulate --json`` (scripts depend on these names)."""
+        keep = ("grouping", "workers", "sources", "avg_imbalance_fraction", "final_imbalance_fraction",
+                "load_stddev", "dist_cost", "loads", "messages_per_second")
+        full = asdict(self)
+        return {k: full[k] for k in keep}
+
+
+def count_keys(dataset: Dataset) -> Counter:
+    """Exact key frequencies of the whole dataset (Off-Greedy's full pass, and the ground truth)."""
+    counts: Counter = Counter()
+    for _, keys in dataset.records():
+        counts.update(keys)
+    return counts
+
+
+def prepare_groupings(
+    spec: str,
+    workers: int,
+    sources: int,
+    dataset: Dataset,
+    true_loads: Callable[[], Sequence[int]],
+    capacities: Sequence[float] | None = None,
+) -> list[BaseGrouping]:
+    """Build one grouping per source and connect the optional hooks to the simulator's model."""
+    groupings = build_grouping(spec, workers, sources)
+    if any(g.needs_full_pass for g in groupings):
+        frequencies = count_keys(dataset)
+        for g in groupings:
+            g.fit(frequencies)  # type: ignore[attr-defined]
+    for g in groupings:
+        if hasattr(g, "attach_probe"):
+            g.attach_probe(true_loads)
+        if capacities is not None and hasattr(g, "set_capacities"):
+            g.set_capacities(list(capacities))
+    return groupings
+
+
+def route(
+    dataset: Dataset,
+    groupings: Sequence[BaseGrouping],
+    *,
+    rate: float = DEFAULT_RATE,
+    split: str = "shuffle",
+) -> Iterator[tuple[int, int, str, int]]:
+    """Route every message; yields ``(sequence, source, key, worker)`` in stream order."""
+    sources = len(groupings)
+    seq = 0
+    for index, (ts, keys) in enumerate(dataset.records()):
+        if not keys:
+            continue
+        s = source_of(index, keys[0], sources, split)
+        g = groupings[s]
+        for key in keys:
+            yield seq, s, key, g.choose(key, ts if ts is not None else seq / rate)
+            seq += 1
+
+
+def simulate(
+    dataset: Dataset,
+    spec: str,
+    workers: int,
+    sources: int = 1,
+    *,
+    rate: float = DEFAULT_RATE,
+    split: str = "shuffle",
+    checkpoint: int | None = None,
+    messages_hint: int | None = None,
+    capacities: Sequence[float] | None = None,
+    resizes: Sequence[Resize] = (),
+    progress: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Run one grouping over the dataset and measure it.
+
+    ``checkpoint`` defaults to m/1000 messages; pass ``messages_hint`` (m) when it is known, otherwise the
+    dataset is counted first. ``resizes`` change the worker count mid-stream (groupings that support it
+    implement ``resize(workers)``); loads of removed workers stay in the final load vector.
+    """
+    if split not in SPLITS:
+        raise SpecError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+    if rate <= 0:
+        raise SpecError(f"rate must be positive, got {rate}")
+    if checkpoint is None:
+        m = messages_hint if messages_hint is not None else sum(len(k) for _, k in dataset.records())
+        checkpoint = default_checkpoint(m)
+    max_workers = max([workers] + [r.workers for r in resizes])
+    loads = [0] * max_workers
+    current = workers
+    groupings = prepare_groupings(spec, workers, sources, dataset, lambda: loads[:current], capacities)
+    pending = sorted(resizes, key=lambda r: r.at)
+    worker_keys: list[set[str]] = [set() for _ in range(max_workers)]
+    series = ImbalanceSeries(checkpoint)
+    next_checkpoint = checkpoint
+    started = time.perf_counter()
+    n = 0
+    for seq, _s, key, w in route(dataset, groupings, rate=rate, split=split):
+        loads[w] += 1
+        worker_keys[w].add(key)
+        n = seq + 1
+        if n == next_checkpoint:
+            series.record(n, loads[:current])
+            next_checkpoint += checkpoint
+            if progress is not None:
+                progress(n)
+        if pending and pending[0].at == n:
+            current = pending.pop(0).workers
+            for g in groupings:
+                g.resize(current)  # type: ignore[attr-defined]
+    elapsed = time.perf_counter() - started
+    final_loads = loads[: max(current, workers)]
+    distinct = len(set().union(*worker_keys))
+    return RunResult(
+        grouping=groupings[0].describe(),
+        workers=current,
+        sources=sources,
+        avg_imbalance_fraction=series.avg_fraction,
+        final_imbalance_fraction=imbalance_fraction(final_loads),
+        load_stddev=load_stddev(final_loads),
+        dist_cost=dist_cost([len(s) for s in worker_keys], distinct),
+        loads=final_loads,
+        messages_per_second=n / elapsed if elapsed > 0 else 0.0,
+        messages=n,
+        distinct_per_worker=[len(s) for s in worker_keys[: len(final_loads)]],
+        series_t=series.times,
+        series_imbalance=series.values,
+    )
