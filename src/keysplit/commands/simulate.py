@@ -56,7 +56,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec, e.g. zipf:z=1.0,keys=10000,"
                    "messages=1000000,seed=1 or text:book.txt (see `keysplit datasets --help`)")
-    p.add_argument("--workers", "-W", type=int_list, default=[10], metavar="W[,W...]", help="worker counts (default 10)")
+    p.add_argument("--workers", "-W", type=int_list, default=[10], metavar="W[,W...]",
+                   help="worker counts (default 10)")
     p.add_argument("--sources", "-S", type=positive_int, default=5, metavar="S", help="sources (default 5)")
     p.add_argument("--groupings", "-g", type=spec_list, default=["kg", "sg", "pkg"], metavar="G[,G...]",
                    help="grouping specs (default kg,sg,pkg)")

@@ -1,0 +1,88 @@
+"""Properties every grouping must have, and the spec language's errors."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from keysplit.errors import SpecError
+from keysplit.groupings import available, build_grouping
+from keysplit.hashing import choices
+
+keys = st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=200)
+
+
+@pytest.mark.parametrize("name", [n for n in available() if n != "offgreedy"])
+@settings(max_examples=30, deadline=None)
+@given(stream=keys, workers=st.integers(2, 40), sources=st.integers(1, 4))
+def test_every_grouping_returns_a_worker_in_range(name, stream, workers, sources):
+    groupings = build_grouping(name, workers, sources)
+    for i, key in enumerate(stream):
+        w = groupings[i % sources].choose(key, i / 100.0)
+        assert isinstance(w, int) and 0 <= w < workers
+
+
+@settings(max_examples=50, deadline=None)
+@given(stream=keys, workers=st.integers(1, 40), d=st.integers(1, 6))
+def test_kg_and_pkg_never_leave_the_keys_candidates(stream, workers, d):
+    d = min(d, workers)
+    [kg] = build_grouping("kg", workers)
+    [pkg] = build_grouping(f"pkg:d={d}", workers)
+    for i, key in enumerate(stream):
+        assert kg.choose(key, i) == choices(key, 1, workers)[0]
+        assert pkg.choose(key, i) in choices(key, d, workers)
+
+
+def test_offgreedy_uses_the_full_pass():
+    [g] = build_grouping("offgreedy", 3)
+    g.fit({"a": 10, "b": 6, "c": 5, "d": 1})
+    assert [g.choose(k, 0) for k in "abcd"] == [0, 1, 2, 2]
+
+
+def test_pkg_splits_a_hot_key_over_its_two_choices():
+    [g] = build_grouping("pkg", 10)
+    sent = {g.choose("the", i) for i in range(100)}
+    assert sent == set(choices("the", 2, 10))
+
+
+def test_global_oracle_shares_one_load_vector():
+    a, b = build_grouping("pkg:load=global", 4, 2)
+    a.choose("x", 0)
+    assert a.local_loads is b.local_loads and sum(b.local_loads) == 1
+
+
+def test_probe_resets_the_estimate_to_the_true_loads():
+    [g] = build_grouping("pkg:probe=10,probe_scale=total", 3)
+    g.attach_probe(lambda: [100, 0, 0])
+    g.choose("k", 5.0)
+    assert sum(g.local_loads) == 1  # no probe before t = 10 s
+    g.choose("k", 10.0)
+    assert sum(g.local_loads) == 101  # probed at t = 10, then routed one
+
+
+@pytest.mark.parametrize(
+    ("spec", "workers", "message"),
+    [
+        ("nope", 4, "unknown grouping 'nope'; valid groupings: kg, sg, pkg"),
+        ("pkg:d=5", 4, "d=5 exceeds the number of workers (4)"),
+        ("pkg:d=0", 4, "d=0 is out of range"),
+        ("pkg:x=1", 4, "pkg has no parameter 'x'; valid parameters: d, load, probe"),
+        ("pkg:d=two", 4, "d='two' is not a valid int"),
+        ("pkg:load=global,probe=5", 4, "probe applies to load=local only"),
+        ("kg", 0, "number of workers must be at least 1"),
+        ("pkg:d", 4, "expected key=value"),
+    ],
+)
+def test_bad_specs_say_what_is_wrong(spec, workers, message):
+    with pytest.raises(SpecError, match=None) as err:
+        build_grouping(spec, workers, 1)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_describe_round_trips_to_the_same_grouping():
+    [g] = build_grouping("PKG: d=4 , load=global", 8)
+    assert g.describe() == "pkg:d=4,load=global"
+    [again] = build_grouping(g.describe(), 8)
+    assert again.describe() == g.describe()

@@ -1,0 +1,55 @@
+"""Hashes are seeded murmur3: identical across processes, independent across seeds; the ring moves few keys."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from keysplit.hashing import HashRing, bucket, choices, hash32, moved_keys
+
+
+def test_hashes_are_identical_in_another_process():
+    keys = [f"key{i}" for i in range(50)]
+    here = [hash32(k) for k in keys]
+    code = "from keysplit.hashing import hash32; print([hash32(f'key{i}') for i in range(50)])"
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert str(here) == there.strip()
+
+
+def test_choices_are_independent_hash_functions():
+    """The d hash choices of PKG: the first is key grouping's; each is a different function of the key."""
+    keys = [f"w{i}" for i in range(2000)]
+    first = [choices(k, 2, 10)[0] for k in keys]
+    second = [choices(k, 2, 10)[1] for k in keys]
+    assert first == [bucket(k, 10) for k in keys]
+    agree = sum(a == b for a, b in zip(first, second)) / len(keys)
+    assert 0.05 < agree < 0.15  # independent: P(H1 = H2) = 1/W
+
+
+def test_buckets_are_roughly_uniform():
+    counts = [0] * 8
+    for i in range(16000):
+        counts[bucket(f"k{i}", 8)] += 1
+    assert max(counts) < 1.1 * 2000 and min(counts) > 0.9 * 2000
+
+
+def test_ring_adding_a_worker_moves_about_one_over_w_of_the_keys():
+    keys = [f"k{i}" for i in range(20000)]
+    ring = HashRing(range(10), vnodes=64)
+    before = [ring.lookup(k) for k in keys]
+    ring.add(10)
+    after = [ring.lookup(k) for k in keys]
+    moved = moved_keys(before, after)
+    assert 0.04 * len(keys) < moved < 0.15 * len(keys)  # ideal 1/11 = 9%
+    assert all(a == 10 for b, a in zip(before, after) if a != b)  # keys only move to the new worker
+    mod_moved = moved_keys([bucket(k, 10) for k in keys], [bucket(k, 11) for k in keys])
+    assert mod_moved > 5 * moved  # hash mod W reshuffles almost everything
+
+
+def test_ring_removal_and_successors():
+    ring = HashRing(range(5), vnodes=32)
+    succ = ring.successors("hot", 3)
+    assert len(set(succ)) == 3 and succ[0] == ring.lookup("hot")
+    ring.remove(succ[0])
+    assert ring.lookup("hot") == succ[1]
+    assert len(ring.successors("hot", 10)) == 4  # only 4 workers left
