@@ -85,3 +85,9 @@ def test_datasets_generate_then_stats(tmp_path):
 def test_help_lists_groupings_and_datasets():
     assert "pkg" in keysplit("simulate", "--help").stdout
     assert "lognormal" in keysplit("datasets", "--help").stdout
+
+
+def test_simulate_draws_the_imbalance_plot(tmp_path):
+    png = tmp_path / "imbalance.png"
+    keysplit("simulate", "--dataset", DATASET, "-W", "4", "-g", "kg,pkg", "--plot", str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -17,6 +17,7 @@ from keysplit.commands.common import (
 from keysplit.datasets import Dataset, open_dataset, require_records
 from keysplit.errors import SpecError
 from keysplit.groupings import REGISTRY, check_grouping, grouping_class
+from keysplit.plots import imbalance_over_time
 from keysplit.simulate import DEFAULT_RATE, SPLITS, Resize, simulate
 
 
@@ -73,6 +74,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resize", type=resize_list, default=[], metavar="AT:W[,AT:W]",
                    help="change the worker count to W before message AT (groupings with resize support)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--plot", metavar="PNG", help="also draw the imbalance fraction over time of every run")
     p.set_defaults(func=run)
 
 
@@ -102,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         capacities = parse_capacities(args.capacities, w)
         for spec in args.groupings:
             runs.append(_one(dataset, spec, w, args, stats["messages"], capacities))
+    if args.plot:
+        imbalance_over_time(runs, args.plot, title=f"{stats['spec']}, S={args.sources}")
     if args.json:
         print_json({"dataset": {k: stats[k] for k in ("spec", "messages", "keys", "p1")},
                     "runs": [r.summary() for r in runs]})
