@@ -87,6 +87,11 @@ class HashRing:
         self._points = [p for p, _ in kept]
         self._owners = [o for _, o in kept]
 
+    def arcs(self) -> tuple[list[int], list[int]]:
+        """Copies of the sorted virtual-node points and their owners, for callers that precompute lookups
+        (FISH's per-point second successor); key ``k`` starts at ``bisect_left(points, hash32(k, seed))``."""
+        return list(self._points), list(self._owners)
+
     def _start(self, key: str) -> int:
         if not self._points:
             raise ValueError("the hash ring has no workers")
