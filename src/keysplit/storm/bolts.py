@@ -1,0 +1,171 @@
+"""The word-count / top-k bolts: thin streamparse wrappers over ``routing`` and ``counting``.
+
+router --direct--> counter --fields(word)--> aggregator --global--> topk. Counters and aggregators hold
+their input tuples until the tick that flushes what those tuples contributed, then emit anchored to them
+and ack them (DESIGN.md, data flow): a crash anywhere loses nothing, the spout replays the line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+
+from streamparse import Bolt, Stream
+
+from keysplit.redis_server import client
+from keysplit.storm.counting import PartialCounts, Totals, merge_top
+from keysplit.storm.keys import RunKeys
+from keysplit.storm.routing import Router, component_tasks
+from keysplit.storm.settings import WordCountSettings
+
+#: Component names in the topology (the router needs the counter's to find its task ids).
+SPOUT, ROUTER, COUNTER, AGGREGATOR, TOPK = "feed", "router", "counter", "aggregator", "topk"
+WORDS_STREAM = "words"
+
+
+def _setup(bolt: Bolt, conf, context) -> tuple[WordCountSettings, RunKeys, int]:
+    settings = WordCountSettings.from_conf(conf)
+    index = component_tasks(context, bolt.component_name).index(int(bolt.task_id))
+    return settings, RunKeys(settings.run_id), index
+
+
+class RouterBolt(Bolt):
+    """The paper's source: emits each word of a record to the counter task its grouping chooses."""
+
+    outputs = [Stream(fields=["word"], name=WORDS_STREAM, direct=True)]
+
+    def initialize(self, conf, context):
+        settings, keys, index = _setup(self, conf, context)
+        conn = client(settings.redis_url)
+        workers = settings.workers
+
+        def probe() -> list[int]:  # PKG's periodic probing (L P_T): the counters' true loads
+            loads = conn.hgetall(keys.loads)
+            return [int(loads.get(str(i), 0)) for i in range(workers)]
+
+        def frequencies() -> Counter:  # for offline groupings: exact frequencies stored with the feed
+            return Counter({w: int(c) for w, c in conn.hgetall(keys.frequencies).items()})
+
+        capacities = [1000.0 / settings.cpu_delay_ms] * workers if settings.cpu_delay_ms > 0 else None
+        self.router = Router(
+            settings.grouping, workers, index, len(component_tasks(context, self.component_name)),
+            component_tasks(context, COUNTER), probe=probe, capacities=capacities, frequencies=frequencies,
+        )
+
+    def process(self, tup):
+        for word, task in self.router.route(tup.values[0], time.time()):
+            self.emit([word], stream=WORDS_STREAM, direct_task=task)
+
+
+class CounterBolt(Bolt):
+    """The paper's worker: partial counts with an optional per-tuple CPU delay, flushed every tick."""
+
+    outputs = [Stream(fields=["word", "count"])]
+    auto_ack = False
+    auto_anchor = False
+
+    def initialize(self, conf, context):
+        settings, self.keys, self.index = _setup(self, conf, context)
+        self.conn = client(settings.redis_url)
+        self.delay = settings.cpu_delay_ms / 1000.0
+        self.partial = PartialCounts()
+        self.busy = 0.0
+        self.reported = 0
+        self.last_report = time.time()
+
+    def process(self, tup):
+        started = time.perf_counter()
+        if self.delay:
+            time.sleep(self.delay)  # the paper's CPU delay, as a sleep so many workers fit on few cores
+        self.partial.add(tup.values[0], tup.id)
+        self.busy += time.perf_counter() - started
+
+    def process_tick(self, tup):
+        flushed = self.partial.drain()
+        for word, count, covered in flushed:
+            self.emit([word, count], anchors=covered)
+        for _, _, covered in flushed:
+            for tup_id in covered:
+                self.ack(tup_id)
+        self.report()
+
+    def report(self):
+        now = time.time()
+        delta = self.partial.processed - self.reported
+        pipe = self.conn.pipeline(transaction=False)
+        if delta:
+            pipe.hincrby(self.keys.loads, str(self.index), delta)
+        new_keys = self.partial.drain_new_keys()
+        if new_keys:
+            pipe.sadd(self.keys.keys(self.index), *new_keys)
+        pipe.hset(self.keys.counter(self.index), mapping={
+            "processed": self.partial.processed,
+            "distinct": self.partial.distinct,
+            "rate": delta / max(now - self.last_report, 1e-9),
+            "busy_s": self.busy,
+            "task": self.task_id,
+            "pid": os.getpid(),
+        })
+        pipe.execute()
+        self.reported = self.partial.processed
+        self.last_report = now
+
+
+class AggregatorBolt(Bolt):
+    """Merges partial counts (fields grouping on the word); every tick writes the increments to Redis,
+    sends its local top-k to the top-k bolt anchored to the partial counts it covers, then acks them."""
+
+    outputs = [Stream(fields=["aggregator", "top"])]
+    auto_ack = False
+    auto_anchor = False
+
+    def initialize(self, conf, context):
+        settings, self.keys, self.index = _setup(self, conf, context)
+        self.k = settings.top_k
+        self.conn = client(settings.redis_url)
+        # after a restart, continue from the stored totals (words of other aggregators only add
+        # candidates with their true counts at this moment; the global merge keeps the largest)
+        self.totals = Totals({w: int(c) for w, c in self.conn.hgetall(self.keys.counts).items()})
+        self.pending: list = []
+
+    def process(self, tup):
+        word, count = tup.values
+        self.totals.add(word, int(count))
+        self.pending.append(tup.id)
+
+    def process_tick(self, tup):
+        if not self.pending:
+            return
+        increments = self.totals.drain_increments()
+        pipe = self.conn.pipeline(transaction=True)
+        for word, count in increments.items():
+            pipe.hincrby(self.keys.counts, word, count)
+        pipe.execute()
+        self.emit([self.index, json.dumps(self.totals.top(self.k))], anchors=self.pending)
+        for tup_id in self.pending:
+            self.ack(tup_id)
+        self.pending = []
+
+
+class TopKBolt(Bolt):
+    """The global top-k: merges the aggregators' local lists and writes the result to Redis."""
+
+    outputs = []
+
+    def initialize(self, conf, context):
+        settings, self.keys, _ = _setup(self, conf, context)
+        self.k = settings.top_k
+        self.conn = client(settings.redis_url)
+        stored = self.conn.hgetall(self.keys.topk_meta)
+        self.lists = {int(k[5:]): json.loads(v) for k, v in stored.items() if k.startswith("list:")}
+
+    def process(self, tup):
+        index, top = tup.values
+        self.lists[int(index)] = json.loads(top)
+        merged = merge_top(self.lists.values(), self.k)
+        pipe = self.conn.pipeline(transaction=True)
+        pipe.set(self.keys.topk, json.dumps(merged))
+        pipe.hset(self.keys.topk_meta, mapping={f"list:{index}": top, "updated": time.time()})
+        pipe.execute()

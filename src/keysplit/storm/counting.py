@@ -1,0 +1,118 @@
+"""The counting logic of the word-count / top-k topology (PKG paper §6: partial counts aggregated every T).
+
+- :class:`PartialCounts` is a counter ("worker"): counts since the last flush, the input tuples each count
+  covers (so the flushed count can be anchored to them and they are acked only after it), and the memory
+  and load metrics of the worker.
+- :class:`Totals` is an aggregator: merged totals of the words routed to it by fields grouping, the
+  increments not yet written to Redis, and its local top-k.
+- :func:`merge_top` is the global top-k: the k largest of the aggregators' local top-k lists. Each word
+  reaches exactly one aggregator, so the global top-k is always among the union of the local ones.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable, Iterable
+
+
+def top_items(counts: dict[str, int], k: int) -> list[list]:
+    """The ``k`` largest ``[word, count]`` pairs, by count then word (deterministic ties).
+
+    >>> top_items({"a": 3, "b": 5, "c": 3}, 2)
+    [['b', 5], ['a', 3]]
+    """
+    best = heapq.nsmallest(k, counts.items(), key=lambda item: (-item[1], item[0]))
+    return [[w, c] for w, c in best]
+
+
+class PartialCounts:
+    """A counter task's state between two flushes (aggregation period T).
+
+    >>> p = PartialCounts()
+    >>> for i, w in enumerate(["a", "b", "a"]):
+    ...     p.add(w, f"t{i}")
+    >>> p.drain()
+    [('a', 2, ['t0', 't2']), ('b', 1, ['t1'])]
+    >>> p.processed, p.distinct, p.drain()
+    (3, 2, [])
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.covered: dict[str, list[Hashable]] = {}
+        self.seen: set[str] = set()  # every word this worker has held: its memory (DistCost)
+        self.new_keys: list[str] = []
+        self.processed = 0
+
+    def add(self, word: str, tup: Hashable) -> None:
+        """Count one occurrence of ``word`` carried by input tuple ``tup``."""
+        n = self.counts.get(word)
+        if n is None:
+            self.counts[word] = 1
+            self.covered[word] = [tup]
+            if word not in self.seen:
+                self.seen.add(word)
+                self.new_keys.append(word)
+        else:
+            self.counts[word] = n + 1
+            self.covered[word].append(tup)
+        self.processed += 1
+
+    def drain(self) -> list[tuple[str, int, list[Hashable]]]:
+        """The partial counts since the last flush, each with the tuples it covers; resets them."""
+        out = [(w, c, self.covered[w]) for w, c in self.counts.items()]
+        self.counts = {}
+        self.covered = {}
+        return out
+
+    def drain_new_keys(self) -> list[str]:
+        """Words held for the first time since the last call (to add to the worker's key set in Redis)."""
+        out, self.new_keys = self.new_keys, []
+        return out
+
+    @property
+    def distinct(self) -> int:
+        return len(self.seen)
+
+
+class Totals:
+    """An aggregator's merged counts.
+
+    >>> t = Totals()
+    >>> t.add("a", 2); t.add("b", 1); t.add("a", 3)
+    >>> t.drain_increments()
+    {'a': 5, 'b': 1}
+    >>> t.top(1), t.words
+    ([['a', 5]], 6)
+    """
+
+    def __init__(self, initial: dict[str, int] | None = None) -> None:
+        self.totals: dict[str, int] = dict(initial or {})
+        self.increments: dict[str, int] = {}
+        self.words = sum(self.totals.values())
+
+    def add(self, word: str, count: int) -> None:
+        self.totals[word] = self.totals.get(word, 0) + count
+        self.increments[word] = self.increments.get(word, 0) + count
+        self.words += count
+
+    def drain_increments(self) -> dict[str, int]:
+        out, self.increments = self.increments, {}
+        return out
+
+    def top(self, k: int) -> list[list]:
+        return top_items(self.totals, k)
+
+
+def merge_top(lists: Iterable[Iterable[Iterable]], k: int) -> list[list]:
+    """The global top-k of several local top-k lists (a word listed twice keeps its largest count).
+
+    >>> merge_top([[["a", 5], ["b", 2]], [["c", 4], ["a", 1]]], 2)
+    [['a', 5], ['c', 4]]
+    """
+    best: dict[str, int] = {}
+    for items in lists:
+        for word, count in items:
+            if count > best.get(word, -1):
+                best[word] = int(count)
+    return top_items(best, k)

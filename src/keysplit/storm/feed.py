@@ -1,0 +1,218 @@
+"""The spout's logic: read dataset records from a Redis stream with a consumer group, at least once.
+
+Each spout task is one consumer (``spout-<index>``) of the group ``spouts`` on the run's feed stream; Redis
+remembers every entry delivered to a consumer until it is XACKed (the pending entries list, PEL). That
+gives Storm's guarantee without any state in the spout process:
+
+- a tuple's id is its stream entry id; ``ack`` XACKs it (batched);
+- ``fail`` (a failed or timed-out tuple tree) re-emits the entry and XCLAIMs it to reset its idle time, so
+  no other consumer takes it over while it is being replayed;
+- a restarted spout first re-reads its own PEL (``XREADGROUP ... 0``): entries delivered before the crash
+  and never acked are replayed;
+- entries idle longer than ``orphan_idle_ms`` in another consumer's PEL (a consumer that no longer runs,
+  e.g. after the spout parallelism changed) are taken over with XAUTOCLAIM and replayed.
+
+The complete latency of a tuple (emit to ack, Storm's "complete latency") goes into a mergeable
+:class:`~keysplit.storm.latency.LatencyHistogram`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+
+import redis
+
+from keysplit.storm.keys import FEED_GROUP, RunKeys
+from keysplit.storm.latency import LatencyHistogram
+
+
+class StreamFeed:
+    """At-least-once reader of one run's feed for one spout task."""
+
+    def __init__(
+        self,
+        conn: redis.Redis,
+        keys: RunKeys,
+        consumer: str,
+        *,
+        batch: int = 256,
+        orphan_idle_ms: int = 90_000,
+        ack_flush_secs: float = 0.05,
+        metrics_key: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.conn = conn
+        self.stream = keys.feed
+        self.consumer = consumer
+        self.batch = batch
+        self.orphan_idle_ms = orphan_idle_ms
+        self.ack_flush_secs = ack_flush_secs
+        self.clock = clock
+        self.metrics_key = metrics_key
+        self.in_flight: dict[str, tuple[str, float]] = {}  # entry id -> (encoded record, last emit time)
+        self.buffer: deque[tuple[str, str]] = deque()
+        self.replays: deque[str] = deque()
+        self.ack_buffer: list[str] = []
+        self.histogram = LatencyHistogram()
+        self.emitted = 0
+        self.acked = 0
+        self.replayed = 0
+        self.first_emit = 0.0
+        self.last_ack = 0.0
+        self._own_pending_read = False
+        self._last_ack_flush = 0.0
+        self._next_orphan_check = 0.0
+
+    # -- reading ---------------------------------------------------------------------------------------
+
+    def next(self) -> tuple[str, str] | None:
+        """The next ``(entry id, encoded record)`` to emit (a replay first), or None when nothing is ready."""
+        now = self.clock()
+        if self.ack_buffer and now - self._last_ack_flush >= self.ack_flush_secs:
+            self.flush_acks()
+        while self.replays:
+            entry_id = self.replays.popleft()
+            item = self.in_flight.get(entry_id)
+            if item is None:
+                continue
+            # reset the entry's idle time and keep it ours while it is replayed
+            self.conn.xclaim(self.stream, FEED_GROUP, self.consumer, 0, [entry_id], justid=True)
+            self.in_flight[entry_id] = (item[0], now)
+            return entry_id, item[0]
+        if not self.buffer:
+            self._fill(now)
+        while self.buffer:
+            entry_id, record = self.buffer.popleft()
+            if entry_id in self.in_flight:
+                continue
+            self.in_flight[entry_id] = (record, now)
+            self.emitted += 1
+            if not self.first_emit:
+                self.first_emit = now
+            return entry_id, record
+        return None
+
+    def _fill(self, now: float) -> None:
+        if not self._own_pending_read:
+            self._read_own_pending()
+            if self.buffer:
+                return
+        response = self.conn.xreadgroup(FEED_GROUP, self.consumer, {self.stream: ">"}, count=self.batch)
+        for _stream, entries in response or []:
+            self._take(entries, replay=False)
+        if not self.buffer and now >= self._next_orphan_check:
+            self._next_orphan_check = now + self.orphan_idle_ms / 2000.0
+            self._claim_orphans()
+
+    def _read_own_pending(self) -> None:
+        """Entries delivered to this consumer name before a restart and never acked: replay them all."""
+        start = "0"
+        while True:
+            response = self.conn.xreadgroup(FEED_GROUP, self.consumer, {self.stream: start}, count=self.batch)
+            entries = response[0][1] if response else []
+            if not entries:
+                break
+            self._take(entries, replay=True)
+            start = entries[-1][0]
+        self._own_pending_read = True
+
+    def _claim_orphans(self) -> None:
+        start = "0-0"
+        while True:
+            result = self.conn.xautoclaim(self.stream, FEED_GROUP, self.consumer, self.orphan_idle_ms,
+                                          start_id=start, count=self.batch)
+            start, entries = result[0], result[1]
+            self._take([e for e in entries if e[0] not in self.in_flight], replay=True)
+            if start in ("0-0", b"0-0"):
+                break
+
+    def _take(self, entries: list, replay: bool) -> None:
+        gone = []
+        for entry_id, data in entries:
+            if not data:  # the entry was deleted from the stream while pending
+                gone.append(entry_id)
+                continue
+            self.buffer.append((entry_id, data["r"]))
+            if replay:
+                self.replayed += 1
+        if gone:
+            self.conn.xack(self.stream, FEED_GROUP, *gone)
+
+    # -- acknowledgements ------------------------------------------------------------------------------
+
+    def ack(self, entry_id: str) -> None:
+        """The tuple tree of ``entry_id`` completed: record its latency and XACK it (batched)."""
+        item = self.in_flight.pop(entry_id, None)
+        if item is None:
+            return  # an ack for a tuple this process never emitted (or already acked)
+        now = self.clock()
+        self.histogram.record((now - item[1]) * 1000.0)
+        self.acked += 1
+        self.last_ack = now
+        self.ack_buffer.append(entry_id)
+        if len(self.ack_buffer) >= self.batch:
+            self.flush_acks()
+
+    def fail(self, entry_id: str) -> None:
+        """The tuple tree of ``entry_id`` failed or timed out: emit it again."""
+        if entry_id in self.in_flight:
+            self.replays.append(entry_id)
+            self.replayed += 1
+
+    def flush_acks(self) -> None:
+        """XACK the buffered ids and, in the same round trip, write the metrics that include them."""
+        if self.ack_buffer:
+            pipe = self.conn.pipeline(transaction=True)
+            pipe.xack(self.stream, FEED_GROUP, *self.ack_buffer)
+            if self.metrics_key:
+                pipe.hset(self.metrics_key, mapping=self.metrics())
+            pipe.execute()
+            self.ack_buffer.clear()
+        self._last_ack_flush = self.clock()
+
+    def restore(self) -> None:
+        """Continue the metrics a previous process of this spout task wrote (after a restart)."""
+        if not self.metrics_key:
+            return
+        old = self.conn.hgetall(self.metrics_key)
+        if not old:
+            return
+        self.histogram = LatencyHistogram.from_json(old["histogram"])
+        self.emitted = int(old["emitted"])
+        self.acked = int(old["acked"])
+        self.replayed = int(old["replayed"])
+        self.first_emit = float(old["first_emit"])
+        self.last_ack = float(old["last_ack"])
+
+    def metrics(self) -> dict[str, str | int | float]:
+        """What the spout writes to ``...:spout:<i>``."""
+        return {
+            "emitted": self.emitted,
+            "acked": self.acked,
+            "replayed": self.replayed,
+            "in_flight": len(self.in_flight),
+            "first_emit": self.first_emit,
+            "last_ack": self.last_ack,
+            "histogram": self.histogram.to_json(),
+        }
+
+
+def create_group(conn: redis.Redis, keys: RunKeys) -> None:
+    """Create the spouts' consumer group at the start of the feed (idempotent)."""
+    try:
+        conn.xgroup_create(keys.feed, FEED_GROUP, id="0", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+def feed_done(conn: redis.Redis, keys: RunKeys) -> bool:
+    """True when every entry of the feed has been delivered and acknowledged."""
+    info = conn.xinfo_stream(keys.feed)
+    last = info["last-generated-id"]
+    for group in conn.xinfo_groups(keys.feed):
+        if group["name"] == FEED_GROUP:
+            return group["pending"] == 0 and group["last-delivered-id"] == last
+    return False

@@ -1,0 +1,62 @@
+"""The Redis layout of a word-count run: every key of run ``R`` starts with ``keysplit:run:R:``.
+
+``keysplit compare`` and the Spark helper read runs through these names; keep them stable.
+
+======================  =====================================================================
+key                     content
+======================  =====================================================================
+``keysplit:runs``       sorted set: run id -> start time (Unix seconds)
+``...:summary``         string: JSON object of ``keysplit run --json``
+``...:config``          string: JSON of the run's settings (what the topology was told)
+``...:counts``          hash: word -> final total (HINCRBY by the aggregators before they ack)
+``...:topk``            string: JSON ``[[word, count], ...]`` written by the top-k bolt
+``...:topk_meta``       hash: ``words`` (sum of counts seen by top-k), ``updated`` (Unix time)
+``...:feed``            stream: one entry per dataset record, fields ``r`` (encoded record), ``n`` (index)
+``...:frequencies``     hash: word -> exact count (only for groupings that need a full pass)
+``...:loads``           hash: counter index -> words processed (what PKG's probe reads)
+``...:counter:{i}``     hash: metrics of counter ``i`` (processed, distinct, rate, busy_s, task, pid)
+``...:keys:{i}``        set: the distinct words counter ``i`` has held (memory, DistCost)
+``...:spout:{i}``       hash: emitted, acked, replayed, first_emit, last_ack, histogram (JSON)
+======================  =====================================================================
+"""
+
+from __future__ import annotations
+
+RUNS = "keysplit:runs"
+#: The consumer group the spouts read the feed with.
+FEED_GROUP = "spouts"
+
+
+class RunKeys:
+    """Key names of one run.
+
+    >>> RunKeys("r1").counts
+    'keysplit:run:r1:counts'
+    >>> RunKeys("r1").counter(3)
+    'keysplit:run:r1:counter:3'
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.prefix = p = f"keysplit:run:{run_id}:"
+        self.summary = p + "summary"
+        self.config = p + "config"
+        self.counts = p + "counts"
+        self.topk = p + "topk"
+        self.topk_meta = p + "topk_meta"
+        self.feed = p + "feed"
+        self.frequencies = p + "frequencies"
+        self.loads = p + "loads"
+
+    def counter(self, index: int) -> str:
+        return f"{self.prefix}counter:{index}"
+
+    def keys(self, index: int) -> str:
+        return f"{self.prefix}keys:{index}"
+
+    def spout(self, index: int) -> str:
+        return f"{self.prefix}spout:{index}"
+
+    def pattern(self) -> str:
+        """A SCAN/KEYS pattern matching every key of the run."""
+        return self.prefix + "*"

@@ -1,0 +1,66 @@
+"""The router's logic (the PKG paper's "source"): split a record into words and choose a counter task for
+each with the configured grouping, exactly as ``keysplit.simulate.route`` does in process.
+
+The router learns the topology from Storm's multi-lang context: ``task->component`` maps every task id to
+its component. Counter task ids sorted ascending are the grouping's workers 0..W-1 (the first W of them
+when there are more counter tasks than W); this router's index among the sorted router task ids is its
+source index s, so ``build_grouping(spec, W, S)[s]`` is the same instance the simulator would give source s.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+
+from keysplit.datasets import decode_record
+from keysplit.errors import KeysplitError
+from keysplit.groupings import BaseGrouping, build_grouping
+
+
+def component_tasks(context: Mapping, component: str) -> list[int]:
+    """Task ids of ``component`` in a multi-lang context, sorted.
+
+    >>> component_tasks({"task->component": {"3": "counter", "1": "router", "5": "counter"}}, "counter")
+    [3, 5]
+    """
+    mapping = context.get("task->component", {})
+    return sorted(int(task) for task, name in mapping.items() if name == component)
+
+
+class Router:
+    """One source: a prepared grouping instance and the counter task id of each worker index."""
+
+    def __init__(
+        self,
+        spec: str,
+        workers: int,
+        source: int,
+        sources: int,
+        counter_task_ids: Sequence[int],
+        *,
+        probe: Callable[[], Sequence[int]] | None = None,
+        capacities: Sequence[float] | None = None,
+        frequencies: Callable[[], Counter] | None = None,
+    ) -> None:
+        if workers > len(counter_task_ids):
+            raise KeysplitError(f"W={workers} workers is more than the {len(counter_task_ids)} counter tasks")
+        self.tasks = list(counter_task_ids[:workers])
+        self.grouping: BaseGrouping = build_grouping(spec, workers, sources)[source]
+        g = self.grouping
+        if g.needs_full_pass:
+            if frequencies is None:
+                raise KeysplitError(f"grouping {spec!r} needs the dataset's key frequencies first")
+            g.fit(frequencies())  # type: ignore[attr-defined]
+        if probe is not None and hasattr(g, "attach_probe"):
+            g.attach_probe(probe)
+        if capacities is not None and hasattr(g, "set_capacities"):
+            g.set_capacities(list(capacities))
+        self.routed = 0
+
+    def route(self, encoded_record: str, now: float) -> list[tuple[str, int]]:
+        """``(word, counter task id)`` for every word of the record; ``now`` is wall-clock time (DESIGN.md)."""
+        _, words = decode_record(encoded_record)
+        choose, tasks = self.grouping.choose, self.tasks
+        out = [(w, tasks[choose(w, now)]) for w in words]
+        self.routed += len(out)
+        return out

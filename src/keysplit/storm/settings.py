@@ -1,0 +1,99 @@
+"""Settings of the word-count topology: what shapes it (parallelism, flush period) and what its components
+read at run time (grouping, CPU delay, k, Redis, run id).
+
+Two sources, one name each:
+
+- the **topology configuration** key ``keysplit.<name>`` (``sparse submit -o keysplit.grouping=pkg:d=2``,
+  or the ``conf`` the local runner passes), read by the components in ``initialize``;
+- the **environment** variable ``KEYSPLIT_<NAME>`` (``KEYSPLIT_WORKERS=10 sparse submit ...``), read when the
+  topology class is built; it supplies the defaults written into the topology's config.
+
+Parallelism (``spouts``, ``sources``, ``workers``'s counter tasks, ``aggregators``) and ``flush_secs`` (the
+tick frequency) are fixed when the topology is built, so they come from the environment only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from keysplit.errors import KeysplitError
+
+PREFIX = "keysplit."
+ENV_PREFIX = "KEYSPLIT_"
+
+
+@dataclass(frozen=True)
+class WordCountSettings:
+    """Everything a word-count run is parameterised by (defaults follow the PKG paper's §6 setup where it
+    gives one: 5 sources, 10 workers, CPU delay 0.1-1 ms, top-k with k=10, aggregation period T)."""
+
+    run_id: str = "default"
+    redis_url: str = ""
+    grouping: str = "pkg"
+    spouts: int = 1
+    sources: int = 5
+    workers: int = 10  # W: counter tasks the grouping chooses among (<= counter_tasks)
+    counter_tasks: int = 0  # counter parallelism; 0 means W
+    aggregators: int = 2
+    cpu_delay_ms: float = 0.0
+    flush_secs: float = 1.0  # the paper's aggregation period T, delivered by tick tuples
+    top_k: int = 10
+    stats_secs: float = 1.0  # how often components write their metrics to Redis
+
+    def __post_init__(self) -> None:
+        if self.counter_tasks == 0:
+            object.__setattr__(self, "counter_tasks", self.workers)
+        self.check()
+
+    def check(self) -> None:
+        """One-line KeysplitErrors for impossible combinations."""
+        for name in ("spouts", "sources", "workers", "counter_tasks", "aggregators", "top_k"):
+            if getattr(self, name) < 1:
+                raise KeysplitError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.workers > self.counter_tasks:
+            raise KeysplitError(f"W={self.workers} workers is more than the {self.counter_tasks} counter tasks; "
+                                f"the grouping can only choose among existing tasks (use W <= counter tasks)")
+        if self.cpu_delay_ms < 0:
+            raise KeysplitError(f"cpu delay must not be negative, got {self.cpu_delay_ms}")
+        if self.flush_secs <= 0 or self.stats_secs <= 0:
+            raise KeysplitError("flush and stats periods must be positive")
+
+    def conf(self) -> dict[str, Any]:
+        """The settings as topology configuration entries ``keysplit.<name>``."""
+        return {PREFIX + k: v for k, v in asdict(self).items()}
+
+    @property
+    def tick_secs(self) -> int:
+        """Storm's ``topology.tick.tuple.freq.secs`` is a whole number of seconds (at least 1)."""
+        return max(1, round(self.flush_secs))
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any], base: WordCountSettings | None = None) -> WordCountSettings:
+        """Settings from a topology configuration; missing keys keep ``base``'s (or the defaults)."""
+        values = asdict(base) if base is not None else {}
+        for f in fields(cls):
+            if PREFIX + f.name in conf:
+                values[f.name] = _coerce(f.name, conf[PREFIX + f.name], f.type)
+        return cls(**values)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WordCountSettings:
+        """Settings from ``KEYSPLIT_<NAME>`` environment variables (defaults for the rest)."""
+        environ = os.environ if environ is None else environ
+        values = {}
+        for f in fields(cls):
+            key = ENV_PREFIX + f.name.upper()
+            if key in environ:
+                values[f.name] = _coerce(f.name, environ[key], f.type)
+        return cls(**values)
+
+
+def _coerce(name: str, value: Any, kind: Any) -> Any:
+    kind = {"int": int, "float": float, "str": str}.get(kind if isinstance(kind, str) else kind.__name__, str)
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise KeysplitError(f"setting {name}={value!r} is not a valid {kind.__name__}") from None

@@ -1,0 +1,46 @@
+"""RedisStreamSpout: the topology's source of dataset records (a thin wrapper over :class:`StreamFeed`)."""
+
+from __future__ import annotations
+
+import time
+
+from streamparse import Spout, Stream
+
+from keysplit.redis_server import client
+from keysplit.storm.feed import StreamFeed
+from keysplit.storm.keys import RunKeys
+from keysplit.storm.routing import component_tasks
+from keysplit.storm.settings import WordCountSettings
+
+#: Seconds the spout sleeps when it has nothing to emit (Storm's default spout wait strategy sleeps 1 ms).
+IDLE_SLEEP = 0.002
+
+
+class RedisStreamSpout(Spout):
+    """Emits each feed entry's encoded record with the entry id as tuple id; acks XACK, fails replay."""
+
+    outputs = [Stream(fields=["record"])]
+
+    def initialize(self, conf, context):
+        settings = WordCountSettings.from_conf(conf)
+        keys = RunKeys(settings.run_id)
+        index = component_tasks(context, self.component_name).index(int(self.task_id))
+        timeout = float(conf.get("topology.message.timeout.secs", 30))
+        self.feed = StreamFeed(
+            client(settings.redis_url), keys, f"spout-{index}",
+            orphan_idle_ms=int(3 * timeout * 1000), metrics_key=keys.spout(index),
+        )
+        self.feed.restore()
+
+    def next_tuple(self):
+        item = self.feed.next()
+        if item is None:
+            time.sleep(IDLE_SLEEP)
+            return
+        self.emit([item[1]], tup_id=item[0])
+
+    def ack(self, tup_id):
+        self.feed.ack(tup_id)
+
+    def fail(self, tup_id):
+        self.feed.fail(tup_id)

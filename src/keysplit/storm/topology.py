@@ -1,0 +1,54 @@
+"""The word-count / top-k topology as a streamparse ``Topology`` class, built for given settings.
+
+``feed`` (RedisStreamSpout x P) --shuffle--> ``router`` (x S) --direct--> ``counter`` (x counter tasks)
+--fields(word)--> ``aggregator`` (x A) --global--> ``topk`` (x 1).
+
+A streamparse topology fixes its parallelism when the class is created, so the class is made by
+:func:`wordcount_topology` from a :class:`WordCountSettings`; ``topologies/wordcount.py`` builds it from the
+environment for ``sparse submit``, and ``keysplit run`` builds it for the local runner. The settings are also
+written into the class's ``config`` (``keysplit.*`` keys), which ``sparse submit -o keysplit.x=...`` overrides.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamparse import Grouping, Topology
+
+from keysplit.storm.bolts import (
+    AGGREGATOR,
+    COUNTER,
+    ROUTER,
+    SPOUT,
+    TOPK,
+    WORDS_STREAM,
+    AggregatorBolt,
+    CounterBolt,
+    RouterBolt,
+    TopKBolt,
+)
+from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.spout import RedisStreamSpout
+
+#: Storm settings of the paper's setup that the topology relies on (overridable with ``-o``).
+DEFAULT_STORM_CONF: dict[str, Any] = {
+    "topology.message.timeout.secs": 30,
+    "topology.max.spout.pending": 1000,
+}
+
+
+def wordcount_topology(settings: WordCountSettings, name: str = "WordCount",
+                       storm_conf: dict[str, Any] | None = None) -> type[Topology]:
+    """A new Topology class for ``settings`` (fresh component specs each call)."""
+    tick = {"topology.tick.tuple.freq.secs": settings.tick_secs}
+    feed = RedisStreamSpout.spec(name=SPOUT, par=settings.spouts)
+    router = RouterBolt.spec(name=ROUTER, inputs={feed: Grouping.SHUFFLE}, par=settings.sources)
+    counter = CounterBolt.spec(name=COUNTER, inputs={router[WORDS_STREAM]: Grouping.DIRECT},
+                               par=settings.counter_tasks, config=tick)
+    aggregator = AggregatorBolt.spec(name=AGGREGATOR, inputs={counter: Grouping.fields("word")},
+                                     par=settings.aggregators, config=tick)
+    topk = TopKBolt.spec(name=TOPK, inputs={aggregator: Grouping.GLOBAL}, par=1)
+    config = {**DEFAULT_STORM_CONF, **tick, **settings.conf(), **(storm_conf or {})}
+    body = {"__module__": __name__, "__doc__": f"Word count / top-k with grouping {settings.grouping}",
+            "config": config, SPOUT: feed, ROUTER: router, COUNTER: counter, AGGREGATOR: aggregator, TOPK: topk}
+    return type(name, (Topology,), body)
