@@ -30,6 +30,8 @@ from keysplit.metrics import (
 
 DEFAULT_RATE = 10_000.0
 SPLITS = ("shuffle", "key")
+#: ``simulate(engine=...)``: the numba fast path when it applies (auto), always, or never.
+ENGINES = ("auto", "fast", "reference")
 #: Seed of the hash that deals records to sources under ``split="key"`` (distinct from routing seeds).
 SPLIT_SEED = BASE_SEED + 500
 
@@ -141,17 +143,36 @@ def simulate(
     capacities: Sequence[float] | None = None,
     resizes: Sequence[Resize] = (),
     progress: Callable[[int], None] | None = None,
+    engine: str = "auto",
 ) -> RunResult:
     """Run one grouping over the dataset and measure it.
 
     ``checkpoint`` defaults to m/1000 messages; pass ``messages_hint`` (m) when it is known, otherwise the
     dataset is counted first. ``resizes`` change the worker count mid-stream (groupings that support it
     implement ``resize(workers)``); loads of removed workers stay in the final load vector.
+
+    ``engine``: ``reference`` runs the Python loop below; ``fast`` runs ``keysplit.fast`` (kg, sg, pkg and
+    its variants; the same decisions, proven by tests/test_fast.py) or raises; ``auto`` (default) takes the
+    fast path when it supports the spec and no capacities or resizes are asked for.
     """
     if split not in SPLITS:
         raise SpecError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
     if rate <= 0:
         raise SpecError(f"rate must be positive, got {rate}")
+    if engine not in ENGINES:
+        raise SpecError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    if engine != "reference":
+        fast = None
+        if capacities is None and not resizes:
+            from keysplit.fast import fast_simulate
+
+            fast = fast_simulate(dataset, spec, workers, sources, rate=rate, split=split, checkpoint=checkpoint,
+                                 messages_hint=messages_hint, progress=progress)
+        if fast is not None:
+            return fast
+        if engine == "fast":
+            raise SpecError(f"no fast path for {spec!r} (kg, sg and pkg only, without capacities or resizes); "
+                            "use engine reference or auto")
     if checkpoint is None:
         m = messages_hint if messages_hint is not None else sum(len(k) for _, k in dataset.records())
         checkpoint = default_checkpoint(m)

@@ -1,0 +1,477 @@
+"""The fast path: a numba kernel that makes exactly the reference decisions of kg, sg and pkg (all variants).
+
+The reference simulator (:func:`keysplit.simulate.simulate`) calls ``Grouping.choose`` once per message, in
+Python. Here the work splits into what depends on a key and what depends on a message:
+
+- **per distinct key, in Python, once**: the key's name, its d candidate workers H_1(k) .. H_d(k)
+  (:func:`keysplit.hashing.choices`, the same mmh3 seeds as ``KeyGrouping``/``PartialKeyGrouping``) and,
+  under ``split="key"``, its source (:func:`keysplit.simulate.source_of`). Keys become dense integer ids:
+  a generator's own index arrays are remapped directly (only distinct keys are ever named), a file's keys
+  go through one dict in a single pass over its records.
+- **per message, in the kernel** (:func:`_route_chunk`): the source's decision, with the reference's
+  tie-breaking (PKG §3: the least loaded candidate, ties to the earliest candidate, as in
+  ``PartialKeyGrouping.choose``), the true load vector L_i(t), the imbalance checkpoints I(t_j) (PKG §2),
+  the distinct (worker, key) pairs of dist_cost (DKG eq. 8), and periodic probing with the exact timing of
+  ``PartialKeyGrouping._maybe_probe`` (probe when ``now >= next_probe``, then advance ``next_probe`` by T
+  until it passes ``now``; ``now`` is the record's timestamp or ``seq / rate``).
+
+Local loads are float64 in the kernel: integer counts are exact in a double (below 2^53) and, after a
+``probe_scale=share`` probe, the reference holds the same doubles ``L_i * (1/S)`` plus whole increments.
+Checkpoint values are finished in Python with the reference's expression, so every ``RunResult`` field
+except ``messages_per_second`` is identical to the reference run (``tests/test_fast.py`` proves it).
+
+Groupings other than kg, sg and pkg (and subclasses of them, which may change the decision) have no fast
+path: :func:`fast_simulate` returns ``None`` for them and the caller falls back to the reference.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from keysplit.datasets import Dataset
+from keysplit.datasets import generators as _generators
+from keysplit.errors import SpecError
+from keysplit.groupings import build_grouping
+from keysplit.groupings.basic import KeyGrouping, ShuffleGrouping
+from keysplit.groupings.pkg import PartialKeyGrouping
+from keysplit.hashing import choices
+from keysplit.metrics import ImbalanceSeries, default_checkpoint, dist_cost, imbalance_fraction, load_stddev
+from keysplit.simulate import DEFAULT_RATE, SPLITS, RunResult, source_of
+
+# Decision rules of the kernel.
+KG, SG, PKG_LOCAL, PKG_GLOBAL = 0, 1, 2, 3
+# Where a message's source comes from: an explicit array, round-robin over records, or the key's split hash.
+SRC_ARRAY, SRC_ROUND_ROBIN, SRC_KEY = 0, 1, 2
+
+#: Messages per kernel call on the records path (generators use their own chunk size).
+CHUNK = 1 << 16
+#: Generator indices below this are remapped through a flat table; larger ones through a dict.
+INDEX_TABLE_LIMIT = 1 << 24
+
+_compile_seconds: float | None = None
+
+
+@njit(cache=True, nogil=True)
+def _route_chunk(
+    mode, kid, src, src_mode, src_next, now, use_now, seq0, rate,
+    cand, ksrc, d, workers, sources,
+    local, sg_next, next_probe, probe_interval, probe_mul, do_probe,
+    loads, seen, distinct, checkpoint, next_cp, cp_max, out,
+):  # pragma: no cover - compiled; exercised through fast_simulate
+    """Route ``kid`` (dense key ids) message by message; returns ``(next_cp, checkpoints, src_next)``.
+
+    Mutates the run's state in place: ``loads`` (true L_i), ``local`` (per-source estimates, row 0 shared
+    under load=global), ``sg_next`` (round-robin positions), ``next_probe``, ``seen`` (bitset of
+    (key, worker) pairs) and ``distinct`` (distinct keys per worker). ``out[i]`` is message i's worker;
+    ``cp_max[j]`` is max_i L_i(t_j) at the j-th checkpoint reached in this chunk.
+    """
+    n = kid.shape[0]
+    ncp = 0
+    s = 0
+    for i in range(n):
+        k = kid[i]
+        if src_mode == 0:
+            s = src[i]
+        elif src_mode == 1:
+            s = src_next
+            src_next += 1
+            if src_next == sources:
+                src_next = 0
+        else:
+            s = ksrc[k]
+        if mode == 0:  # KG: hash(key) mod W
+            w = cand[k, 0]
+        elif mode == 1:  # SG: round-robin per source
+            w = sg_next[s]
+            sg_next[s] = w + 1 if w + 1 < workers else 0
+        else:  # PKG: P_t(k) = argmin over the d candidates of the (local or global) load
+            row = s if mode == 2 else 0
+            if do_probe:
+                t = now[i] if use_now else (seq0 + i) / rate
+                if t >= next_probe[s]:  # PartialKeyGrouping._maybe_probe
+                    for j in range(workers):
+                        local[s, j] = loads[j] * probe_mul
+                    while next_probe[s] <= t:
+                        next_probe[s] += probe_interval
+            w = cand[k, 0]
+            best = local[row, w]
+            for j in range(1, d):
+                c = cand[k, j]
+                if local[row, c] < best:
+                    w = c
+                    best = local[row, c]
+            local[row, w] += 1.0
+        loads[w] += 1
+        word = w >> 6
+        bit = np.uint64(1) << np.uint64(w & 63)
+        if (seen[k, word] & bit) == 0:
+            seen[k, word] |= bit
+            distinct[w] += 1
+        out[i] = w
+        if seq0 + i + 1 == next_cp:
+            mx = loads[0]
+            for j in range(1, workers):
+                if loads[j] > mx:
+                    mx = loads[j]
+            cp_max[ncp] = mx
+            ncp += 1
+            next_cp += checkpoint
+    return next_cp, ncp, src_next
+
+
+@dataclass(frozen=True)
+class FastSpec:
+    """What the kernel needs to know about a grouping spec: its rule and parameters."""
+
+    mode: int
+    d: int
+    probe: float | None
+    probe_mul: float
+    describe: str
+
+
+def fast_spec(spec: str, workers: int, sources: int) -> FastSpec | None:
+    """The kernel's reading of ``spec``, or None when it has no fast path.
+
+    The spec is built by the registry exactly as the reference does, so a bad spec raises the same
+    SpecError; only the exact classes KeyGrouping, ShuffleGrouping and PartialKeyGrouping qualify.
+    """
+    g = build_grouping(spec, workers, sources)[0]
+    kind = type(g)
+    if kind is KeyGrouping:
+        return FastSpec(KG, 1, None, 1.0, g.describe())
+    if kind is ShuffleGrouping:
+        return FastSpec(SG, 1, None, 1.0, g.describe())
+    if kind is PartialKeyGrouping:
+        mode = PKG_GLOBAL if g.params["load"] == "global" else PKG_LOCAL
+        # set_loads multiplies each true load by this scale (a Python float, as here).
+        mul = 1.0 / sources if g.params["probe_scale"] == "share" else 1.0
+        return FastSpec(mode, g.d, g.probe_interval, mul, g.describe())
+    return None
+
+
+class KeyTable:
+    """Dense ids for distinct keys, with what the kernel reads per key: candidates, split source, seen bits."""
+
+    def __init__(self, d: int, workers: int, sources: int, split: str) -> None:
+        self.d, self.workers, self.sources, self.split = d, workers, sources, split
+        self.ids: dict[str, int] = {}
+        self.size = 0
+        self.words = (workers + 63) // 64
+        self._grow(1024)
+
+    def _grow(self, capacity: int) -> None:
+        old = self.size
+        cand = np.zeros((capacity, self.d), dtype=np.int32)
+        ksrc = np.zeros(capacity, dtype=np.int32)
+        seen = np.zeros((capacity, self.words), dtype=np.uint64)
+        if old:
+            cand[:old], ksrc[:old], seen[:old] = self.cand[:old], self.ksrc[:old], self.seen[:old]
+        self.cand, self.ksrc, self.seen = cand, ksrc, seen
+
+    def add(self, name: str) -> int:
+        """The id of ``name``, naming it (its candidates and source) the first time it is seen."""
+        kid = self.ids.get(name)
+        if kid is not None:
+            return kid
+        kid = self.size
+        if kid == len(self.cand):
+            self._grow(2 * kid)
+        self.cand[kid] = choices(name, self.d, self.workers)
+        if self.split == "key":
+            self.ksrc[kid] = source_of(0, name, self.sources, "key")
+        self.ids[name] = kid
+        self.size = kid + 1
+        return kid
+
+
+class IndexMap:
+    """Generator key index -> dense key id; each distinct index is named once with ``key_name``."""
+
+    def __init__(self, table: KeyTable, key_name: Callable[[int], str]) -> None:
+        self.table = table
+        self.key_name = key_name
+        self.flat = np.full(0, -1, dtype=np.int32)
+        self.big: dict[int, int] = {}
+
+    def _one(self, index: int) -> int:
+        if 0 <= index < INDEX_TABLE_LIMIT:
+            if index >= len(self.flat):
+                self._extend(index)
+            kid = int(self.flat[index])
+            if kid < 0:
+                kid = self.flat[index] = self.table.add(self.key_name(index))
+            return kid
+        kid = self.big.get(index)
+        if kid is None:
+            kid = self.big[index] = self.table.add(self.key_name(index))
+        return kid
+
+    def _extend(self, index: int) -> None:
+        grown = np.full(max(index + 1, 2 * len(self.flat)), -1, dtype=np.int32)
+        grown[: len(self.flat)] = self.flat
+        self.flat = grown
+
+    def ids(self, indices: np.ndarray) -> np.ndarray:
+        if indices.size == 0:
+            return np.zeros(0, dtype=np.int32)
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo >= 0 and hi < INDEX_TABLE_LIMIT:
+            if hi >= len(self.flat):
+                self._extend(hi)
+            out = self.flat[indices]
+            if out.min() < 0:
+                for index in np.unique(indices[out < 0]).tolist():
+                    self._one(index)
+                out = self.flat[indices]
+            return out
+        uniq, inverse = np.unique(indices, return_inverse=True)
+        dense = np.array([self._one(i) for i in uniq.tolist()], dtype=np.int32)
+        return dense[inverse.reshape(-1)]
+
+
+@dataclass
+class Chunk:
+    """Messages for one kernel call: key ids, and (records path) sources and event times."""
+
+    kid: np.ndarray
+    src: np.ndarray | None = None
+    now: np.ndarray | None = None
+
+
+def uses_generator_indices(dataset: Dataset) -> bool:
+    """Generators whose ``records`` are the stock chunked sampler: their index arrays can be used directly."""
+    return isinstance(dataset, _generators.Generator) and type(dataset).records is _generators.Generator.records
+
+
+def generator_chunks(dataset: _generators.Generator, table: KeyTable) -> Iterator[Chunk]:
+    """The key ids of a generator's messages, drawn exactly as ``Generator.records`` draws them."""
+    keymap = IndexMap(table, dataset.key_name)
+    rng = np.random.Generator(np.random.PCG64(dataset.params["seed"]))
+    total = dataset.params["messages"]
+    done = 0
+    while done < total:
+        n = min(_generators._CHUNK, total - done)
+        indices = np.asarray(dataset.key_indices(rng, n, done))
+        if indices.dtype.kind not in "iu":
+            indices = np.array([int(i) for i in indices.tolist()], dtype=np.int64)
+        yield Chunk(keymap.ids(indices))
+        done += n
+
+
+def record_chunks(
+    dataset: Dataset, table: KeyTable, sources: int, split: str, rate: float, need_now: bool
+) -> Iterator[Chunk]:
+    """One pass over ``dataset.records()``: key ids, each message's source and (if needed) its event time,
+    following ``simulate.route`` record for record (empty records count in the index but carry nothing)."""
+    add, ids = table.add, table.ids
+    kids: list[int] = []
+    srcs: list[int] = []
+    nows: list[float] = []
+    seq = 0
+    for index, (ts, keys) in enumerate(dataset.records()):
+        if not keys:
+            continue
+        first = ids.get(keys[0])
+        if first is None:
+            first = add(keys[0])
+        s = index % sources if split == "shuffle" else int(table.ksrc[first])
+        for key in keys:
+            kid = ids.get(key)
+            kids.append(add(key) if kid is None else kid)
+            if need_now:
+                nows.append(ts if ts is not None else seq / rate)
+            seq += 1
+        srcs.extend([s] * len(keys))
+        if len(kids) >= CHUNK:
+            yield _chunk(kids, srcs, nows, need_now)
+            kids, srcs, nows = [], [], []
+    if kids:
+        yield _chunk(kids, srcs, nows, need_now)
+
+
+def _chunk(kids: list[int], srcs: list[int], nows: list[float], need_now: bool) -> Chunk:
+    return Chunk(
+        np.array(kids, dtype=np.int32),
+        np.array(srcs, dtype=np.int32),
+        np.array(nows, dtype=np.float64) if need_now else None,
+    )
+
+
+_EMPTY_I32 = np.zeros(0, dtype=np.int32)
+_EMPTY_F64 = np.zeros(0, dtype=np.float64)
+
+
+def warmup() -> float:
+    """Compile the kernel (or load it from numba's on-disk cache); returns the seconds that took, once
+    per process (0.0 afterwards). Kept out of every ``messages_per_second``."""
+    global _compile_seconds
+    if _compile_seconds is not None:
+        return 0.0
+    started = time.perf_counter()
+    _run_kernel(
+        _State(FastSpec(PKG_LOCAL, 2, 1.0, 1.0, "pkg"), 2, 1, "shuffle", 1.0, 1),
+        Chunk(np.zeros(1, dtype=np.int32)),
+        seq0=0,
+        src_start=0,
+    )
+    _compile_seconds = time.perf_counter() - started
+    return _compile_seconds
+
+
+def compile_seconds() -> float | None:
+    """Seconds this process spent compiling or cache-loading the kernel (None before the first run)."""
+    return _compile_seconds
+
+
+class _State:
+    """Everything the kernel carries from one chunk to the next."""
+
+    def __init__(self, fs: FastSpec, workers: int, sources: int, split: str, rate: float, checkpoint: int):
+        self.fs, self.workers, self.sources, self.split, self.rate = fs, workers, sources, split, float(rate)
+        self.checkpoint = checkpoint
+        self.table = KeyTable(fs.d, workers, sources, split)
+        self.loads = np.zeros(workers, dtype=np.int64)
+        self.distinct = np.zeros(workers, dtype=np.int64)
+        self.local = np.zeros((sources, workers), dtype=np.float64)
+        self.sg_next = np.array([s % workers for s in range(sources)], dtype=np.int64)
+        probe = fs.probe if fs.probe is not None else float("inf")
+        self.next_probe = np.full(sources, probe, dtype=np.float64)
+        self.next_cp = checkpoint
+        self.cp_t: list[int] = []
+        self.cp_max: list[int] = []
+        self.messages = 0
+
+
+def _run_kernel(st: _State, chunk: Chunk, seq0: int, src_start: int) -> tuple[np.ndarray, int]:
+    """One kernel call over ``chunk``; appends its checkpoints to ``st``; returns the workers and the next
+    round-robin source."""
+    n = len(chunk.kid)
+    out = np.empty(n, dtype=np.int32)
+    cp_max = np.empty(n // st.checkpoint + 2, dtype=np.int64)
+    if chunk.src is not None:
+        src_mode, src = SRC_ARRAY, chunk.src
+    else:
+        src_mode, src = (SRC_KEY if st.split == "key" else SRC_ROUND_ROBIN), _EMPTY_I32
+    fs, table = st.fs, st.table
+    next_cp, ncp, src_next = _route_chunk(
+        fs.mode, chunk.kid, src, src_mode, src_start,
+        chunk.now if chunk.now is not None else _EMPTY_F64, chunk.now is not None, seq0, st.rate,
+        table.cand, table.ksrc, fs.d, st.workers, st.sources,
+        st.local, st.sg_next, st.next_probe, fs.probe if fs.probe is not None else 0.0, fs.probe_mul,
+        fs.probe is not None,
+        st.loads, table.seen, st.distinct, st.checkpoint, st.next_cp, cp_max, out,
+    )
+    first = st.next_cp
+    st.cp_t.extend(range(first, first + ncp * st.checkpoint, st.checkpoint))
+    st.cp_max.extend(cp_max[:ncp].tolist())
+    st.next_cp = next_cp
+    return out, src_next
+
+
+def _check_args(split: str, rate: float) -> None:
+    if split not in SPLITS:
+        raise SpecError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+    if rate <= 0:
+        raise SpecError(f"rate must be positive, got {rate}")
+
+
+def _routes(
+    dataset: Dataset, st: _State, progress: Callable[[int], None] | None = None
+) -> Iterator[np.ndarray]:
+    """Run the kernel over the whole dataset, chunk by chunk; yields each chunk's workers."""
+    if uses_generator_indices(dataset):
+        chunks: Iterator[Chunk] = generator_chunks(dataset, st.table)  # type: ignore[arg-type]
+    else:
+        chunks = record_chunks(dataset, st.table, st.sources, st.split, st.rate, st.fs.probe is not None)
+    src_next = 0
+    for chunk in chunks:
+        out, src_next = _run_kernel(st, chunk, st.messages, src_next)
+        st.messages += len(out)
+        if progress is not None and st.cp_t:
+            progress(st.cp_t[-1])
+        yield out
+
+
+def fast_route(
+    dataset: Dataset,
+    spec: str,
+    workers: int,
+    sources: int = 1,
+    *,
+    rate: float = DEFAULT_RATE,
+    split: str = "shuffle",
+) -> np.ndarray | None:
+    """Every message's worker, in stream order (the fast twin of ``simulate.route``); None if unsupported."""
+    _check_args(split, rate)
+    fs = fast_spec(spec, workers, sources)
+    if fs is None:
+        return None
+    warmup()
+    st = _State(fs, workers, sources, split, rate, checkpoint=1 << 62)
+    parts = list(_routes(dataset, st))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+def fast_simulate(
+    dataset: Dataset,
+    spec: str,
+    workers: int,
+    sources: int = 1,
+    *,
+    rate: float = DEFAULT_RATE,
+    split: str = "shuffle",
+    checkpoint: int | None = None,
+    messages_hint: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> RunResult | None:
+    """``simulate.simulate`` for kg, sg and pkg (every variant), decision for decision; None for other specs.
+
+    ``messages_per_second`` covers the whole run (drawing or reading the dataset, naming keys, routing,
+    metrics) but not the kernel's one-time compilation, which :func:`compile_seconds` reports.
+    """
+    _check_args(split, rate)
+    fs = fast_spec(spec, workers, sources)
+    if fs is None:
+        return None
+    if checkpoint is None:
+        if messages_hint is not None:
+            m = messages_hint
+        elif uses_generator_indices(dataset):
+            m = dataset.params["messages"]  # type: ignore[attr-defined]
+        else:
+            m = sum(len(k) for _, k in dataset.records())
+        checkpoint = default_checkpoint(m)
+    series = ImbalanceSeries(checkpoint)  # the reference's own check of the spacing
+    warmup()
+    st = _State(fs, workers, sources, split, rate, checkpoint)
+    started = time.perf_counter()
+    for _ in _routes(dataset, st, progress):
+        pass
+    elapsed = time.perf_counter() - started
+    for t, mx in zip(st.cp_t, st.cp_max):
+        series.times.append(t)
+        series.values.append(mx - t / workers)  # imbalance(): max(L) - sum(L)/len(L), and sum(L) = t
+    loads = st.loads.tolist()
+    distinct_per_worker = st.distinct.tolist()
+    n = st.messages
+    return RunResult(
+        grouping=fs.describe,
+        workers=workers,
+        sources=sources,
+        avg_imbalance_fraction=series.avg_fraction,
+        final_imbalance_fraction=imbalance_fraction(loads),
+        load_stddev=load_stddev(loads),
+        dist_cost=dist_cost(distinct_per_worker, st.table.size),
+        loads=loads,
+        messages_per_second=n / elapsed if elapsed > 0 else 0.0,
+        messages=n,
+        distinct_per_worker=distinct_per_worker,
+        series_t=series.times,
+        series_imbalance=series.values,
+    )
