@@ -18,7 +18,7 @@ from keysplit.datasets import Dataset, open_dataset, require_records
 from keysplit.errors import SpecError
 from keysplit.groupings import REGISTRY, check_grouping, grouping_class
 from keysplit.plots import imbalance_over_time
-from keysplit.simulate import DEFAULT_RATE, SPLITS, Resize, simulate
+from keysplit.simulate import DEFAULT_RATE, ENGINES, SPLITS, Resize, simulate
 
 
 def grouping_help() -> str:
@@ -74,6 +74,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resize", type=resize_list, default=[], metavar="AT:W[,AT:W]",
                    help="change the worker count to W before message AT (groupings with resize support)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="auto: the numba fast path for kg, sg and pkg (same decisions as the reference), else "
+                   "the reference; fast: fast path or error; reference: the Python Grouping.choose loop")
     p.add_argument("--plot", metavar="PNG", help="also draw the imbalance fraction over time of every run")
     p.set_defaults(func=run)
 
@@ -138,4 +141,4 @@ def _one(dataset: Dataset, spec: str, workers: int, args, messages: int, capacit
 
         return simulate(dataset, spec, workers, args.sources, rate=args.rate, split=args.split,
                         checkpoint=args.checkpoint, messages_hint=messages, capacities=capacities,
-                        resizes=args.resize, progress=advance)
+                        resizes=args.resize, progress=advance, engine=args.engine)
