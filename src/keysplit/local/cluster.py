@@ -1,0 +1,611 @@
+"""``LocalCluster``: a streamparse topology on one machine, over Storm's multi-lang protocol.
+
+One OS subprocess per task runs the component exactly as a Storm supervisor would (``streamparse_run
+module.Class`` i.e. ``python -m streamparse.run``), talking JSON over its stdin/stdout. A single-threaded
+event loop (``selectors``) plays the Storm worker's part for every task at once: the handshake, the spout
+loop (``next``/``ack``/``fail`` and their ``sync``), bolt input queues, stream groupings, the acker
+(:mod:`.acker`), tick and heartbeat tuples, logging, and a supervisor that restarts a task whose process
+dies. The loop runs only inside :meth:`LocalCluster.start` and :meth:`LocalCluster.run_until`, so the
+caller's predicate (and :meth:`LocalCluster.kill_task`) run between events without any locking.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import selectors
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .acker import Acker, RootRecord
+from .protocol import NEXT, encode, encode_spout_command, encode_tuple, tuple_prefix
+from .routing import RoutingError, routers_for_task
+from .task import COUNTERS, TaskProcess
+from .topology import STORM_DEFAULTS, TopologyError, build_context, component_conf, read_topology, task_context
+
+log = logging.getLogger("keysplit.local")
+
+#: multi-lang log levels (0 trace .. 4 error) -> Python logging levels
+_LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_LEVEL_NAMES = {0: "TRACE", 1: "DEBUG", 2: "INFO", 3: "WARN", 4: "ERROR"}
+
+#: Runner settings (not Storm's), with their defaults; set them in ``conf`` like any Storm key.
+RUNNER_DEFAULTS: dict[str, Any] = {
+    # seconds between heartbeat tuples to each bolt (Storm's ShellBolt sends one a second); 0 disables
+    "keysplit.local.heartbeat.secs": 1.0,
+    # seconds a crashed task stays down before the supervisor restarts it
+    "keysplit.local.restart.delay.secs": 0.5,
+    # seconds a task may take to answer the handshake
+    "keysplit.local.startup.timeout.secs": 60.0,
+    # back-pressure: spouts get no "next" while some bolt task has more queued input tuples than this
+    "keysplit.local.queue.high": 20000,
+    # seed of shuffle groupings and of the acker's edge ids
+    "keysplit.local.seed": 0,
+}
+
+
+class LocalCluster:
+    """Run a streamparse ``Topology`` class locally; see the module docstring and the package README.
+
+    ``conf`` is the Storm configuration (overriding the topology class's ``config``); per-component
+    ``config`` given to ``Component.spec(config=...)`` overrides it for that component. ``cwd`` is the
+    project root: component processes run there, with ``cwd/src`` and ``cwd`` on ``PYTHONPATH`` (what a
+    streamparse jar's ``resources/`` gives them on Storm). ``env`` adds environment variables; a
+    ``PYTHONPATH`` in it is appended to those two.
+    """
+
+    def __init__(self, topology_class: Any, conf: dict | None = None, *, cwd: str, python: str = sys.executable,
+                 log_dir: str | None = None, env: dict | None = None) -> None:
+        self.topology_class = topology_class
+        self.components = read_topology(topology_class, python)
+        name = getattr(topology_class, "__name__", "topology")
+        base = {**STORM_DEFAULTS, **RUNNER_DEFAULTS, "topology.name": name}
+        base.update(getattr(topology_class, "config", None) or {})
+        base.update(conf or {})
+        self.conf = base
+        self.cwd = str(cwd)
+        self.python = python
+        self._own_tmp = tempfile.mkdtemp(prefix="keysplit-local-")
+        self.log_dir = Path(log_dir) if log_dir else None
+        if self.log_dir:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._stderr_dir = self.log_dir or Path(self._own_tmp)
+        self.env = self._child_env(env or {})
+        seed = int(base["keysplit.local.seed"])
+        self.acker = Acker(seed)
+        self.acking = base.get("topology.acker.executors") != 0
+        self.tasks: dict[int, TaskProcess] = {}
+        shared = build_context(self.components)
+        self._handshakes: dict[int, str] = {}
+        for comp in self.components.values():
+            cconf = component_conf(base, comp)
+            for index, tid in enumerate(comp.task_ids):
+                task = TaskProcess(comp, index, tid, cconf, routers_for_task(self.components, comp, tid, seed))
+                task.prefixes = {s: tuple_prefix(comp.name, s, tid) for s in comp.outputs}
+                self.tasks[tid] = task
+                pid_dir = Path(self._own_tmp) / "pids" / str(tid)
+                pid_dir.mkdir(parents=True, exist_ok=True)
+                context = task_context(self.components, comp, tid, shared)
+                self._handshakes[tid] = encode({"conf": cconf, "pidDir": str(pid_dir), "context": context})
+        self.spouts = [t for t in self.tasks.values() if t.is_spout]
+        self.bolts = [t for t in self.tasks.values() if not t.is_spout]
+        self._sel = selectors.DefaultSelector()
+        self._ids = itertools.count(1)
+        self._dirty: set[TaskProcess] = set()
+        self._fatal: str | None = None
+        self.errors: list[tuple[str, int, str]] = []
+        self._started = False
+        self._closed = False
+        self._next_heartbeat = 0.0
+        self._ticks: list[tuple[list[TaskProcess], float, list[float]]] = []
+        self._warned_drop: set[tuple[int, str]] = set()
+        self._timeouts = {c.name: float(component_conf(base, c)["topology.message.timeout.secs"])
+                          for c in self.components.values()}
+        max_pending = {}
+        for c in self.components.values():
+            value = component_conf(base, c).get("topology.max.spout.pending")
+            max_pending[c.name] = int(value) if value else None
+        self._max_pending = max_pending
+        self.started_at = 0.0
+
+    # ---- public API --------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Spawn every task, complete every handshake; :class:`TopologyError` if a task fails to start."""
+        if self._started:
+            return
+        self._started = True
+        now = time.monotonic()
+        for task in self.tasks.values():
+            self._spawn(task, now)
+        deadline = now + float(self.conf["keysplit.local.startup.timeout.secs"])
+        try:
+            while not all(t.ready for t in self.tasks.values()):
+                for task in self.tasks.values():
+                    if not task.alive:
+                        raise TopologyError(self._startup_failure(task))
+                if time.monotonic() > deadline:
+                    slow = [f"{t.name}[{t.index}]" for t in self.tasks.values() if not t.ready]
+                    raise TopologyError(f"tasks {slow} did not answer the multi-lang handshake within "
+                                        f"{self.conf['keysplit.local.startup.timeout.secs']} s")
+                self._step(0.05, starting=True)
+        except BaseException:
+            self.shutdown()
+            raise
+        now = time.monotonic()
+        self.started_at = now
+        self._next_heartbeat = now + self._heartbeat_secs()
+        for comp in self.components.values():
+            freq = component_conf(self.conf, comp).get("topology.tick.tuple.freq.secs")
+            if freq and not comp.is_spout:
+                tasks = [self.tasks[t] for t in comp.task_ids]
+                self._ticks.append((tasks, float(freq), [now + float(freq)]))
+
+    def run_until(self, predicate: Callable[[], bool], timeout: float, poll: float = 0.2) -> bool:
+        """Drive the topology until ``predicate()`` is true (True) or ``timeout`` seconds pass (False).
+
+        ``predicate`` is called every ``poll`` seconds from this thread (it may call :meth:`stats` or
+        :meth:`kill_task`). Raises :class:`TopologyError` on a Storm runtime error (e.g. a direct emit
+        to a non-direct subscription).
+        """
+        if not self._started:
+            self.start()
+        if self._closed:
+            raise TopologyError("the cluster has been shut down")
+        now = time.monotonic()
+        end = now + timeout
+        for task in self.tasks.values():
+            task.last_sync = now  # time outside run_until does not count against heartbeats
+        next_check = now
+        while True:
+            now = time.monotonic()
+            if now >= next_check:
+                if predicate():
+                    return True
+                next_check = now + poll
+            if now >= end:
+                return False
+            self._step(min(next_check, end) - now)
+
+    def kill_task(self, component: str, index: int = 0) -> int:
+        """SIGKILL task ``index`` of ``component`` (its pid is returned); the supervisor restarts it."""
+        task = self._task(component, index)
+        if not task.alive or task.pid is None:
+            raise TopologyError(f"task {component}[{index}] is not running")
+        os.kill(task.pid, signal.SIGKILL)
+        return task.pid
+
+    def task_ids(self, component: str) -> list[int]:
+        """Storm task ids of ``component``, in index order."""
+        if component not in self.components:
+            raise TopologyError(f"no component {component!r}; components: {sorted(self.components)}")
+        return list(self.components[component].task_ids)
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Counters per component: totals, and ``tasks`` ``{task_id: {counter: n}}``.
+
+        Counters: ``emitted`` (emit commands), ``transferred`` (tuples delivered to consumer tasks),
+        ``executed`` (tuples handed to a bolt task, Storm's ShellBolt meaning), ``acked``/``failed``
+        (bolts: ack/fail commands they sent; spouts: trees completed / failed by a bolt, i.e. ``ack`` and
+        ``fail`` sent to the spout), ``timed_out`` (spout trees failed by the message timeout; each is a
+        ``fail`` sent to the spout, hence a replay for a reliable spout), ``dropped`` (tuples lost because
+        the target task was down or, for direct emits, not a subscriber), ``errors`` (``error`` commands),
+        ``restarts``, ``pending`` (pending trees, spouts) and ``queued`` (input backlog, bolts).
+        """
+        out: dict[str, dict[str, Any]] = {}
+        for comp in self.components.values():
+            per_task = {tid: self.tasks[tid].counters() for tid in comp.task_ids}
+            totals: dict[str, Any] = {k: sum(c[k] for c in per_task.values()) for k in (*COUNTERS, "pending", "queued")}
+            totals["tasks"] = per_task
+            totals["kind"] = "spout" if comp.is_spout else "bolt"
+            out[comp.name] = totals
+        return out
+
+    def shutdown(self) -> None:
+        """Stop every task (EOF on stdin, then SIGKILL after a grace period) and remove temporary files."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in self.tasks.values():
+            if task.alive and task.proc is not None:
+                self._unregister(task)
+                with contextlib.suppress(OSError):
+                    task.proc.stdin.close()  # type: ignore[union-attr]
+        deadline = time.monotonic() + 2.0
+        for task in self.tasks.values():
+            if task.proc is not None and task.alive:
+                with contextlib.suppress(Exception):
+                    task.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                task.close(kill=True)
+            if task.log_file is not None:
+                task.log_file.close()
+                task.log_file = None
+        self._sel.close()
+        shutil.rmtree(self._own_tmp, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            if self._started and not self._closed:
+                self.shutdown()
+        except Exception:
+            pass
+
+    # ---- internals: processes ----------------------------------------------------------------------
+    def _child_env(self, extra: dict) -> dict[str, str]:
+        env = dict(os.environ)
+        paths = [p for p in (os.path.join(self.cwd, "src"), self.cwd) if os.path.isdir(p)]
+        user = extra.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        env.update({k: str(v) for k, v in extra.items()})
+        env["PYTHONPATH"] = os.pathsep.join([*paths, *([user] if user else [])])
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _task(self, component: str, index: int) -> TaskProcess:
+        ids = self.task_ids(component)
+        if not 0 <= index < len(ids):
+            raise TopologyError(f"component {component!r} has {len(ids)} tasks; no index {index}")
+        return self.tasks[ids[index]]
+
+    def _spawn(self, task: TaskProcess, now: float) -> None:
+        stderr = self._stderr_dir / f"{task.name}-{task.task_id}.stderr"
+        try:
+            task.spawn(self.cwd, self.env, stderr, self._handshakes[task.task_id], now)
+        except OSError as exc:
+            raise TopologyError(f"cannot start {task.name}[{task.index}] ({' '.join(task.component.argv)}): "
+                                f"{exc}") from exc
+        self._sel.register(task.rfd, selectors.EVENT_READ, task)
+        self._dirty.add(task)
+
+    def _unregister(self, task: TaskProcess) -> None:
+        for fd in (task.rfd, task.wfd):
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(fd)
+        task.blocked = False
+
+    def _startup_failure(self, task: TaskProcess) -> str:
+        code = task.proc.poll() if task.proc else None
+        tail = task.stderr_tail()
+        last = tail.strip().splitlines()[-1] if tail.strip() else "no output on stderr"
+        return (f"component {task.name!r} ({task.component.class_path}) task {task.task_id} exited during "
+                f"startup with code {code}: {last}\n--- stderr of {task.name}[{task.index}] ---\n{tail}")
+
+    def _on_death(self, task: TaskProcess, now: float) -> None:
+        """A task's process died (crash, SIGKILL, broken pipe): clean up and schedule its restart."""
+        if not task.alive:
+            return
+        self._unregister(task)
+        code = task.close(kill=True)
+        if not self._started or not self.started_at:
+            task.alive = False
+            return
+        lost = len(task.queue) + len(task.inflight)
+        task.dropped += len(task.queue)
+        task.queue.clear()
+        task.urgent = []
+        task.wbuf = None
+        task.inflight.clear()
+        dropped_trees = self.acker.drop_spout(task) if task.is_spout else 0
+        self._dirty.discard(task)
+        tail = task.stderr_tail(5)
+        log.warning("task %s[%d] (id %d, pid %s) died with code %s; %d tuples in flight lost, %d spout trees "
+                    "forgotten; restarting in %.1f s%s", task.name, task.index, task.task_id, task.pid, code, lost,
+                    dropped_trees, self.conf["keysplit.local.restart.delay.secs"],
+                    f"\n{tail}" if code not in (None, 0, -9) and tail else "")
+        task.restart_at = now + float(self.conf["keysplit.local.restart.delay.secs"])
+
+    # ---- internals: the event loop -----------------------------------------------------------------
+    def _heartbeat_secs(self) -> float:
+        return float(self.conf.get("keysplit.local.heartbeat.secs") or 0)
+
+    def _step(self, max_wait: float, starting: bool = False) -> None:
+        """One turn of the loop: timers, then wait up to ``max_wait`` for pipe events and handle them."""
+        now = time.monotonic()
+        wake = now + max(0.0, max_wait)
+        if not starting:
+            wake = min(wake, self._timers(now))
+        self._flush_dirty()
+        events = self._sel.select(max(0.0, wake - time.monotonic()))
+        for key, mask in events:
+            task: TaskProcess = key.data
+            if not task.alive:
+                continue
+            if mask & selectors.EVENT_READ and key.fd == task.rfd:
+                self._on_readable(task)
+            elif mask & selectors.EVENT_WRITE and key.fd == task.wfd:
+                task.blocked = False
+                self._sel.unregister(task.wfd)
+                self._dirty.add(task)
+        self._flush_dirty()
+        if self._fatal:
+            message, self._fatal = self._fatal, None
+            raise TopologyError(message)
+
+    def _flush_dirty(self) -> None:
+        if not self._dirty:
+            return
+        dirty, self._dirty = self._dirty, set()
+        for task in dirty:
+            if not task.alive or task.blocked:
+                continue
+            result = task.flush()
+            if result is False:
+                task.blocked = True
+                self._sel.register(task.wfd, selectors.EVENT_WRITE, task)
+            elif result is None:
+                self._on_death(task, time.monotonic())
+
+    def _timers(self, now: float) -> float:
+        """Restarts, heartbeats, ticks, message timeouts and spout ``next``; returns the next wake time."""
+        wake = now + 1.0
+        for task in self.tasks.values():
+            if task.restart_at is not None:
+                if now >= task.restart_at:
+                    task.restarts += 1
+                    self._spawn(task, now)
+                else:
+                    wake = min(wake, task.restart_at)
+            elif task.alive and not task.ready and now - task.started_at > float(
+                    self.conf["keysplit.local.startup.timeout.secs"]):
+                log.error("task %s[%d] did not answer the handshake; killing it", task.name, task.index)
+                self._on_death(task, now)
+        hb = self._heartbeat_secs()
+        if hb > 0:
+            if now >= self._next_heartbeat:
+                self._next_heartbeat = now + hb
+                self._heartbeats(now)
+            wake = min(wake, self._next_heartbeat)
+        for tasks, freq, next_tick in self._ticks:
+            if now >= next_tick[0]:
+                next_tick[0] = max(next_tick[0] + freq, now)
+                values = json.dumps([int(freq) if float(freq).is_integer() else freq])
+                for task in tasks:
+                    if task.alive:
+                        task.queue.append(encode_tuple(str(next(self._ids)), '","comp":"__system","stream":'
+                                                       '"__tick","task":-1,"tuple":', values))
+                        task.executed += 1
+                        self._dirty.add(task)
+            wake = min(wake, next_tick[0])
+        for rec in self.acker.expire(now):
+            rec.spout.timed_out += 1
+            self._to_spout(rec, "fail")
+        deadline = self.acker.next_deadline()
+        if deadline is not None:
+            wake = min(wake, deadline)
+        throttled = False
+        high = self.conf["keysplit.local.queue.high"]
+        for task in self.bolts:
+            if len(task.queue) > high:
+                throttled = True
+                break
+        for task in self.spouts:
+            if task.ready and not task.next_out and not throttled:
+                limit = self._max_pending[task.name] if self.acking else None
+                if limit is not None and task.pending >= limit:
+                    continue
+                if now < task.next_at:
+                    wake = min(wake, task.next_at)
+                    continue
+                task.urgent.append(NEXT)
+                task.sent_kinds.append(True)
+                task.next_out = True
+                task.emits_since_next = 0
+                self._dirty.add(task)
+        return wake
+
+    def _heartbeats(self, now: float) -> None:
+        limit = float(self.conf.get("topology.subprocess.timeout.secs") or 0)
+        for task in self.bolts:
+            if not task.ready:
+                continue
+            if limit and now - task.last_sync > limit:
+                log.error("task %s[%d] sent no heartbeat for %.0f s (topology.subprocess.timeout.secs); killing it",
+                          task.name, task.index, now - task.last_sync)
+                if task.pid:
+                    os.kill(task.pid, signal.SIGKILL)
+                continue
+            task.urgent.append(encode_tuple(str(next(self._ids)), '","comp":"__system","stream":"__heartbeat",'
+                                            '"task":-1,"tuple":', "[]"))
+            self._dirty.add(task)
+
+    def _on_readable(self, task: TaskProcess) -> None:
+        try:
+            data = os.read(task.rfd, 1 << 18)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._on_death(task, time.monotonic())
+            return
+        messages = task.reader.feed(data)
+        if not messages:
+            return
+        emit = self._emit
+        for msg in messages:
+            if type(msg) is not dict:
+                log.warning("task %s[%d] sent a non-object message %r", task.name, task.index, msg)
+                continue
+            command = msg.get("command")
+            if command == "emit":
+                emit(task, msg)
+            elif command == "ack":
+                self._bolt_ack(task, msg.get("id"))
+            elif command == "sync":
+                self._sync(task)
+            elif command == "fail":
+                self._bolt_fail(task, msg.get("id"))
+            elif command == "log":
+                self._log(task, msg)
+            elif command == "error":
+                self._error(task, msg)
+            elif command is None and "pid" in msg:
+                task.ready = True
+                task.pid = msg["pid"]
+            elif command == "metrics":
+                pass
+            else:
+                log.warning("task %s[%d] sent an unknown command %r", task.name, task.index, msg)
+            if self._fatal:
+                return
+
+    def _sync(self, task: TaskProcess) -> None:
+        task.last_sync = time.monotonic()
+        if task.is_spout and task.sent_kinds and task.sent_kinds.popleft():
+            task.next_out = False
+            if task.emits_since_next == 0:  # nothing to emit: Storm's spout wait strategy sleeps
+                task.next_at = task.last_sync + float(self.conf["topology.sleep.spout.wait.strategy.time.ms"]) / 1000
+
+    # ---- internals: tuples -------------------------------------------------------------------------
+    def _emit(self, task: TaskProcess, msg: dict) -> None:
+        stream = msg.get("stream") or "default"
+        values = msg.get("tuple")
+        router = task.routers.get(stream)
+        if router is None:
+            self._fatal = (f"{task.name!r} (task {task.task_id}) emitted on stream {stream!r}, which it does not "
+                           f"declare (declared: {sorted(task.routers)}); declare it in the component's outputs")
+            return
+        if type(values) is not list or len(values) != router.n_fields:
+            self._fatal = (f"{task.name!r} (task {task.task_id}) emitted {values!r} on stream {stream!r}: Tuple "
+                           f"created with wrong number of fields. Expected {router.n_fields} fields "
+                           f"({router.fields}) but got {len(values) if type(values) is list else 'no list'}")
+            return
+        direct = msg.get("task")
+        try:
+            targets = router.route(values) if direct is None else router.route_direct(direct)
+        except RoutingError as exc:
+            self._fatal = f"Storm runtime error in {task.name!r} (task {task.task_id}): {exc}"
+            return
+        task.emitted += 1
+        if direct is None and msg.get("need_task_ids", True):
+            task.urgent.append(encode(targets))
+            self._dirty.add(task)
+        if direct is not None and not targets:
+            task.dropped += 1
+            if (task.task_id, stream) not in self._warned_drop:
+                self._warned_drop.add((task.task_id, stream))
+                log.warning("%s (task %d) emitted directly to task %s, which does not subscribe to stream %r; "
+                            "dropped (as Storm does)", task.name, task.task_id, direct, stream)
+        if task.is_spout:
+            task.emits_since_next += 1
+        roots: tuple[int, ...] = ()
+        root = 0
+        if self.acking:
+            if task.is_spout:
+                msg_id = msg.get("id")
+                if msg_id is not None:
+                    root = self.acker.new_root(task, msg_id, time.monotonic() + self._timeouts[task.name])
+                    roots = (root,)
+            else:
+                anchors = msg.get("anchors")
+                if anchors:
+                    inflight = task.inflight
+                    if len(anchors) == 1:
+                        entry = inflight.get(anchors[0])
+                        if entry is not None:
+                            roots = entry[0]
+                    else:
+                        found: dict[int, None] = {}
+                        for anchor in anchors:
+                            entry = inflight.get(anchor)
+                            if entry is not None:
+                                found.update(dict.fromkeys(entry[0]))
+                        roots = tuple(found)
+        elif task.is_spout and msg.get("id") is not None:
+            # no ackers (topology.acker.executors = 0): Storm acks a spout tuple as soon as it is emitted
+            task.acked += 1
+            task.urgent.append(encode_spout_command("ack", msg["id"]))
+            task.sent_kinds.append(False)
+            self._dirty.add(task)
+        if not targets:
+            if root:
+                rec = self.acker.complete_if_done(root)
+                if rec is not None:
+                    task.acked += 1
+                    self._to_spout(rec, "ack")
+            return
+        values_json = json.dumps(values)
+        prefix = task.prefixes[stream]
+        ids = self._ids
+        tasks = self.tasks
+        dirty = self._dirty
+        live_roots = [self.acker.roots[r] for r in roots if r in self.acker.roots] if roots else ()
+        edge_id = self.acker.edge_id
+        for target_id in targets:
+            target = tasks[target_id]
+            if not target.alive:
+                task.dropped += 1  # the target's worker is down: Storm loses the tuple, its tree times out
+                if live_roots:
+                    edge = edge_id(64)
+                    for rec in live_roots:
+                        rec.ledger ^= edge
+                continue
+            tid = str(next(ids))
+            if live_roots:
+                edge = edge_id(64)
+                for rec in live_roots:
+                    rec.ledger ^= edge
+                target.inflight[tid] = (roots, edge)
+            target.queue.append(encode_tuple(tid, prefix, values_json))
+            target.executed += 1
+            dirty.add(target)
+        task.transferred += len(targets)
+
+    def _bolt_ack(self, task: TaskProcess, tuple_id: Any) -> None:
+        task.acked += 1
+        entry = task.inflight.pop(tuple_id, None)
+        if entry is not None:
+            for rec in self.acker.ack(entry[0], entry[1]):
+                rec.spout.acked += 1
+                self._to_spout(rec, "ack")
+
+    def _bolt_fail(self, task: TaskProcess, tuple_id: Any) -> None:
+        task.failed += 1
+        entry = task.inflight.pop(tuple_id, None)
+        if entry is not None:
+            for rec in self.acker.fail(entry[0]):
+                rec.spout.failed += 1
+                self._to_spout(rec, "fail")
+
+    def _to_spout(self, rec: RootRecord, command: str) -> None:
+        """Send ``ack`` or ``fail`` for a finished tree to its spout task (counters are the caller's)."""
+        spout: TaskProcess = rec.spout
+        if not spout.alive:
+            return
+        spout.urgent.append(encode_spout_command(command, rec.msg_id))
+        spout.sent_kinds.append(False)
+        self._dirty.add(spout)
+
+    def _log(self, task: TaskProcess, msg: dict) -> None:
+        level = msg.get("level", 2)
+        text = str(msg.get("msg", ""))
+        logging.getLogger(f"keysplit.local.{task.name}").log(_LEVELS.get(level, logging.INFO), "[%s %d] %s",
+                                                              task.name, task.task_id, text)
+        if self.log_dir is not None:
+            if task.log_file is None:
+                task.log_file = open(self.log_dir / f"{task.name}-{task.task_id}.log", "a", buffering=1)  # noqa: SIM115
+            task.log_file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {_LEVEL_NAMES.get(level, 'INFO')} "
+                                f"pid={task.pid} {text}\n")
+
+    def _error(self, task: TaskProcess, msg: dict) -> None:
+        task.errors += 1
+        text = str(msg.get("msg", ""))
+        self.errors.append((task.name, task.task_id, text))
+        log.error("task %s[%d] reported an error: %s", task.name, task.index, text)
+        if self.log_dir is not None:
+            with open(self.log_dir / f"{task.name}-{task.task_id}.log", "a") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ERROR pid={task.pid} {text}\n")
