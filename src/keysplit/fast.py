@@ -314,12 +314,7 @@ def warmup() -> float:
     if _compile_seconds is not None:
         return 0.0
     started = time.perf_counter()
-    _run_kernel(
-        _State(FastSpec(PKG_LOCAL, 2, 1.0, 1.0, "pkg"), 2, 1, "shuffle", 1.0, 1),
-        Chunk(np.zeros(1, dtype=np.int32)),
-        seq0=0,
-        src_start=0,
-    )
+    RouteState(FastSpec(PKG_LOCAL, 2, 1.0, 1.0, "pkg"), 2, 1, "shuffle", 1.0, 1).run(Chunk(np.zeros(1, np.int32)))
     _compile_seconds = time.perf_counter() - started
     return _compile_seconds
 
@@ -329,49 +324,65 @@ def compile_seconds() -> float | None:
     return _compile_seconds
 
 
-class _State:
-    """Everything the kernel carries from one chunk to the next."""
+class RouteState:
+    """One run's routing state, carried by the kernel from one chunk to the next: true loads, each source's
+    local estimate (row 0 is the shared vector under load=global), round-robin positions, next probe times,
+    distinct (worker, key) pairs and the checkpoints reached."""
 
-    def __init__(self, fs: FastSpec, workers: int, sources: int, split: str, rate: float, checkpoint: int):
+    def __init__(
+        self, fs: FastSpec, workers: int, sources: int, split: str, rate: float, checkpoint: int,
+        table: KeyTable | None = None,
+    ) -> None:
         self.fs, self.workers, self.sources, self.split, self.rate = fs, workers, sources, split, float(rate)
         self.checkpoint = checkpoint
-        self.table = KeyTable(fs.d, workers, sources, split)
+        self.table = table if table is not None else KeyTable(fs.d, workers, sources, split)
         self.loads = np.zeros(workers, dtype=np.int64)
         self.distinct = np.zeros(workers, dtype=np.int64)
         self.local = np.zeros((sources, workers), dtype=np.float64)
-        self.sg_next = np.array([s % workers for s in range(sources)], dtype=np.int64)
+        self.sg_next = np.array([s % workers for s in range(sources)], dtype=np.int64)  # ShuffleGrouping.prepare
         probe = fs.probe if fs.probe is not None else float("inf")
-        self.next_probe = np.full(sources, probe, dtype=np.float64)
+        self.next_probe = np.full(sources, probe, dtype=np.float64)  # PartialKeyGrouping.__init__
         self.next_cp = checkpoint
         self.cp_t: list[int] = []
         self.cp_max: list[int] = []
         self.messages = 0
+        self.src_next = 0  # round-robin over records (generators: one record per message)
 
+    def fresh(self) -> RouteState:
+        """A new run over the same keys (the chunks already encoded stay valid): state reset, table kept."""
+        self.table.seen[:] = 0
+        return RouteState(self.fs, self.workers, self.sources, self.split, self.rate, self.checkpoint, self.table)
 
-def _run_kernel(st: _State, chunk: Chunk, seq0: int, src_start: int) -> tuple[np.ndarray, int]:
-    """One kernel call over ``chunk``; appends its checkpoints to ``st``; returns the workers and the next
-    round-robin source."""
-    n = len(chunk.kid)
-    out = np.empty(n, dtype=np.int32)
-    cp_max = np.empty(n // st.checkpoint + 2, dtype=np.int64)
-    if chunk.src is not None:
-        src_mode, src = SRC_ARRAY, chunk.src
-    else:
-        src_mode, src = (SRC_KEY if st.split == "key" else SRC_ROUND_ROBIN), _EMPTY_I32
-    fs, table = st.fs, st.table
-    next_cp, ncp, src_next = _route_chunk(
-        fs.mode, chunk.kid, src, src_mode, src_start,
-        chunk.now if chunk.now is not None else _EMPTY_F64, chunk.now is not None, seq0, st.rate,
-        table.cand, table.ksrc, fs.d, st.workers, st.sources,
-        st.local, st.sg_next, st.next_probe, fs.probe if fs.probe is not None else 0.0, fs.probe_mul,
-        fs.probe is not None,
-        st.loads, table.seen, st.distinct, st.checkpoint, st.next_cp, cp_max, out,
-    )
-    first = st.next_cp
-    st.cp_t.extend(range(first, first + ncp * st.checkpoint, st.checkpoint))
-    st.cp_max.extend(cp_max[:ncp].tolist())
-    st.next_cp = next_cp
-    return out, src_next
+    def chunks(self, dataset: Dataset) -> Iterator[Chunk]:
+        """The dataset's messages as key-id chunks, naming new keys in this run's table."""
+        if uses_generator_indices(dataset):
+            return generator_chunks(dataset, self.table)  # type: ignore[arg-type]
+        return record_chunks(dataset, self.table, self.sources, self.split, self.rate, self.fs.probe is not None)
+
+    def run(self, chunk: Chunk) -> np.ndarray:
+        """One kernel call over ``chunk`` (the next messages of the stream); returns their workers."""
+        n = len(chunk.kid)
+        out = np.empty(n, dtype=np.int32)
+        cp_max = np.empty(n // self.checkpoint + 2, dtype=np.int64)
+        if chunk.src is not None:
+            src_mode, src = SRC_ARRAY, chunk.src
+        else:
+            src_mode, src = (SRC_KEY if self.split == "key" else SRC_ROUND_ROBIN), _EMPTY_I32
+        fs, table = self.fs, self.table
+        next_cp, ncp, self.src_next = _route_chunk(
+            fs.mode, chunk.kid, src, src_mode, self.src_next,
+            chunk.now if chunk.now is not None else _EMPTY_F64, chunk.now is not None, self.messages, self.rate,
+            table.cand, table.ksrc, fs.d, self.workers, self.sources,
+            self.local, self.sg_next, self.next_probe, fs.probe if fs.probe is not None else 0.0, fs.probe_mul,
+            fs.probe is not None,
+            self.loads, table.seen, self.distinct, self.checkpoint, self.next_cp, cp_max, out,
+        )
+        first = self.next_cp
+        self.cp_t.extend(range(first, first + ncp * self.checkpoint, self.checkpoint))
+        self.cp_max.extend(cp_max[:ncp].tolist())
+        self.next_cp = next_cp
+        self.messages += n
+        return out
 
 
 def _check_args(split: str, rate: float) -> None:
@@ -379,23 +390,6 @@ def _check_args(split: str, rate: float) -> None:
         raise SpecError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
     if rate <= 0:
         raise SpecError(f"rate must be positive, got {rate}")
-
-
-def _routes(
-    dataset: Dataset, st: _State, progress: Callable[[int], None] | None = None
-) -> Iterator[np.ndarray]:
-    """Run the kernel over the whole dataset, chunk by chunk; yields each chunk's workers."""
-    if uses_generator_indices(dataset):
-        chunks: Iterator[Chunk] = generator_chunks(dataset, st.table)  # type: ignore[arg-type]
-    else:
-        chunks = record_chunks(dataset, st.table, st.sources, st.split, st.rate, st.fs.probe is not None)
-    src_next = 0
-    for chunk in chunks:
-        out, src_next = _run_kernel(st, chunk, st.messages, src_next)
-        st.messages += len(out)
-        if progress is not None and st.cp_t:
-            progress(st.cp_t[-1])
-        yield out
 
 
 def fast_route(
@@ -413,8 +407,8 @@ def fast_route(
     if fs is None:
         return None
     warmup()
-    st = _State(fs, workers, sources, split, rate, checkpoint=1 << 62)
-    parts = list(_routes(dataset, st))
+    st = RouteState(fs, workers, sources, split, rate, checkpoint=1 << 62)
+    parts = [st.run(chunk) for chunk in st.chunks(dataset)]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
 
@@ -449,10 +443,12 @@ def fast_simulate(
         checkpoint = default_checkpoint(m)
     series = ImbalanceSeries(checkpoint)  # the reference's own check of the spacing
     warmup()
-    st = _State(fs, workers, sources, split, rate, checkpoint)
+    st = RouteState(fs, workers, sources, split, rate, checkpoint)
     started = time.perf_counter()
-    for _ in _routes(dataset, st, progress):
-        pass
+    for chunk in st.chunks(dataset):
+        st.run(chunk)
+        if progress is not None and st.cp_t:
+            progress(st.cp_t[-1])
     elapsed = time.perf_counter() - started
     for t, mx in zip(st.cp_t, st.cp_max):
         series.times.append(t)
