@@ -65,13 +65,14 @@ class Construction:
 
 
 def construct(previous: PartitioningFunction, frequencies: Mapping[str, float], workers: int,
-              config: Config) -> Construction:
+              config: Config, slack: float = 0.0) -> Construction:
     """p^(t+1) for ``workers`` channels. ``frequencies`` holds f(d) for at least every candidate item and the
-    items of ``previous``'s explicit hash (missing ones count as 0)."""
+    items of ``previous``'s explicit hash (missing ones count as 0); ``slack`` is the lossy counter's epsilon
+    when the frequencies are its estimates (see ``threshold.select_tracked``)."""
     if workers < 1:
         raise SpecError(f"the number of channels must be at least 1, got {workers}")
     started = time.perf_counter()
-    delta, tracked = select_tracked(frequencies, config.resources, workers, config.sigma, config.domain)
+    delta, tracked = select_tracked(frequencies, config.resources, workers, config.sigma, config.domain, slack)
     if workers == 1 or not tracked:
         ring = previous.ring if previous.workers == workers else None
         function = PartitioningFunction(workers, {}, vnodes=config.vnodes, ring=ring)

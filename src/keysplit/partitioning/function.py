@@ -9,7 +9,6 @@ its start, and a lookup walks from there (O(1) expected steps) instead of a bina
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Mapping
 
 import mmh3
@@ -30,31 +29,34 @@ class BucketedRing(HashRing):
     """
 
     def __init__(self, workers: Iterable[int], vnodes: int = DEFAULT_VNODES, **kwargs) -> None:
-        self._table: list[int] = []
+        self._table: list[int] | None = None  # built on the first lookup after a change
         self._shift = 32
         super().__init__(workers, vnodes=vnodes, **kwargs)
 
     def add(self, worker: int) -> None:
         super().add(worker)
-        self._reindex()
+        self._table = None
 
     def remove(self, worker: int) -> None:
         super().remove(worker)
-        self._reindex()
+        self._table = None
 
-    def _reindex(self) -> None:
+    def _reindex(self) -> list[int]:
         points = self._points
         bits = max(1, (max(1, len(points)) - 1).bit_length())  # 2^bits >= number of points
         self._shift = 32 - bits
-        self._table = [bisect.bisect_left(points, b << self._shift) for b in range(1 << bits)]
+        starts = np.arange(1 << bits, dtype=np.uint64) << np.uint64(self._shift)
+        self._table = np.searchsorted(np.asarray(points, dtype=np.uint64), starts, side="left").tolist()
+        return self._table
 
     def lookup(self, key: str) -> int:
         """The channel owning ``key``: first ring point clockwise from its hash, via the bucket table."""
         points = self._points
         if not points:
             raise ValueError("the hash ring has no workers")
+        table = self._table if self._table is not None else self._reindex()
         h = mmh3.hash(key, self.seed, False)
-        i = self._table[h >> self._shift]
+        i = table[h >> self._shift]
         size = len(points)
         while i < size and points[i] < h:
             i += 1

@@ -77,16 +77,17 @@ def quadratic_delta(kind: str, alpha: float, workers: int, sigma: float, domain:
 
 
 def select_tracked(frequencies: Mapping[str, float], resources: Resources, workers: int, sigma: float = 0.1,
-                   domain: int = 10**6) -> tuple[float, dict[str, float]]:
-    """``(delta, D_p)``: the threshold and the items whose frequency is at least delta, post-processed.
+                   domain: int = 10**6, slack: float = 0.0) -> tuple[float, dict[str, float]]:
+    """``(delta, D_p)``: the threshold and the items whose frequency is at least ``delta - slack``.
 
-    ``frequencies`` may hold only the candidates (e.g. what a lossy counter returns); ``domain`` is |D|,
-    used only by quadratic resource functions.
+    ``frequencies`` may hold only the candidates; ``domain`` is |D|, used only by quadratic resource
+    functions. With lossy-counter estimates (undercounts by at most epsilon) pass ``slack = epsilon``: the
+    paper tracks every item the counter returns for support delta, i.e. with ``c_a >= (delta - epsilon) n``.
     """
     if domain < 1:
         raise SpecError(f"the domain size |D| must be at least 1, got {domain}")
     delta = frequency_threshold(resources, workers, sigma, domain)
-    tracked = {d: f for d, f in frequencies.items() if f >= delta}
+    tracked = {d: f for d, f in frequencies.items() if f >= delta - slack}
     if "q" in resources.kinds and workers > 1:
         deltas = []
         for kind, a in zip(resources.kinds, resources.alphas):
@@ -95,5 +96,5 @@ def select_tracked(frequencies: Mapping[str, float], resources: Resources, worke
             else:
                 deltas.append(delta_k(kind, a, workers, sigma, domain))
         delta = max(delta, min(deltas))
-        tracked = {d: f for d, f in tracked.items() if f >= delta}
+        tracked = {d: f for d, f in tracked.items() if f >= delta - slack}
     return delta, tracked

@@ -1,0 +1,135 @@
+"""The splitter side of Gedik §4.5/§5.2: frequency maintenance, lookup and construction in one object.
+
+Every routed key goes through the sliding lossy counter (the measure step) and the current partitioning
+function (O(1) lookup). Every ``period`` seconds of event time, and whenever the number of channels changes,
+the function is rebuilt from the counter's frequent items (plan + activate), and the migration that rebuild
+causes is recorded.
+
+Migration is audited over the keys seen so far (an exact count per key, kept for measurement only: the
+partitioning function itself uses nothing but the lossy counter): eq. 9's M with f(d) = the key's share of
+the messages seen, and eq. 12's m = M / (sum beta_s(f) / N^(t+1)). Without a change in N only the items
+tracked before or after (D_a) can move, so only those are checked; after a resize every seen key is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from keysplit.partitioning.construct import Config, construct
+from keysplit.partitioning.function import PartitioningFunction
+from keysplit.partitioning.threshold import frequency_threshold
+from keysplit.sketches.lossy import SlidingLossyCounter
+
+#: epsilon = EPSILON_RATIO * delta by default: Manku & Motwani's epsilon = s/10 (Gedik §4.1.2).
+EPSILON_RATIO = 0.1
+
+
+@dataclass
+class RebuildRecord:
+    """One reconstruction of the partitioning function and the migration it caused."""
+
+    now: float
+    reason: str  # "period" or "resize"
+    workers_before: int
+    workers_after: int
+    delta: float
+    explicit: int  # |H_p| after the rebuild
+    lossy: int  # entries held by the lossy counters
+    migrated_keys: int
+    migration_cost: float  # eq. 9 over the keys seen so far
+    relative_migration: float  # eq. 12
+    seconds: float  # construction time
+
+
+class AdaptivePartitioner:
+    """Shared by all the sources of one grouping so that a key has one channel at a time everywhere."""
+
+    def __init__(self, config: Config, workers: int, period: float, window: int, counters: int = 3,
+                 epsilon: float | None = None) -> None:
+        self.config = config
+        self.period = period
+        self.window = window
+        self.counters = counters
+        self.fixed_epsilon = epsilon
+        self.function = PartitioningFunction(workers, vnodes=config.vnodes)
+        self.counter = SlidingLossyCounter(self._epsilon(workers), window, counters)
+        self.seen: dict[str, int] = {}
+        self.total = 0
+        self.now = 0.0
+        self.next_rebuild = period
+        self.history: list[RebuildRecord] = []
+
+    @property
+    def workers(self) -> int:
+        return self.function.workers
+
+    def _epsilon(self, workers: int) -> float:
+        if self.fixed_epsilon is not None:
+            return self.fixed_epsilon
+        delta = frequency_threshold(self.config.resources, max(2, workers), self.config.sigma, self.config.domain)
+        return min(0.5, EPSILON_RATIO * delta)
+
+    def route(self, key: str, now: float) -> int:
+        """Count ``key`` and return its channel; rebuild first if a period boundary has passed."""
+        if now >= self.next_rebuild:
+            self.rebuild(self.workers, now, "period")
+            self.next_rebuild = self.period * (math.floor(now / self.period) + 1)  # the next boundary after now
+        self.now = now
+        self.counter.add(key)
+        self.seen[key] = self.seen.get(key, 0) + 1
+        self.total += 1
+        return self.function.lookup(key)
+
+    def resize(self, workers: int) -> None:
+        """Rebuild for a new number of channels (a no-op when it is unchanged)."""
+        if workers != self.workers:
+            self.rebuild(workers, self.now, "resize")
+
+    def frequencies(self, workers: int) -> dict[str, float]:
+        """The counter's frequent items for delta(N), plus the current explicit items (for D_o)."""
+        active = self.counter.active
+        if active.n == 0:
+            return {}
+        delta = frequency_threshold(self.config.resources, workers, self.config.sigma, self.config.domain)
+        support = delta if math.isfinite(delta) else 1.0
+        freqs = active.frequencies(support)
+        for d in self.function.explicit_hash:
+            freqs.setdefault(d, active.count(d) / active.n)
+        return freqs
+
+    def rebuild(self, workers: int, now: float, reason: str) -> RebuildRecord:
+        old = self.function
+        step = construct(old, self.frequencies(workers), workers, self.config, slack=self.counter.epsilon)
+        new = step.function
+        if workers == old.workers:
+            candidates = set(old.explicit_hash) | set(new.explicit_hash)
+        else:
+            candidates = set(self.seen)
+        moved = [k for k in candidates if k in self.seen and old.lookup(k) != new.lookup(k)]
+        cost, ideal = self._migration(moved, workers)
+        record = RebuildRecord(now, reason, old.workers, workers, step.delta, len(new), len(self.counter),
+                               len(moved), cost, cost / ideal if ideal > 0 else 0.0, step.seconds)
+        self.history.append(record)
+        self.function = new
+        if self.fixed_epsilon is None and step.delta <= self.counter.epsilon:
+            # N grew so much that delta fell below epsilon: keys between them would go unreported. Start
+            # counting again at the finer epsilon (the history of the old counters is lost).
+            self.counter = SlidingLossyCounter(self._epsilon(workers), self.window, self.counters)
+        return record
+
+    def _migration(self, moved: list[str], workers: int) -> tuple[float, float]:
+        """(M, ideal) of eqs. 9-10 over the keys seen so far."""
+        if not self.total:
+            return 0.0, 0.0
+        state = self.config.resources.state
+        total = self.total
+        cost = sum(float(state(self.seen[k] / total)) for k in moved)
+        kind = self.config.resources.kinds[0]
+        if kind == "l":
+            mass = 1.0
+        elif kind == "c":
+            mass = float(len(self.seen))
+        else:
+            mass = sum(float(state(c / total)) for c in self.seen.values())
+        return cost, mass / workers
