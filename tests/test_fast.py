@@ -146,6 +146,15 @@ def test_same_decisions_on_other_generators(dataset, spec):
     assert_same_decisions(open_dataset(dataset), spec, WORKERS, 3, "key")
 
 
+@pytest.mark.parametrize(
+    "dataset",
+    ["zipf:z=0.9,keys=500,messages=100000,seed=9", "drift:z=1.2,keys=800,messages=100000,seed=9,phases=5"],
+)
+def test_same_decisions_across_the_generators_sampling_chunks(dataset):
+    """Streams longer than a generator's sampling chunk (65536 draws) are drawn chunk by chunk, as records() does."""
+    assert_same_decisions(open_dataset(dataset), "pkg:probe=1,probe_scale=total", WORKERS, 3, "key")
+
+
 @pytest.mark.parametrize("spec", ["pkg", "pkg:d=4", "pkg:probe=1"])
 def test_same_decisions_with_many_workers(spec):
     """W > 64: the distinct (worker, key) bitset spans several words."""
