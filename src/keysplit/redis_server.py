@@ -110,13 +110,18 @@ def _free_port() -> int:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped by its parent counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def running_server(home: str | os.PathLike | None = None) -> ManagedServer | None:

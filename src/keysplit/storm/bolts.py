@@ -84,12 +84,12 @@ class CounterBolt(Bolt):
 
     def process_tick(self, tup):
         flushed = self.partial.drain()
+        self.report()  # before the acks, so a run that sees every line acked also sees these loads
         for word, count, covered in flushed:
             self.emit([word, count], anchors=covered)
         for _, _, covered in flushed:
             for tup_id in covered:
                 self.ack(tup_id)
-        self.report()
 
     def report(self):
         now = time.time()

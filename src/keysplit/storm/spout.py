@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from streamparse import Spout, Stream
 
 from keysplit.redis_server import client
@@ -11,9 +9,6 @@ from keysplit.storm.feed import StreamFeed
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.routing import component_tasks
 from keysplit.storm.settings import WordCountSettings
-
-#: Seconds the spout sleeps when it has nothing to emit (Storm's default spout wait strategy sleeps 1 ms).
-IDLE_SLEEP = 0.002
 
 
 class RedisStreamSpout(Spout):
@@ -34,8 +29,7 @@ class RedisStreamSpout(Spout):
 
     def next_tuple(self):
         item = self.feed.next()
-        if item is None:
-            time.sleep(IDLE_SLEEP)
+        if item is None:  # Storm's spout wait strategy sleeps before asking again
             return
         self.emit([item[1]], tup_id=item[0])
 

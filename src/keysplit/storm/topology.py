@@ -48,7 +48,7 @@ def wordcount_topology(settings: WordCountSettings, name: str = "WordCount",
     aggregator = AggregatorBolt.spec(name=AGGREGATOR, inputs={counter: Grouping.fields("word")},
                                      par=settings.aggregators, config=tick)
     topk = TopKBolt.spec(name=TOPK, inputs={aggregator: Grouping.GLOBAL}, par=1)
-    config = {**DEFAULT_STORM_CONF, **tick, **settings.conf(), **(storm_conf or {})}
+    config = {**DEFAULT_STORM_CONF, **settings.conf(), **(storm_conf or {})}
     body = {"__module__": __name__, "__doc__": f"Word count / top-k with grouping {settings.grouping}",
             "config": config, SPOUT: feed, ROUTER: router, COUNTER: counter, AGGREGATOR: aggregator, TOPK: topk}
     return type(name, (Topology,), body)

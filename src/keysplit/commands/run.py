@@ -1,0 +1,145 @@
+"""``keysplit run wordcount``: the word-count / top-k topology on this machine, measured like PKG §6 (Q5)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from keysplit.commands.common import (
+    non_negative_float,
+    positive_float,
+    positive_int,
+    print_json,
+    print_table,
+    progress_bar,
+)
+from keysplit.commands.simulate import grouping_help
+from keysplit.errors import KeysplitError
+from keysplit.redis_server import redact, session
+from keysplit.storm.keys import RunKeys
+from keysplit.storm.run import RunOptions, load_feed, prepare, read_counts, run_wordcount, write_counts
+
+
+def fraction(text: str) -> float:
+    value = positive_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction below 1, got {value}")
+    return value
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run the word-count / top-k Storm topology locally and measure throughput and latency",
+        description="Load a dataset into Redis and run the streamparse word-count / top-k topology on this "
+        "machine (one process per task, Storm's multi-lang protocol) until every line is acked. Prints "
+        "throughput, complete latency, per-worker loads, imbalance, memory and the top-k; everything is "
+        "stored in Redis under the run id for `keysplit compare`.",
+        epilog=grouping_help() + "\n\nexample:\n  keysplit run wordcount --grouping pkg --dataset "
+        "zipf:z=1.4,keys=10000,messages=20000,seed=1 --workers 8 --cpu-delay 2",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("topology", choices=["wordcount"], help="the topology to run")
+    p.add_argument("--grouping", "-g", required=True, metavar="G", help="grouping spec, e.g. pkg, pkg:d=4, kg, sg")
+    p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec (see `keysplit datasets --help`)")
+    p.add_argument("--sources", "-S", type=positive_int, default=5, metavar="S", help="router tasks (default 5)")
+    p.add_argument("--workers", "-W", type=positive_int, default=10, metavar="W",
+                   help="workers the grouping chooses among (default 10)")
+    p.add_argument("--counter-tasks", type=positive_int, metavar="N",
+                   help="counter tasks (default W; W must not exceed it)")
+    p.add_argument("--aggregators", "-A", type=positive_int, default=2, metavar="A",
+                   help="aggregator tasks (default 2)")
+    p.add_argument("--spouts", type=positive_int, default=1, metavar="P", help="spout tasks (default 1)")
+    p.add_argument("--cpu-delay", type=non_negative_float, default=0.0, metavar="MS",
+                   help="per-word work at the counters in ms, a sleep (the paper's CPU delay; default 0)")
+    p.add_argument("--flush", type=positive_float, default=1.0, metavar="SECS",
+                   help="aggregation period T: counters flush partial counts every T s (tick tuples; default 1)")
+    p.add_argument("--max-pending", type=positive_int, default=1000, metavar="N",
+                   help="topology.max.spout.pending: lines in flight per spout (default 1000)")
+    p.add_argument("--message-timeout", type=positive_int, default=30, metavar="SECS",
+                   help="topology.message.timeout.secs: a line not acked in time is replayed (default 30)")
+    p.add_argument("--top", type=positive_int, default=10, metavar="K", help="k of the top-k (default 10)")
+    p.add_argument("--redis", metavar="URL", help="Redis URL (default: a project-managed server under .keysplit/)")
+    p.add_argument("--run-id", metavar="ID", help="run id (default: time-grouping-random)")
+    p.add_argument("--timeout", type=positive_float, default=600.0, metavar="SECS",
+                   help="give up when the run has not finished after this long (default 600)")
+    p.add_argument("--counts-out", metavar="FILE", help="also write the final totals as word<TAB>count lines")
+    p.add_argument("--kill-counter-at", type=fraction, metavar="FRACTION",
+                   help="fault injection: kill -9 the first counter once this fraction of lines is acked")
+    p.add_argument("--load-only", action="store_true",
+                   help="only load the dataset into the run's feed and print the run id (for `sparse submit`)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = RunOptions(
+        grouping=args.grouping, dataset=args.dataset, sources=args.sources, workers=args.workers,
+        counter_tasks=args.counter_tasks, aggregators=args.aggregators, spouts=args.spouts,
+        cpu_delay_ms=args.cpu_delay, flush_secs=args.flush, max_pending=args.max_pending,
+        message_timeout=args.message_timeout, top_k=args.top, timeout=args.timeout, run_id=args.run_id,
+        kill_counter_at=args.kill_counter_at,
+    )
+    prepared = prepare(opts)  # every check that needs no server, before anything starts
+    if args.counts_out:
+        _check_writable(args.counts_out)
+    with session(args.redis) as (conn, url):
+        if args.load_only:
+            keys = RunKeys(prepared.settings.run_id)
+            lines, words = load_feed(conn, keys, prepared.dataset)
+            print(json.dumps({"run_id": keys.run_id, "lines": lines, "messages": words, "redis": redact(url)}))
+            return 0
+        bars: dict = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            bar = bars.get(phase)
+            if bar is None:
+                for other in bars.values():
+                    other.close()
+                bar = bars[phase] = progress_bar(total or None, "loading feed" if phase == "load" else "acked lines")
+            bar.update(done - bar.n)
+
+        try:
+            summary = run_wordcount(prepared, conn, url, progress=progress)
+        finally:
+            for bar in bars.values():
+                bar.close()
+        if args.counts_out:
+            write_counts(read_counts(conn, RunKeys(summary["run_id"])), args.counts_out)
+    if args.json:
+        print_json(summary)
+    else:
+        print_summary(summary)
+    return 0
+
+
+def _check_writable(path: str) -> None:
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise KeysplitError(f"cannot write --counts-out {path}: {exc.strerror or exc}") from None
+
+
+def print_summary(s: dict) -> None:
+    out = sys.stdout
+    out.write(f"run {s['run_id']}: grouping {s['grouping']}, dataset {s['dataset']}\n")
+    out.write(f"  {s['lines']} lines, {s['messages']} words; S={s['sources']} W={s['workers']} "
+              f"A={s['aggregators']} cpu delay {s['cpu_delay_ms']:g} ms, flush {s['flush_secs']:g} s\n")
+    lat = s["latency_ms"]
+    out.write(f"throughput: {s['words_per_second']:,.0f} words/s, {s['lines_per_second']:,.0f} lines/s "
+              f"over {s['duration_s']:.1f} s\n")
+    out.write(f"latency (ms): mean {lat['mean']:.1f}  p50 {lat['p50']:.1f}  p95 {lat['p95']:.1f}  "
+              f"p99 {lat['p99']:.1f}\n")
+    out.write(f"replayed lines: {s['replayed']}  task restarts: {s.get('restarts', 0)}\n")
+    out.write(f"imbalance I(m)/m: {s['final_imbalance_fraction']:.4f}  load std-dev: {s['load_stddev']:.2f}%  "
+              f"dist_cost (memory vs KG): {s['dist_cost']:.2f}\n\n")
+    total = sum(s["loads"]) or 1
+    rows = [{"worker": i, "load": load, "share": 100.0 * load / total, "distinct": d}
+            for i, (load, d) in enumerate(zip(s["loads"], s["distinct_per_worker"]))]
+    print_table(rows, [("worker", "worker", str), ("words", "load", str), ("share %", "share", "{:.1f}".format),
+                       ("distinct keys", "distinct", str)])
+    out.write(f"\ntop-{len(s['top_k'])}:\n")
+    print_table([{"rank": i + 1, "word": w, "count": c} for i, (w, c) in enumerate(s["top_k"])],
+                [("rank", "rank", str), ("word", "word", str), ("count", "count", str)])

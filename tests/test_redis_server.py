@@ -1,0 +1,59 @@
+"""The project-managed Redis server: found without a manual install, private, persistent across restarts."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import redis
+
+from keysplit import redis_server
+from keysplit.errors import KeysplitError
+
+
+def test_a_server_binary_is_found_without_a_manual_install():
+    binary = redis_server.find_server_binary()
+    assert os.access(binary, os.X_OK)
+
+
+def test_managed_server_is_reused_private_and_keeps_its_data_across_a_restart(tmp_path):
+    home = tmp_path / "home"
+    try:
+        first = redis_server.start_server(home)
+        assert redis_server.start_server(home).pid == first.pid  # reused, not a second server
+        conn = redis_server.connect(home=home)
+        conn.set("keysplit:probe", "kept")
+        # loopback only, and a password is required
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(host="127.0.0.1", port=first.port).ping()
+        assert redis_server.stop_server(home) is True
+        assert redis_server.running_server(home) is None
+        assert (home / "redis" / "dump.rdb").exists()
+        second = redis_server.start_server(home)
+        assert second.port != 0
+        assert redis_server.connect(home=home).get("keysplit:probe") == "kept"
+    finally:
+        redis_server.stop_server(home)
+
+
+def test_session_stops_only_the_server_it_started(tmp_path):
+    home = tmp_path / "home"
+    with redis_server.session(home=home) as (conn, _url):
+        assert conn.ping()
+        assert redis_server.running_server(home) is not None
+    assert redis_server.running_server(home) is None
+    redis_server.start_server(home)
+    try:
+        with redis_server.session(home=home) as (conn, _):
+            conn.ping()
+        assert redis_server.running_server(home) is not None
+    finally:
+        redis_server.stop_server(home)
+
+
+def test_unreachable_url_fails_fast_with_one_line_and_no_password_shown():
+    with pytest.raises(KeysplitError) as info:
+        redis_server.connect("redis://:secret@127.0.0.1:1/0")
+    message = str(info.value)
+    assert "cannot reach Redis" in message and "\n" not in message
+    assert "secret" not in message

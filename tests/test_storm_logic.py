@@ -1,0 +1,177 @@
+"""The word-count components' logic without Storm: the Redis feed's at-least-once delivery, the latency
+histogram, the router's decisions (identical to the simulator's), counting and top-k merging, settings."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+
+import pytest
+
+from keysplit import redis_server
+from keysplit.datasets import encode_record, open_dataset
+from keysplit.errors import KeysplitError
+from keysplit.groupings import build_grouping
+from keysplit.simulate import route
+from keysplit.storm.counting import PartialCounts, Totals, merge_top, top_items
+from keysplit.storm.feed import StreamFeed, create_group, feed_done
+from keysplit.storm.keys import RunKeys
+from keysplit.storm.latency import LatencyHistogram
+from keysplit.storm.routing import Router
+from keysplit.storm.settings import WordCountSettings
+
+
+@pytest.fixture(scope="module")
+def conn(tmp_path_factory):
+    home = tmp_path_factory.mktemp("redis-home")
+    with redis_server.session(home=home) as (client, _):
+        yield client
+
+
+def _fill(conn, keys: RunKeys, n: int) -> None:
+    for i in range(n):
+        conn.xadd(keys.feed, {"r": encode_record((None, [f"w{i}"])), "n": i})
+    create_group(conn, keys)
+
+
+def _drain(feed: StreamFeed) -> list[tuple[str, str]]:
+    out = []
+    while (item := feed.next()) is not None:
+        out.append(item)
+    return out
+
+
+def test_feed_acks_remove_entries_and_the_feed_is_done_only_when_all_are_acked(conn):
+    keys = RunKeys("feed-ack")
+    _fill(conn, keys, 5)
+    feed = StreamFeed(conn, keys, "spout-0", ack_flush_secs=0.0, metrics_key=keys.spout(0))
+    items = _drain(feed)
+    assert [r for _, r in items] == [encode_record((None, [f"w{i}"])) for i in range(5)]
+    for entry_id, _ in items[:4]:
+        feed.ack(entry_id)
+    feed.flush_acks()
+    assert not feed_done(conn, keys)
+    feed.ack(items[4][0])
+    feed.flush_acks()
+    assert feed_done(conn, keys)
+    assert feed.histogram.count == 5 and feed.replayed == 0
+    assert int(conn.hget(keys.spout(0), "acked")) == 5
+
+
+def test_a_failed_tuple_is_emitted_again_with_the_same_entry_id(conn):
+    keys = RunKeys("feed-fail")
+    _fill(conn, keys, 3)
+    feed = StreamFeed(conn, keys, "spout-0")
+    items = _drain(feed)
+    feed.fail(items[1][0])
+    assert feed.next() == items[1]
+    assert feed.replayed == 1
+    feed.fail("no-such-id")  # a fail for a tuple this spout never emitted is ignored
+    assert feed.next() is None
+
+
+def test_a_restarted_spout_replays_what_it_had_emitted_but_not_acked(conn):
+    keys = RunKeys("feed-restart")
+    _fill(conn, keys, 4)
+    before = StreamFeed(conn, keys, "spout-0", ack_flush_secs=0.0)
+    items = _drain(before)
+    before.ack(items[0][0])
+    before.flush_acks()
+    after = StreamFeed(conn, keys, "spout-0")  # same consumer name, new process: empty memory
+    assert _drain(after) == items[1:]
+    assert after.replayed == 3
+
+
+def test_entries_orphaned_by_a_vanished_consumer_are_claimed(conn):
+    keys = RunKeys("feed-orphan")
+    _fill(conn, keys, 3)
+    gone = StreamFeed(conn, keys, "spout-7")
+    taken = _drain(gone)
+    time.sleep(0.05)
+    survivor = StreamFeed(conn, keys, "spout-0", orphan_idle_ms=20)
+    assert _drain(survivor) == taken
+    assert survivor.replayed == 3
+
+
+def test_merged_histograms_equal_one_histogram_of_everything():
+    rng = random.Random(3)
+    values = [rng.lognormvariate(2, 1.5) for _ in range(5000)]
+    whole, a, b = LatencyHistogram(), LatencyHistogram(), LatencyHistogram()
+    for i, v in enumerate(values):
+        whole.record(v)
+        (a if i % 2 else b).record(v)
+    a.merge(LatencyHistogram.from_json(b.to_json()))
+    assert a.buckets == whole.buckets and a.count == whole.count
+    values.sort()
+    for q in (50, 95, 99):
+        exact = values[int(len(values) * q / 100) - 1]
+        assert abs(whole.percentile(q) - exact) / exact < 0.03
+    assert whole.mean == pytest.approx(sum(values) / len(values))
+
+
+@pytest.mark.parametrize("spec", ["kg", "sg", "pkg", "pkg:d=3", "dchoices", "wchoices", "dkg", "fish", "gedik"])
+def test_router_makes_the_simulators_decisions(spec):
+    """Router s of S gives every word the worker that source s of the simulator gives it (task ids mapped)."""
+    dataset = open_dataset("zipf:z=1.2,keys=300,messages=3000,seed=5")
+    sources, workers = 3, 5
+    tasks = [11, 12, 13, 14, 15]
+    expected: dict[int, list] = {s: [] for s in range(sources)}
+    for _, s, key, w in route(dataset, build_grouping(spec, workers, sources)):
+        expected[s].append((key, tasks[w]))
+    routers = [Router(spec, workers, s, sources, tasks) for s in range(sources)]
+    got: dict[int, list] = {s: [] for s in range(sources)}
+    seq = 0
+    for index, record in enumerate(dataset.records()):
+        s = index % sources
+        got[s].extend(routers[s].route(encode_record(record), seq / 10_000.0))
+        seq += len(record[1])
+    assert got == expected
+
+
+def test_router_uses_the_first_w_counter_tasks_and_rejects_too_few():
+    router = Router("sg", 2, 0, 1, [4, 7, 9])
+    assert {t for _, t in router.route(encode_record((None, list("abcdef"))), 0.0)} == {4, 7}
+    with pytest.raises(KeysplitError, match="more than the 2 counter tasks"):
+        Router("kg", 3, 0, 1, [4, 7])
+
+
+def test_partial_counts_cover_each_input_exactly_once_and_totals_merge_them():
+    rng = random.Random(1)
+    words = [f"w{int(rng.paretovariate(1.0))}" for _ in range(2000)]
+    partial, totals = PartialCounts(), Totals()
+    covered = []
+    for i, w in enumerate(words):
+        partial.add(w, i)
+        if i % 300 == 299:
+            for word, count, tuples in partial.drain():
+                assert count == len(tuples)
+                totals.add(word, count)
+                covered.extend(tuples)
+    for word, count, tuples in partial.drain():
+        totals.add(word, count)
+        covered.extend(tuples)
+    assert sorted(covered) == list(range(len(words)))
+    assert totals.totals == Counter(words)
+    assert partial.distinct == len(set(words)) and totals.words == len(words)
+
+
+def test_global_top_k_from_aggregators_equals_the_top_k_of_all_counts():
+    rng = random.Random(2)
+    counts = Counter(f"w{int(rng.paretovariate(0.8))}" for _ in range(5000))
+    aggregators: list[dict[str, int]] = [{}, {}, {}]
+    for word, c in counts.items():
+        aggregators[sum(map(ord, word)) % 3][word] = c  # fields grouping: each word at one aggregator
+    local = [top_items(a, 10) for a in aggregators]
+    assert merge_top(local, 10) == top_items(dict(counts), 10)
+
+
+def test_settings_from_env_and_conf_and_w_larger_than_counter_tasks():
+    s = WordCountSettings.from_env({"KEYSPLIT_WORKERS": "6", "KEYSPLIT_GROUPING": "kg", "KEYSPLIT_FLUSH_SECS": "2"})
+    assert (s.workers, s.counter_tasks, s.grouping, s.tick_secs) == (6, 6, "kg", 2)
+    t = WordCountSettings.from_conf({**s.conf(), "keysplit.grouping": "pkg:d=3", "keysplit.cpu_delay_ms": "0.4"})
+    assert (t.grouping, t.cpu_delay_ms, t.workers) == ("pkg:d=3", 0.4, 6)
+    with pytest.raises(KeysplitError, match="W=8 workers is more than the 4 counter tasks"):
+        WordCountSettings(workers=8, counter_tasks=4)
+    with pytest.raises(KeysplitError, match="not a valid int"):
+        WordCountSettings.from_env({"KEYSPLIT_SOURCES": "many"})

@@ -1,0 +1,20 @@
+"""Word count / top-k with a skew-aware grouping: the topology `sparse submit -n wordcount` deploys.
+
+The shape (parallelism, flush period T) is read from the environment when sparse imports this file; the
+components read the rest from the topology configuration, which `-o` overrides at submit time:
+
+    KEYSPLIT_SOURCES=5 KEYSPLIT_WORKERS=10 KEYSPLIT_AGGREGATORS=2 KEYSPLIT_FLUSH_SECS=1 \\
+        LEIN_ROOT=1 sparse submit -e prod -n wordcount \\
+        -o keysplit.grouping=pkg:d=2 -o keysplit.cpu_delay_ms=0.4 -o keysplit.top_k=10 \\
+        -o keysplit.redis_url=redis://:PASSWORD@redis-host:6379/0 -o keysplit.run_id=RUN_ID
+
+Environment variables (defaults in keysplit.storm.settings.WordCountSettings): KEYSPLIT_SPOUTS,
+KEYSPLIT_SOURCES, KEYSPLIT_WORKERS, KEYSPLIT_COUNTER_TASKS, KEYSPLIT_AGGREGATORS, KEYSPLIT_FLUSH_SECS, and
+the defaults of every ``keysplit.*`` option: KEYSPLIT_GROUPING, KEYSPLIT_CPU_DELAY_MS, KEYSPLIT_TOP_K,
+KEYSPLIT_REDIS_URL, KEYSPLIT_RUN_ID. `keysplit run wordcount --load-only` fills the run's feed in Redis.
+"""
+
+from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.topology import wordcount_topology
+
+WordCount = wordcount_topology(WordCountSettings.from_env())
