@@ -48,6 +48,8 @@ RUNNER_DEFAULTS: dict[str, Any] = {
     "keysplit.local.startup.timeout.secs": 60.0,
     # back-pressure: spouts get no "next" while some bolt task has more queued input tuples than this
     "keysplit.local.queue.high": 20000,
+    # "next" commands a spout may have outstanding (pipelined in one write; Storm calls nextTuple in a loop)
+    "keysplit.local.spout.next.batch": 16,
     # seed of shuffle groupings and of the acker's edge ids
     "keysplit.local.seed": 0,
 }
@@ -116,6 +118,8 @@ class LocalCluster:
             max_pending[c.name] = int(value) if value else None
         self._max_pending = max_pending
         self.started_at = 0.0
+        self._next_batch = max(1, int(base["keysplit.local.spout.next.batch"]))
+        self._spout_wait = float(base["topology.sleep.spout.wait.strategy.time.ms"]) / 1000
 
     # ---- public API --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -392,18 +396,24 @@ class LocalCluster:
             if len(task.queue) > high:
                 throttled = True
                 break
+        batch = self._next_batch
         for task in self.spouts:
-            if task.ready and not task.next_out and not throttled:
-                limit = self._max_pending[task.name] if self.acking else None
-                if limit is not None and task.pending >= limit:
-                    continue
+            if task.ready and task.next_out <= batch // 2 and not throttled:
                 if now < task.next_at:
                     wake = min(wake, task.next_at)
                     continue
-                task.urgent.append(NEXT)
-                task.sent_kinds.append(True)
-                task.next_out = True
-                task.emits_since_next = 0
+                want = 1 if task.idle else batch - task.next_out
+                limit = self._max_pending[task.name] if self.acking else None
+                if limit is not None:
+                    # at most one "next" per free slot, so a spout emitting one tuple per call never exceeds it
+                    want = min(want, limit - task.pending - task.next_out)
+                if want <= 0:
+                    continue
+                task.urgent.extend([NEXT] * want)
+                task.sent_kinds.extend([True] * want)
+                if task.next_out == 0:
+                    task.emits_since_next = 0
+                task.next_out += want
                 self._dirty.add(task)
         return wake
 
@@ -466,9 +476,12 @@ class LocalCluster:
     def _sync(self, task: TaskProcess) -> None:
         task.last_sync = time.monotonic()
         if task.is_spout and task.sent_kinds and task.sent_kinds.popleft():
-            task.next_out = False
-            if task.emits_since_next == 0:  # nothing to emit: Storm's spout wait strategy sleeps
-                task.next_at = task.last_sync + float(self.conf["topology.sleep.spout.wait.strategy.time.ms"]) / 1000
+            task.next_out -= 1
+            if task.next_out == 0:
+                task.idle = task.emits_since_next == 0
+                task.emits_since_next = 0
+                if task.idle:  # nothing to emit: Storm's spout wait strategy sleeps before calling again
+                    task.next_at = task.last_sync + self._spout_wait
 
     # ---- internals: tuples -------------------------------------------------------------------------
     def _emit(self, task: TaskProcess, msg: dict) -> None:

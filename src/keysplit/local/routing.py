@@ -150,6 +150,8 @@ def make_grouper(grouping: GroupingInfo, targets: list[int], out_fields: list[st
         return FixedGrouper([min(targets)])
     if kind == "all":
         return FixedGrouper(sorted(targets))
+    if len(targets) == 1:
+        return FixedGrouper(targets)
     return ShuffleGrouper(sorted(targets), seed)
 
 

@@ -57,9 +57,10 @@ class TaskProcess:
         # spout state
         self.pending = 0  # pending tuple trees (topology.max.spout.pending)
         self.sent_kinds: deque[bool] = deque()  # commands awaiting "sync": True for "next"
-        self.next_out = False
+        self.next_out = 0  # "next" commands sent and not yet answered by "sync"
         self.next_at = 0.0
         self.emits_since_next = 0
+        self.idle = False  # the last batch of "next" emitted nothing
         self.last_sync = 0.0
         self.stderr_path: Path | None = None
         self.log_file: Any = None
@@ -91,9 +92,10 @@ class TaskProcess:
         self.blocked = False
         self.inflight.clear()
         self.sent_kinds.clear()
-        self.next_out = False
+        self.next_out = 0
         self.next_at = now
         self.emits_since_next = 0
+        self.idle = False
 
     def close(self, kill: bool) -> int | None:
         """Close the pipes (and SIGKILL the process if ``kill``); return its exit code if known."""

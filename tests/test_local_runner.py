@@ -1,0 +1,316 @@
+"""The local runner runs real streamparse components over Storm's multi-lang protocol with Storm's semantics.
+
+Every cluster test starts real subprocesses (``python -m streamparse.run local_components.comps.X``) and
+checks what they wrote to their own log files: the spout's acks and fails, the tuples each bolt task got.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+from pathlib import Path
+
+import pytest
+from streamparse import Grouping, Topology
+
+from keysplit.local import LocalCluster, TopologyError
+from keysplit.local.acker import Acker
+from keysplit.local.protocol import MessageReader, encode
+from keysplit.local.routing import FieldsGrouper, ShuffleGrouper, fields_index
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+sys.path.insert(0, str(TESTS))
+
+from local_components.comps import (  # noqa: E402
+    CrashOnceBolt,
+    DirectBolt,
+    NumberSpout,
+    PlainBolt,
+    RecordBolt,
+    SplitBolt,
+)
+
+
+def run(topology: type, out: Path, n: int, timeout: float = 60, extra_env: dict | None = None, **conf):
+    """Run ``topology`` until its spout ``numbers`` has acked ``n`` distinct tuples; return the cluster stats."""
+    conf = {"test.out": str(out), "test.n": n, **conf}
+    cluster = LocalCluster(topology, conf, cwd=str(ROOT), log_dir=str(out / "logs"),
+                           env={"PYTHONPATH": str(TESTS), **(extra_env or {})})
+    with cluster:
+        assert cluster.run_until(lambda: len(acked(out)) >= n, timeout=timeout, poll=0.05), cluster.stats()
+        return cluster.stats(), cluster
+
+
+def spout_events(out: Path) -> list[tuple[str, int, int]]:
+    """``(event, n, inflight)`` lines of every spout task, in order per task."""
+    events = []
+    for path in sorted(out.glob("spout-*.log")):
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            events.append((parts[0], int(parts[1]), int(parts[2]) if len(parts) > 2 else 0))
+    return events
+
+
+def acked(out: Path) -> collections.Counter:
+    return collections.Counter(n for event, n, _ in spout_events(out) if event == "ack")
+
+
+def received(out: Path) -> dict[int, list[tuple[int, str, int]]]:
+    """Per record-bolt task id: the ``(n, key, part)`` tuples it received."""
+    got: dict[int, list[tuple[int, str, int]]] = {}
+    for path in out.glob("record-*.log"):
+        task = int(path.stem.split("-")[1])
+        got[task] = [(int(p[1]), p[2], int(p[3])) for p in (line.split() for line in path.read_text().splitlines())
+                     if p[0] == "tuple"]
+    return got
+
+
+def assert_all_acked_once(out: Path, n: int) -> None:
+    counts = acked(out)
+    assert sorted(counts) == list(range(n)), "every spout tuple is acked"
+    assert set(counts.values()) == {1}, "and acked exactly once"
+
+
+@pytest.mark.parametrize("grouping", ["shuffle", "fields", "global", "all"])
+def test_every_tuple_acked_once_through_a_grouping(tmp_path, grouping):
+    g = {"shuffle": Grouping.SHUFFLE, "fields": Grouping.fields("key"), "global": Grouping.GLOBAL,
+         "all": Grouping.ALL}[grouping]
+
+    class T(Topology):
+        numbers = NumberSpout.spec(par=2)
+        split = SplitBolt.spec(inputs=[numbers], par=2, config={"test.fanout": 2})
+        record = RecordBolt.spec(inputs={split: g}, par=3)
+
+    n = 300
+    stats, cluster = run(T, tmp_path, n, **{"topology.max.spout.pending": 40})
+    assert_all_acked_once(tmp_path, n)
+    got = received(tmp_path)
+    record_tasks = cluster.task_ids("record")
+    assert sorted(got) == record_tasks
+    expected = sorted((i, f"k{i % 7}", part) for i in range(n) for part in range(2))
+    if grouping == "all":
+        for task in record_tasks:
+            assert sorted(got[task]) == expected, "all grouping replicates the stream to every task"
+    else:
+        assert sorted(t for tuples in got.values() for t in tuples) == expected, "each tuple delivered once"
+    if grouping == "global":
+        assert len(got[min(record_tasks)]) == len(expected), "global grouping: the lowest task id gets everything"
+    if grouping == "fields":
+        owners = collections.defaultdict(set)
+        for task, tuples in got.items():
+            for _, key, _ in tuples:
+                owners[key].add(task)
+        assert all(len(tasks) == 1 for tasks in owners.values()), "equal fields go to the same task"
+        assert len({next(iter(t)) for t in owners.values()}) > 1, "different keys spread over tasks"
+    if grouping == "shuffle":
+        loads = [len(got[t]) for t in record_tasks]
+        assert max(loads) - min(loads) <= 4, f"shuffle is round-robin per emitter: {loads}"
+    assert stats["numbers"]["acked"] == n and stats["numbers"]["failed"] == 0
+    assert stats["split"]["transferred"] == 2 * n * (3 if grouping == "all" else 1)
+
+
+def test_direct_grouping_delivers_to_the_chosen_task(tmp_path):
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+        router = DirectBolt.spec(inputs=[numbers], par=2, config={"test.direct_to": "record"})
+        record = RecordBolt.spec(inputs=[router], par=3)  # streamparse subscribes to a direct stream with DIRECT
+
+    n = 200
+    _, cluster = run(T, tmp_path, n)
+    assert_all_acked_once(tmp_path, n)
+    tasks = cluster.task_ids("record")
+    for task, tuples in received(tmp_path).items():
+        assert tuples and all(tasks[i % 3] == task for i, _, _ in tuples), "each tuple at the task named by the emit"
+
+
+def test_need_task_ids_reply_names_the_receiving_task(tmp_path):
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+        plain = PlainBolt.spec(inputs=[numbers], par=1)
+        record = RecordBolt.spec(inputs=[plain], par=3)
+
+    n = 150
+    run(T, tmp_path, n)
+    reported = {}
+    for line in next(tmp_path.glob("plain-*.log")).read_text().splitlines():
+        _, i, *tasks = line.split()
+        reported[int(i)] = [int(t) for t in tasks]
+    where = {i: task for task, tuples in received(tmp_path).items() for i, _, _ in tuples}
+    assert len(reported) == n and all(reported[i] == [where[i]] for i in range(n))
+
+
+def test_max_spout_pending_bounds_the_tuples_in_flight(tmp_path):
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+        record = RecordBolt.spec(inputs=[numbers], par=1, config={"test.sleep": 0.002})
+
+    n = 200
+    run(T, tmp_path, n, **{"topology.max.spout.pending": 5})
+    assert_all_acked_once(tmp_path, n)
+    inflight = [k for event, _, k in spout_events(tmp_path) if event == "emit"]
+    assert max(inflight) == 5, "the spout waits for acks once 5 trees are pending, and the bound is reached"
+
+
+def test_tick_tuples_drive_a_bolt_that_acks_on_flush(tmp_path):
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+        record = RecordBolt.spec(inputs=[numbers], par=2,
+                                 config={"test.hold": True, "topology.tick.tuple.freq.secs": 1})
+
+    n = 100
+    run(T, tmp_path, n, timeout=30)
+    assert_all_acked_once(tmp_path, n)
+    ticks = [line.split() for p in tmp_path.glob("record-*.log") for line in p.read_text().splitlines()
+             if line.startswith("tick")]
+    assert ticks and all(t[2] == "1" for t in ticks), "tick tuples from __system/__tick carry the frequency"
+    assert sum(int(t[1]) for t in ticks) == n, "every held tuple was acked at a tick"
+
+
+def test_acking_disabled_acks_spout_tuples_at_emit(tmp_path):
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+        record = RecordBolt.spec(inputs=[numbers], par=1, config={"test.hold": True})  # never acks
+
+    n = 100
+    stats, _ = run(T, tmp_path, n, **{"topology.acker.executors": 0})
+    assert_all_acked_once(tmp_path, n)
+    assert stats["numbers"]["pending"] == 0
+
+
+def test_killed_task_is_restarted_and_its_tuples_replayed(tmp_path):
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+        record = RecordBolt.spec(inputs=[numbers], par=2, config={"test.sleep": 0.003})
+
+    n = 400
+    conf = {"test.out": str(tmp_path), "test.n": n, "topology.max.spout.pending": 60,
+            "topology.message.timeout.secs": 2}
+    with LocalCluster(T, conf, cwd=str(ROOT), env={"PYTHONPATH": str(TESTS)}) as cluster:
+        assert cluster.run_until(lambda: len(acked(tmp_path)) >= 100, timeout=30, poll=0.02)
+        old_pid = cluster.stats()["record"]["tasks"][cluster.task_ids("record")[0]]["pid"]
+        cluster.kill_task("record", 0)
+        assert cluster.run_until(lambda: len(acked(tmp_path)) >= n, timeout=60, poll=0.05)
+        stats = cluster.stats()
+    task = stats["record"]["tasks"][cluster.task_ids("record")[0]]
+    assert task["restarts"] == 1 and task["pid"] != old_pid, "the supervisor restarted the killed task"
+    assert stats["numbers"]["timed_out"] > 0, "tuples in flight through the dead task timed out"
+    fails = [i for event, i, _ in spout_events(tmp_path) if event == "fail"]
+    assert fails and len(fails) == stats["numbers"]["timed_out"] + stats["numbers"]["failed"]
+    assert_all_acked_once(tmp_path, n)  # ... and were replayed by the spout until acked
+
+
+def test_crashing_bolt_fails_its_tuple_reports_the_error_and_restarts(tmp_path):
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+        crashy = CrashOnceBolt.spec(inputs=[numbers], par=1, config={"test.crash_at": 50})
+        record = RecordBolt.spec(inputs=[crashy], par=1)
+
+    n = 150
+    stats, cluster = run(T, tmp_path, n, **{"topology.message.timeout.secs": 2, "topology.max.spout.pending": 20})
+    assert_all_acked_once(tmp_path, n)
+    assert stats["crashy"]["restarts"] == 1 and stats["crashy"]["errors"] == 1
+    assert any("deliberate crash on tuple 50" in msg for _, _, msg in cluster.errors)
+    assert 50 in [i for event, i, _ in spout_events(tmp_path) if event == "fail"], "the failing tuple is failed"
+    assert "deliberate crash" in next((tmp_path / "logs").glob("crashy-*.log")).read_text()
+
+
+def test_direct_emit_to_a_regular_subscription_is_storms_error(tmp_path):
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+        router = DirectBolt.spec(inputs=[numbers], par=1, config={"test.direct_to": "record"})
+        record = RecordBolt.spec(inputs={router["default"]: Grouping.SHUFFLE}, par=2)
+
+    with pytest.raises(TopologyError, match=r"Cannot emitDirect to a task expecting a regular grouping.*'router'"):
+        run(T, tmp_path, 10, timeout=20)
+
+
+def test_regular_emit_to_a_direct_subscription_is_storms_error(tmp_path):
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+        plain = PlainBolt.spec(inputs=[numbers], par=1)
+        record = RecordBolt.spec(inputs={plain["default"]: Grouping.DIRECT}, par=2)
+
+    with pytest.raises(TopologyError, match=r"Cannot do regular emit to direct stream.*'plain'"):
+        run(T, tmp_path, 10, timeout=20)
+
+
+def test_component_that_fails_to_import_is_a_clear_startup_error(tmp_path):
+    from local_components.missing import UnimportableBolt
+
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+        broken = UnimportableBolt.spec(inputs=[numbers], par=1)
+
+    with pytest.raises(TopologyError) as err:
+        run(T, tmp_path, 1, extra_env={"KEYSPLIT_TEST_BREAK_IMPORT": "1"})
+    first_line = str(err.value).splitlines()[0]
+    assert "'broken'" in first_line and "local_components.missing.UnimportableBolt" in first_line
+    assert "No module named 'keysplit_no_such_dependency'" in first_line
+
+
+def test_context_numbers_tasks_like_storm():
+    class T(Topology):
+        numbers = NumberSpout.spec(par=2)
+        record = RecordBolt.spec(inputs=[numbers], par=3)
+
+    cluster = LocalCluster(T, {}, cwd=str(ROOT))
+    assert cluster.task_ids("numbers") == [1, 2] and cluster.task_ids("record") == [3, 4, 5]
+    with pytest.raises(TopologyError, match="no component 'nope'"):
+        cluster.task_ids("nope")
+    cluster.shutdown()
+
+
+# ---- the pieces, without processes ----------------------------------------------------------------------
+
+def test_xor_ledger_completes_only_when_every_edge_is_acked():
+    class Spout:
+        pending = 0
+
+    acker, spout = Acker(seed=1), Spout()
+    root = acker.new_root(spout, "m1", deadline=10.0)
+    edges = [acker.edge_id(64) for _ in range(3)]
+    for e in edges:  # the spout tuple goes to 3 tasks
+        acker.roots[root].ledger ^= e
+    assert acker.ack((root,), edges[0]) == [] and acker.ack((root,), edges[2]) == []
+    child = acker.edge_id(64)  # a bolt emits a child anchored to the last edge before acking it
+    acker.roots[root].ledger ^= child
+    assert acker.ack((root,), edges[1]) == []
+    assert [r.msg_id for r in acker.ack((root,), child)] == ["m1"] and spout.pending == 0
+
+
+def test_message_timeout_expires_pending_trees_only():
+    class Spout:
+        pending = 0
+
+    acker, spout = Acker(seed=2), Spout()
+    a = acker.new_root(spout, "a", deadline=1.0)
+    acker.roots[a].ledger ^= 5
+    b = acker.new_root(spout, "b", deadline=2.0)
+    acker.roots[b].ledger ^= 7
+    acker.ack((a,), 5)
+    assert acker.expire(1.5) == [] and [r.msg_id for r in acker.expire(2.0)] == ["b"] and spout.pending == 0
+
+
+def test_fields_hash_is_deterministic_and_spreads():
+    grouper = FieldsGrouper([10, 11, 12, 13], [1])
+    picks = {w: grouper.choose([0, w]) for w in (f"w{i}" for i in range(400))}
+    assert all(grouper.choose([9, w]) == t for w, t in picks.items()), "same field, same task"
+    counts = collections.Counter(t[0] for t in picks.values())
+    assert set(counts) == {10, 11, 12, 13} and min(counts.values()) > 60
+    assert fields_index(["a", 1], 5) == fields_index(["a", 1], 5)
+
+
+def test_shuffle_is_even_per_cycle():
+    grouper = ShuffleGrouper([1, 2, 3], seed=3)
+    picks = [grouper.choose([])[0] for _ in range(300)]
+    assert all(sorted(picks[i:i + 3]) == [1, 2, 3] for i in range(0, 300, 3))
+
+
+def test_message_reader_splits_on_end_lines_across_reads():
+    reader = MessageReader()
+    wire = (encode({"command": "sync"}) + encode([3, 4]) + encode({"command": "log", "msg": "a\nend\nb"})).encode()
+    cut = 7
+    messages = reader.feed(wire[:cut]) + reader.feed(wire[cut:])
+    assert messages == [{"command": "sync"}, [3, 4], {"command": "log", "msg": "a\nend\nb"}]
+
