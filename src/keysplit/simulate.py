@@ -71,13 +71,18 @@ class RunResult:
     distinct_per_worker: list[int] = field(default_factory=list)
     series_t: list[int] = field(default_factory=list, repr=False)
     series_imbalance: list[float] = field(default_factory=list, repr=False)
+    #: what the grouping reports about itself via an optional ``stats()`` (e.g. gedik's rebuilds, migration)
+    grouping_stats: dict = field(default_factory=dict)
 
     def summary(self) -> dict:
         """The fields of ``keysplit simulate --json`` (scripts depend on these names)."""
         keep = ("grouping", "workers", "sources", "avg_imbalance_fraction", "final_imbalance_fraction",
                 "load_stddev", "dist_cost", "loads", "messages_per_second")
         full = asdict(self)
-        return {k: full[k] for k in keep}
+        out = {k: full[k] for k in keep}
+        if self.grouping_stats:
+            out["grouping_stats"] = dict(self.grouping_stats)
+        return out
 
 
 def count_keys(dataset: Dataset) -> Counter:
@@ -216,4 +221,5 @@ def simulate(
         distinct_per_worker=[len(s) for s in worker_keys[: len(final_loads)]],
         series_t=series.times,
         series_imbalance=series.values,
+        grouping_stats=groupings[0].stats() if hasattr(groupings[0], "stats") else {},
     )

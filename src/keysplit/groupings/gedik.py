@@ -143,6 +143,8 @@ class GedikPartitioning(BaseGrouping):
 
     def stats(self) -> dict:
         """Rebuilds and migration, for reports."""
-        return {"rebuilds": self.rebuilds, "migrated_keys": self.migrated_keys,
-                "migration_cost": self.migration_cost, "explicit": len(self.function),
-                "lossy": len(self.partitioner.counter)}  # type: ignore[union-attr]
+        resizes = [r for r in self.history if r.reason == "resize"]
+        return {"rebuilds": self.rebuilds, "resizes": len(resizes), "migrated_keys": self.migrated_keys,
+                "migration_cost": self.migration_cost,
+                "resize_relative_migration": [r.relative_migration for r in resizes],
+                "explicit": len(self.function), "lossy": len(self.partitioner.counter)}  # type: ignore[union-attr]

@@ -28,7 +28,8 @@ RHO_TOLERANCE = 1e-12
 
 
 def readj(setup: Setup, balance: Balance, utility: Utility, max_moves: int = 5,
-          require_gain: bool = False) -> dict[str, int]:
+          require_gain: bool = False, trace: list | None = None) -> dict[str, int]:
+    """The new explicit hash. ``trace``, if given, receives ``(i, d1, j, d2, rho, gamma)`` per applied step."""
     n = setup.workers
     items = setup.items
     r = len(items)
@@ -85,4 +86,6 @@ def readj(setup: Setup, balance: Balance, utility: Utility, max_moves: int = 5,
             moves[d2] += 1
         m += float(cost[best])
         u = float(u_new[best])
+        if trace is not None:
+            trace.append((i, items[d1], j, items[d2] if d2 >= 0 else None, float(rho[best]), float(setup.gamma(m))))
     return {items[x]: int(where[x]) for x in range(r)}
