@@ -205,6 +205,16 @@ class Fish(BaseGrouping):
 
     # -- the target selector ---------------------------------------------------------------------------------
 
+    def estimated_queue(self) -> list[float]:
+        """Per worker, the tuples this source believes are still queued (backlog + assigned_since, §4.2.1);
+        without capacity feedback, the tuples it ever sent there (nothing is believed drained)."""
+        return list(self._pending) if self._drain else [float(x) for x in self.local_loads]
+
+    def estimated_wait(self) -> list[float]:
+        """Per worker, the score ``choose`` minimises: (backlog + assigned_since) / capacity (§4.2.2), or the
+        local load under ``assign=load`` or without capacities."""
+        return [float(x) for x in self._score]
+
     def _tick(self, now: float) -> None:
         """§4.2.1 every ``interval`` seconds: backlog = max(0, backlog + assigned_since - capacity*interval)."""
         elapsed = int((now - self._next_tick) // self.interval) + 1  # intervals that ended by ``now``
