@@ -29,7 +29,7 @@ from typing import Any
 from .acker import Acker, RootRecord
 from .protocol import NEXT, encode, encode_spout_command, encode_tuple, tuple_prefix
 from .routing import RoutingError, routers_for_task
-from .task import COUNTERS, TaskProcess
+from .task import COUNTERS, READ_SIZE, TaskProcess
 from .topology import STORM_DEFAULTS, TopologyError, build_context, component_conf, read_topology, task_context
 
 log = logging.getLogger("keysplit.local")
@@ -50,6 +50,8 @@ RUNNER_DEFAULTS: dict[str, Any] = {
     "keysplit.local.queue.high": 20000,
     # "next" commands a spout may have outstanding (pipelined in one write; Storm calls nextTuple in a loop)
     "keysplit.local.spout.next.batch": 16,
+    # a task that dies more often than this makes run_until raise TopologyError (a crash loop)
+    "keysplit.local.max.restarts": 50,
     # seed of shuffle groupings and of the acker's edge ids
     "keysplit.local.seed": 0,
 }
@@ -103,6 +105,7 @@ class LocalCluster:
         self._sel = selectors.DefaultSelector()
         self._ids = itertools.count(1)
         self._dirty: set[TaskProcess] = set()
+        self._down: set[TaskProcess] = set()  # tasks waiting for a restart or for their handshake
         self._fatal: str | None = None
         self.errors: list[tuple[str, int, str]] = []
         self._started = False
@@ -311,6 +314,7 @@ class LocalCluster:
                     dropped_trees, self.conf["keysplit.local.restart.delay.secs"],
                     f"\n{tail}" if code not in (None, 0, -9) and tail else "")
         task.restart_at = now + float(self.conf["keysplit.local.restart.delay.secs"])
+        self._down.add(task)
 
     # ---- internals: the event loop -----------------------------------------------------------------
     def _heartbeat_secs(self) -> float:
@@ -356,17 +360,25 @@ class LocalCluster:
     def _timers(self, now: float) -> float:
         """Restarts, heartbeats, ticks, message timeouts and spout ``next``; returns the next wake time."""
         wake = now + 1.0
-        for task in self.tasks.values():
-            if task.restart_at is not None:
-                if now >= task.restart_at:
-                    task.restarts += 1
-                    self._spawn(task, now)
+        if self._down:
+            for task in list(self._down):
+                if task.alive and task.ready:
+                    self._down.discard(task)
+                elif task.restart_at is not None:
+                    if now >= task.restart_at:
+                        task.restarts += 1
+                        if task.restarts > int(self.conf["keysplit.local.max.restarts"]):
+                            self._fatal = (f"task {task.name}[{task.index}] ({task.component.class_path}) died "
+                                           f"{task.restarts} times; giving up. Last stderr:\n{task.stderr_tail()}")
+                            return now
+                        self._spawn(task, now)
+                    else:
+                        wake = min(wake, task.restart_at)
+                elif task.alive and now - task.started_at > float(self.conf["keysplit.local.startup.timeout.secs"]):
+                    log.error("task %s[%d] did not answer the handshake; killing it", task.name, task.index)
+                    self._on_death(task, now)
                 else:
-                    wake = min(wake, task.restart_at)
-            elif task.alive and not task.ready and now - task.started_at > float(
-                    self.conf["keysplit.local.startup.timeout.secs"]):
-                log.error("task %s[%d] did not answer the handshake; killing it", task.name, task.index)
-                self._on_death(task, now)
+                    wake = min(wake, now + 0.05)
         hb = self._heartbeat_secs()
         if hb > 0:
             if now >= self._next_heartbeat:
@@ -434,14 +446,16 @@ class LocalCluster:
 
     def _on_readable(self, task: TaskProcess) -> None:
         try:
-            data = os.read(task.rfd, 1 << 18)
+            data = os.read(task.rfd, READ_SIZE)
         except BlockingIOError:
             return
         except OSError:
             data = b""
+        now = time.monotonic()
         if not data:
-            self._on_death(task, time.monotonic())
+            self._on_death(task, now)
             return
+        task.last_sync = now  # any message shows the process is alive (Storm waits for heartbeat syncs only)
         messages = task.reader.feed(data)
         if not messages:
             return
@@ -474,14 +488,13 @@ class LocalCluster:
                 return
 
     def _sync(self, task: TaskProcess) -> None:
-        task.last_sync = time.monotonic()
         if task.is_spout and task.sent_kinds and task.sent_kinds.popleft():
             task.next_out -= 1
             if task.next_out == 0:
                 task.idle = task.emits_since_next == 0
                 task.emits_since_next = 0
                 if task.idle:  # nothing to emit: Storm's spout wait strategy sleeps before calling again
-                    task.next_at = task.last_sync + self._spout_wait
+                    task.next_at = time.monotonic() + self._spout_wait
 
     # ---- internals: tuples -------------------------------------------------------------------------
     def _emit(self, task: TaskProcess, msg: dict) -> None:

@@ -20,8 +20,8 @@ from .topology import ComponentInfo
 
 #: Messages joined into one write.
 WRITE_BATCH = 512
-#: Bytes read per ``os.read``.
-READ_SIZE = 1 << 18
+#: Bytes read per ``os.read`` (a Linux pipe holds 64 KiB).
+READ_SIZE = 1 << 16
 
 COUNTERS = ("emitted", "transferred", "executed", "acked", "failed", "timed_out", "dropped", "errors", "restarts")
 
