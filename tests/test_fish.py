@@ -269,3 +269,24 @@ def test_decay_is_what_keeps_fish_balanced_after_the_drift():
     decayed = sum(run("fish", w).avg_imbalance_fraction for w in (16, 32, 64, 128))
     lifetime = sum(run("fish:alpha=1", w).avg_imbalance_fraction for w in (16, 32, 64, 128))
     assert decayed < 0.85 * lifetime
+
+
+def test_execution_time_model_is_a_fifo_server_per_worker():
+    """The §6.1 metric: one worker serving 100 tuples/s, offered 1,000 tuples at 10,000/s, is done at 10 s."""
+    ds = open_dataset("zipf:keys=10,messages=1000,seed=1")
+    r = execution(ds, "sg", 1, [100.0], 1, rate=10_000.0)
+    assert r.execution_time == pytest.approx(10.0)
+    assert r.mean_latency == pytest.approx(sum((i + 1) / 100 - i / 10_000 for i in range(1000)) / 1000)
+    assert r.loads == [1000] and r.throughput == pytest.approx(100.0)
+
+
+def test_execution_command_runs_as_a_module():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "keysplit.execution", "--dataset", "drift:keys=500,messages=5000",
+                          "-W", "4", "-g", "fish,fish:assign=load"], capture_output=True, text=True, check=True)
+    assert "fish:assign=load" in out.stdout and "execution time" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "keysplit.execution", "--dataset", "drift:keys=500,messages=5000",
+                          "-W", "4", "--capacities", "1,2"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("keysplit: error:")

@@ -97,3 +97,63 @@ def execution(
         p99_latency=float(np.percentile(lat, 99)) if len(lat) else 0.0,
         loads=loads,
     )
+
+
+def parse_capacities(text: str, workers: int, rate: float) -> list[float]:
+    """``half-fast`` (Fig. 16: half the workers twice as fast, adding up to ``rate``), ``equal`` (adding up to
+    ``rate``), one number for every worker, or one number per worker."""
+    if text == "half-fast":
+        return half_fast(workers, rate)
+    if text == "equal":
+        return [rate / workers] * workers
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise SpecError(f"capacities {text!r}: expected half-fast, equal, or numbers separated by commas") from None
+    values = values * workers if len(values) == 1 else values
+    if len(values) != workers or any(not v > 0 for v in values):
+        raise SpecError(f"capacities {text!r}: need 1 or {workers} positive values")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m keysplit.execution``: execution time and latency per grouping on workers of given speeds."""
+    import argparse
+    import sys
+
+    from keysplit.commands.common import int_list, positive_float, positive_int, print_table, spec_list
+    from keysplit.datasets import open_dataset
+
+    p = argparse.ArgumentParser(prog="python -m keysplit.execution", description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", required=True, metavar="SPEC")
+    p.add_argument("--workers", "-W", type=int_list, default=[16], metavar="W[,W...]")
+    p.add_argument("--sources", "-S", type=positive_int, default=5)
+    p.add_argument("--groupings", "-g", type=spec_list, default=["fish", "fish:assign=load", "pkg", "sg"])
+    p.add_argument("--capacities", default="half-fast",
+                   help="half-fast (default; Fig. 16), equal, C or C1,...,CW tuples/s")
+    p.add_argument("--rate", type=positive_float, default=DEFAULT_RATE, help="messages per second of event time")
+    args = p.parse_args(argv)
+    try:
+        dataset = open_dataset(args.dataset)
+        rows = []
+        for w in args.workers:
+            caps = parse_capacities(args.capacities, w, args.rate)
+            for spec in args.groupings:
+                r = execution(dataset, spec, w, caps, args.sources, rate=args.rate)
+                rows.append({"grouping": r.grouping, "W": w, "exec": r.execution_time, "stream": r.stream_time,
+                             "mean": r.mean_latency, "p99": r.p99_latency})
+    except SpecError as exc:
+        print(f"keysplit: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"dataset {dataset.spec}; capacities {args.capacities} (total {args.rate:g} tuples/s where derived); "
+          f"{args.sources} sources")
+    print_table(rows, [("grouping", "grouping", str), ("W", "W", str),
+                       ("execution time s", "exec", lambda v: f"{v:.2f}"),
+                       ("stream ends s", "stream", lambda v: f"{v:.2f}"),
+                       ("mean latency s", "mean", lambda v: f"{v:.3f}"),
+                       ("p99 latency s", "p99", lambda v: f"{v:.3f}")])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
