@@ -290,3 +290,17 @@ def test_execution_command_runs_as_a_module():
     bad = subprocess.run([sys.executable, "-m", "keysplit.execution", "--dataset", "drift:keys=500,messages=5000",
                           "-W", "4", "--capacities", "1,2"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("keysplit: error:")
+
+
+def test_resize_with_capacities_gives_a_joining_worker_the_mean_capacity_and_an_empty_queue():
+    [g] = build_grouping("fish:interval=1", workers=4)
+    g.set_capacities([10.0, 10.0, 20.0, 40.0])
+    for i in range(200):
+        g.choose(f"k{i % 7}", i / 100)
+    g.resize(5)
+    assert g.capacities == [10.0, 10.0, 20.0, 40.0, 20.0]
+    assert g.estimated_queue()[4] == 0.0 and len(g.estimated_wait()) == 5
+    assert 4 in {g.choose(f"k{i % 7}", 2.0 + i / 100) for i in range(200)}
+    g.resize(3)
+    assert g.capacities == [10.0, 10.0, 20.0]
+    assert {g.choose(f"k{i % 7}", 4.0 + i / 100) for i in range(200)} <= {0, 1, 2}
