@@ -1,0 +1,189 @@
+"""The word-count / top-k topology run for real: subprocesses over Storm's multi-lang protocol, a real Redis.
+
+Claims (issue 5): final totals equal an exact count of the dataset for every grouping, with several
+sources, workers and aggregators; a counter killed with SIGKILL mid-run loses no word and the report says
+how many lines were replayed; user mistakes fail with one line before anything starts; the streamparse
+project builds the same topology for `sparse submit`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from keysplit import redis_server
+from keysplit.cli import main
+from keysplit.storm.keys import RUNS, RunKeys
+from keysplit.storm.run import RunOptions, prepare, read_counts, run_wordcount
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCABULARY = [f"w{i}" for i in range(1, 151)]
+
+
+def write_text(path: Path, lines: int, seed: int) -> Counter:
+    """A skewed text file (Zipf-like word frequencies, 1-9 words a line) and its exact word counts."""
+    rng = random.Random(seed)
+    weights = [1.0 / r for r in range(1, len(VOCABULARY) + 1)]
+    exact: Counter = Counter()
+    with open(path, "w", encoding="utf-8") as fh:
+        for _ in range(lines):
+            words = rng.choices(VOCABULARY, weights, k=rng.randint(1, 9))
+            exact.update(words)
+            fh.write(" ".join(words).upper() + ", said the line.\n" if rng.random() < 0.1 else " ".join(words) + "\n")
+            if rng.random() < 0.1:
+                exact.update(["said", "the", "line"])
+    return exact
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    path = tmp_path_factory.mktemp("keysplit-home")
+    os.environ["KEYSPLIT_HOME"] = str(path)
+    yield path
+    redis_server.stop_server(path)
+    os.environ.pop("KEYSPLIT_HOME", None)
+
+
+@pytest.fixture(scope="module")
+def redis_url(home):
+    return redis_server.start_server(home).url
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "lines.txt"
+    return path, write_text(path, 150, seed=7)
+
+
+def exact_counts(path: Path) -> Counter:
+    """Counted independently of keysplit's reader: lower-case, split on anything not a letter or digit."""
+    counts: Counter = Counter()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        counts.update("".join(c if c.isalnum() else " " for c in line.lower()).split())
+    return counts
+
+
+GROUPINGS = [
+    ("kg", 3, 4, 2),
+    ("sg", 2, 3, 2),
+    ("dchoices", 3, 5, 3),
+    ("wchoices", 2, 4, 2),
+    ("dkg", 3, 4, 2),
+    ("fish", 2, 4, 2),
+    ("gedik", 3, 4, 2),
+    ("offgreedy", 2, 3, 2),
+]
+
+
+@pytest.mark.parametrize(("grouping", "sources", "workers", "aggregators"), GROUPINGS)
+def test_final_totals_equal_the_exact_counts(home, redis_url, text, grouping, sources, workers, aggregators):
+    path, _ = text
+    prepared = prepare(RunOptions(grouping, f"text:{path}", sources=sources, workers=workers,
+                                  aggregators=aggregators))
+    conn = redis_server.connect(redis_url)
+    summary = run_wordcount(prepared, conn, redis_url)
+    exact = exact_counts(path)
+    assert read_counts(conn, RunKeys(summary["run_id"])) == dict(exact)
+    assert summary["messages"] == sum(exact.values()) == sum(summary["loads"])
+    assert len(summary["loads"]) == workers and summary["replayed"] == 0
+    assert summary["top_k"] == [[w, c] for w, c in sorted(exact.items(), key=lambda i: (-i[1], i[0]))[:10]]
+
+
+def test_pkg_through_the_cli_stores_everything_in_redis_and_writes_counts(home, redis_url, text, tmp_path, capsys):
+    path, _ = text
+    out = tmp_path / "counts.tsv"
+    code = main(["run", "wordcount", "--grouping", "pkg", "--dataset", f"text:{path}", "-S", "3", "-W", "4",
+                 "-A", "3", "--top", "5", "--redis", redis_url, "--json", "--counts-out", str(out)])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    exact = exact_counts(path)
+    for field in ("run_id", "grouping", "dataset", "dataset_sha256", "messages", "lines", "workers", "sources",
+                  "aggregators", "cpu_delay_ms", "flush_secs", "words_per_second", "lines_per_second",
+                  "latency_ms", "loads", "dist_cost", "distinct_per_worker", "final_imbalance_fraction",
+                  "load_stddev", "replayed", "top_k", "duration_s"):
+        assert field in summary, field
+    assert set(summary["latency_ms"]) >= {"mean", "p50", "p95", "p99"}
+    assert summary["words_per_second"] > 0 and summary["latency_ms"]["p99"] >= summary["latency_ms"]["p50"] > 0
+    # PKG splits keys over two workers: memory between KG's 1.0 and 2.0
+    assert 1.0 < summary["dist_cost"] <= 2.0
+    assert dict((w, int(c)) for w, c in (line.split("\t") for line in out.read_text().splitlines())) == dict(exact)
+    conn = redis_server.connect(redis_url)
+    keys = RunKeys(summary["run_id"])
+    assert json.loads(conn.get(keys.summary)) == summary
+    assert conn.zscore(RUNS, summary["run_id"]) is not None
+    assert summary["top_k"] == [[w, c] for w, c in sorted(exact.items(), key=lambda i: (-i[1], i[0]))[:5]]
+
+
+def test_a_counter_killed_mid_run_loses_no_word_and_replays_are_reported(home, redis_url, tmp_path):
+    path = tmp_path / "long.txt"
+    write_text(path, 400, seed=11)
+    prepared = prepare(RunOptions("pkg", f"text:{path}", sources=2, workers=3, aggregators=2, cpu_delay_ms=1.0,
+                                  max_pending=60, message_timeout=3, kill_counter_at=0.3, timeout=180))
+    conn = redis_server.connect(redis_url)
+    summary = run_wordcount(prepared, conn, redis_url)
+    assert summary["killed_counter"] and summary["restarts"] >= 1
+    assert summary["replayed"] > 0
+    counts = read_counts(conn, RunKeys(summary["run_id"]))
+    exact = exact_counts(path)
+    assert set(counts) == set(exact)
+    assert all(counts[w] >= exact[w] for w in exact)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--grouping", "nosuch", "--dataset", "zipf:messages=10"], "unknown grouping 'nosuch'"),
+        (["--grouping", "pkg", "--dataset", "text:/no/such/file.txt"], "dataset file not found"),
+        (["--grouping", "pkg", "--dataset", "zipf:messages=10", "-W", "6", "--counter-tasks", "4"],
+         "W=6 workers is more than the 4 counter tasks"),
+        (["--grouping", "pkg:d=5", "--dataset", "zipf:messages=10", "-W", "4"], "exceeds the number of workers"),
+        (["--grouping", "pkg", "--dataset", "zipf:messages=10", "--redis", "redis://127.0.0.1:1/0"],
+         "cannot reach Redis at redis://127.0.0.1:1/0"),
+    ],
+)
+def test_mistakes_fail_with_one_line_before_anything_starts(args, message, tmp_path, capsys):
+    # an unreachable Redis everywhere except the Redis case: the other checks come first
+    redis_arg = [] if "--redis" in args else ["--redis", "redis://127.0.0.1:1/0"]
+    assert main(["run", "wordcount", *args, *redis_arg]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("keysplit: error: ") and message in err and "\n" not in err
+
+
+def test_the_streamparse_project_builds_the_parameterised_topology():
+    """What `sparse submit` does before talking to Nimbus: import the topology file, resolve options
+    (config.json env < topology config < -o), serialise to Thrift."""
+    script = """
+import io, json
+from streamparse.util import get_topology_from_file, get_config, get_env_config
+from streamparse.cli.common import resolve_options
+from streamparse.thrift import StormTopology
+from thriftpy2.protocol import TBinaryProtocol
+from thriftpy2.transport import TMemoryBuffer
+cls = get_topology_from_file("topologies/wordcount.py")
+get_config()
+_, env = get_env_config("prod")
+opts = resolve_options({"keysplit.grouping": "dkg"}, env, cls, "wordcount", local_only=True)
+buf = io.BytesIO(); cls.write(buf)
+topo = StormTopology(); topo.read(TBinaryProtocol(TMemoryBuffer(buf.getvalue())))
+print(json.dumps({"grouping": opts["keysplit.grouping"], "workers": opts["keysplit.workers"],
+    "pending": opts["topology.max.spout.pending"], "venv": opts["topology.python.path"],
+    "par": {n: b.common.parallelism_hint for n, b in topo.bolts.items()},
+    "direct": topo.bolts["router"].common.streams["words"].direct,
+    "script": topo.bolts["counter"].bolt_object.shell.script}))
+"""
+    env = {**os.environ, "KEYSPLIT_SOURCES": "4", "KEYSPLIT_WORKERS": "6", "KEYSPLIT_AGGREGATORS": "3"}
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                            check=True)
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert facts["grouping"] == "dkg" and facts["workers"] == 6 and facts["pending"] == 1000
+    assert facts["par"] == {"router": 4, "counter": 6, "aggregator": 3, "topk": 1}
+    assert facts["direct"] is True
+    assert facts["script"] == "keysplit.storm.bolts.CounterBolt"
+    assert facts["venv"] == "/data/virtualenvs/wordcount/bin/python"
