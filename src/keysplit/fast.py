@@ -385,11 +385,13 @@ class RouteState:
         return out
 
 
-def _check_args(split: str, rate: float) -> None:
+def _checked_spec(spec: str, workers: int, sources: int, split: str, rate: float) -> FastSpec | None:
+    """The reference's argument checks (same errors), then the kernel's reading of ``spec``."""
     if split not in SPLITS:
         raise SpecError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
     if rate <= 0:
         raise SpecError(f"rate must be positive, got {rate}")
+    return fast_spec(spec, workers, sources)
 
 
 def fast_route(
@@ -402,8 +404,7 @@ def fast_route(
     split: str = "shuffle",
 ) -> np.ndarray | None:
     """Every message's worker, in stream order (the fast twin of ``simulate.route``); None if unsupported."""
-    _check_args(split, rate)
-    fs = fast_spec(spec, workers, sources)
+    fs = _checked_spec(spec, workers, sources, split, rate)
     if fs is None:
         return None
     warmup()
@@ -429,8 +430,7 @@ def fast_simulate(
     ``messages_per_second`` covers the whole run (drawing or reading the dataset, naming keys, routing,
     metrics) but not the kernel's one-time compilation, which :func:`compile_seconds` reports.
     """
-    _check_args(split, rate)
-    fs = fast_spec(spec, workers, sources)
+    fs = _checked_spec(spec, workers, sources, split, rate)
     if fs is None:
         return None
     if checkpoint is None:
