@@ -107,6 +107,7 @@ def test_every_tuple_acked_once_through_a_grouping(tmp_path, grouping):
         loads = [len(got[t]) for t in record_tasks]
         assert max(loads) - min(loads) <= 4, f"shuffle is round-robin per emitter: {loads}"
     assert stats["numbers"]["acked"] == n and stats["numbers"]["failed"] == 0
+    assert stats["record"]["restarts"] == 0, "heartbeats answered: nobody is restarted"
     assert stats["split"]["transferred"] == 2 * n * (3 if grouping == "all" else 1)
 
 
@@ -215,6 +216,21 @@ def test_crashing_bolt_fails_its_tuple_reports_the_error_and_restarts(tmp_path):
     assert "deliberate crash" in next((tmp_path / "logs").glob("crashy-*.log")).read_text()
 
 
+def test_hung_bolt_misses_heartbeats_and_is_restarted(tmp_path):
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+        record = RecordBolt.spec(inputs=[numbers], par=1, config={"test.hang_at": 30})
+
+    n = 100
+    stats, _ = run(T, tmp_path, n, timeout=40, **{"topology.subprocess.timeout.secs": 2,
+                                                  "topology.message.timeout.secs": 3,
+                                                  "topology.max.spout.pending": 10})
+    assert (tmp_path / "hung").exists()
+    assert stats["record"]["restarts"] == 1, "killed for missing heartbeats, then restarted"
+    assert stats["numbers"]["timed_out"] >= 1
+    assert_all_acked_once(tmp_path, n)
+
+
 def test_direct_emit_to_a_regular_subscription_is_storms_error(tmp_path):
     class T(Topology):
         numbers = NumberSpout.spec(par=1)
@@ -244,9 +260,30 @@ def test_component_that_fails_to_import_is_a_clear_startup_error(tmp_path):
 
     with pytest.raises(TopologyError) as err:
         run(T, tmp_path, 1, extra_env={"KEYSPLIT_TEST_BREAK_IMPORT": "1"})
-    first_line = str(err.value).splitlines()[0]
-    assert "'broken'" in first_line and "local_components.missing.UnimportableBolt" in first_line
-    assert "No module named 'keysplit_no_such_dependency'" in first_line
+    message = str(err.value)
+    assert "\n" not in message, "one line"
+    assert "'broken'" in message and "local_components.missing.UnimportableBolt" in message
+    assert "No module named 'keysplit_no_such_dependency'" in message
+    assert "local_components/missing.py" in err.value.detail, "the traceback from its stderr comes with the error"
+
+
+def test_crash_loop_on_restart_gives_up_with_a_clear_error(tmp_path):
+    from local_components.missing import UnimportableBolt
+
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+        broken = UnimportableBolt.spec(inputs=[numbers], par=1)
+
+    marker = tmp_path / "break-now"
+    conf = {"test.out": str(tmp_path), "test.n": 10, "keysplit.local.max.restarts": 2,
+            "keysplit.local.restart.delay.secs": 0.1}
+    with LocalCluster(T, conf, cwd=str(ROOT), env={"PYTHONPATH": str(TESTS), "KEYSPLIT_TEST_BREAK_IF": str(marker)}
+                      ) as cluster:
+        marker.touch()  # from now on the component cannot be imported: every restart fails
+        cluster.kill_task("broken")
+        with pytest.raises(TopologyError, match=r"broken\[0\].*died 2 times.*No module named"):
+            cluster.run_until(lambda: False, timeout=30)
+        assert cluster.stats()["broken"]["restarts"] == 3
 
 
 def test_context_numbers_tasks_like_storm():

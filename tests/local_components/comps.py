@@ -94,7 +94,10 @@ class PlainBolt(Bolt):
 
 
 class RecordBolt(Bolt):
-    """Records ``n key part stream`` of each input; holds its acks until a tick when ``test.hold`` is set."""
+    """Records ``n key part stream`` of each input; holds its acks until a tick when ``test.hold`` is set.
+
+    ``test.sleep`` seconds of sleep per tuple; ``test.hang_at``: hang for an hour on that tuple, once.
+    """
 
     auto_ack = False
 
@@ -103,10 +106,15 @@ class RecordBolt(Bolt):
         self.sleep = float(conf.get("test.sleep", 0))
         self.held = []
         self.log_file = _out(conf, "record", self.task_id)
+        self.hang_at = conf.get("test.hang_at")
+        self.marker = os.path.join(conf["test.out"], "hung")
 
     def process(self, tup):
         if self.sleep:
             time.sleep(self.sleep)
+        if tup.values[0] == self.hang_at and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            time.sleep(3600)  # hangs without answering heartbeats, once
         values = list(tup.values) + [None] * (3 - len(tup.values))
         self.log_file.write(f"tuple {values[0]} {values[1]} {values[2]} {tup.component} {tup.task}\n")
         if self.hold:

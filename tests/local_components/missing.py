@@ -1,15 +1,18 @@
-"""A component whose module cannot be imported in the component process (its dependency is missing)."""
+"""A component whose module cannot be imported in the component process (its dependency is missing).
+
+It breaks when KEYSPLIT_TEST_BREAK_IMPORT is set, or once the file named by KEYSPLIT_TEST_BREAK_IF exists.
+"""
 
 import os
 
 from streamparse import Bolt
 
-if os.environ.get("KEYSPLIT_TEST_BREAK_IMPORT"):
+if os.environ.get("KEYSPLIT_TEST_BREAK_IMPORT") or os.path.exists(os.environ.get("KEYSPLIT_TEST_BREAK_IF", "/-")):
     import keysplit_no_such_dependency  # noqa: F401
 
 
 class UnimportableBolt(Bolt):
-    """Never runs: its module fails to import when the runner sets KEYSPLIT_TEST_BREAK_IMPORT."""
+    """Does nothing (acks); its module fails to import when the environment says so."""
 
     def process(self, tup):
         pass

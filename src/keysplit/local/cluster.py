@@ -106,7 +106,7 @@ class LocalCluster:
         self._ids = itertools.count(1)
         self._dirty: set[TaskProcess] = set()
         self._down: set[TaskProcess] = set()  # tasks waiting for a restart or for their handshake
-        self._fatal: str | None = None
+        self._fatal: TopologyError | None = None
         self.errors: list[tuple[str, int, str]] = []
         self._started = False
         self._closed = False
@@ -138,7 +138,7 @@ class LocalCluster:
             while not all(t.ready for t in self.tasks.values()):
                 for task in self.tasks.values():
                     if not task.alive:
-                        raise TopologyError(self._startup_failure(task))
+                        raise self._startup_failure(task)
                 if time.monotonic() > deadline:
                     slow = [f"{t.name}[{t.index}]" for t in self.tasks.values() if not t.ready]
                     raise TopologyError(f"tasks {slow} did not answer the multi-lang handshake within "
@@ -284,12 +284,16 @@ class LocalCluster:
                 self._sel.unregister(fd)
         task.blocked = False
 
-    def _startup_failure(self, task: TaskProcess) -> str:
+    def _stderr_note(self, task: TaskProcess) -> str:
+        return f" (stderr: {task.stderr_path})" if self.log_dir is not None else ""
+
+    def _startup_failure(self, task: TaskProcess) -> TopologyError:
         code = task.proc.poll() if task.proc else None
         tail = task.stderr_tail()
         last = tail.strip().splitlines()[-1] if tail.strip() else "no output on stderr"
-        return (f"component {task.name!r} ({task.component.class_path}) task {task.task_id} exited during "
-                f"startup with code {code}: {last}\n--- stderr of {task.name}[{task.index}] ---\n{tail}")
+        log.error("task %s[%d] failed to start; its stderr ends with:\n%s", task.name, task.index, tail)
+        return TopologyError(f"component {task.name!r} ({task.component.class_path}) task {task.task_id} exited "
+                             f"during startup with code {code}: {last}{self._stderr_note(task)}", tail)
 
     def _on_death(self, task: TaskProcess, now: float) -> None:
         """A task's process died (crash, SIGKILL, broken pipe): clean up and schedule its restart."""
@@ -339,9 +343,9 @@ class LocalCluster:
                 self._sel.unregister(task.wfd)
                 self._dirty.add(task)
         self._flush_dirty()
-        if self._fatal:
-            message, self._fatal = self._fatal, None
-            raise TopologyError(message)
+        if self._fatal is not None:
+            error, self._fatal = self._fatal, None
+            raise error
 
     def _flush_dirty(self) -> None:
         if not self._dirty:
@@ -368,8 +372,12 @@ class LocalCluster:
                     if now >= task.restart_at:
                         task.restarts += 1
                         if task.restarts > int(self.conf["keysplit.local.max.restarts"]):
-                            self._fatal = (f"task {task.name}[{task.index}] ({task.component.class_path}) died "
-                                           f"{task.restarts} times; giving up. Last stderr:\n{task.stderr_tail()}")
+                            tail = task.stderr_tail()
+                            last = tail.strip().splitlines()[-1] if tail.strip() else "no output on stderr"
+                            self._fatal = TopologyError(
+                                f"task {task.name}[{task.index}] ({task.component.class_path}) died "
+                                f"{task.restarts - 1} times (keysplit.local.max.restarts); last stderr line: {last}"
+                                f"{self._stderr_note(task)}", tail)
                             return now
                         self._spawn(task, now)
                     else:
@@ -484,7 +492,7 @@ class LocalCluster:
                 pass
             else:
                 log.warning("task %s[%d] sent an unknown command %r", task.name, task.index, msg)
-            if self._fatal:
+            if self._fatal is not None:
                 return
 
     def _sync(self, task: TaskProcess) -> None:
@@ -502,19 +510,21 @@ class LocalCluster:
         values = msg.get("tuple")
         router = task.routers.get(stream)
         if router is None:
-            self._fatal = (f"{task.name!r} (task {task.task_id}) emitted on stream {stream!r}, which it does not "
-                           f"declare (declared: {sorted(task.routers)}); declare it in the component's outputs")
+            self._fatal = TopologyError(
+                f"{task.name!r} (task {task.task_id}) emitted on stream {stream!r}, which it does not declare "
+                f"(declared: {sorted(task.routers)}); declare it in the component's outputs")
             return
         if type(values) is not list or len(values) != router.n_fields:
-            self._fatal = (f"{task.name!r} (task {task.task_id}) emitted {values!r} on stream {stream!r}: Tuple "
-                           f"created with wrong number of fields. Expected {router.n_fields} fields "
-                           f"({router.fields}) but got {len(values) if type(values) is list else 'no list'}")
+            got = len(values) if type(values) is list else "no list"
+            self._fatal = TopologyError(
+                f"{task.name!r} (task {task.task_id}) emitted {str(values)[:200]} on stream {stream!r}: Tuple created "
+                f"with wrong number of fields. Expected {router.n_fields} fields ({router.fields}) but got {got}")
             return
         direct = msg.get("task")
         try:
             targets = router.route(values) if direct is None else router.route_direct(direct)
         except RoutingError as exc:
-            self._fatal = f"Storm runtime error in {task.name!r} (task {task.task_id}): {exc}"
+            self._fatal = TopologyError(f"Storm runtime error in {task.name!r} (task {task.task_id}): {exc}")
             return
         task.emitted += 1
         if direct is None and msg.get("need_task_ids", True):

@@ -116,7 +116,7 @@ class TaskProcess:
             proc.kill()
             return proc.wait()
 
-    def stderr_tail(self, lines: int = 15) -> str:
+    def stderr_tail(self, lines: int = 40) -> str:
         """The last lines the process wrote to stderr (its traceback, when it crashed)."""
         if self.stderr_path is None or not self.stderr_path.exists():
             return ""

@@ -33,7 +33,14 @@ STORM_DEFAULTS: dict[str, Any] = {
 
 
 class TopologyError(KeysplitError):
-    """The topology cannot run: bad declaration, a component that fails to start, or a Storm runtime error."""
+    """The topology cannot run: bad declaration, a component that fails to start, or a Storm runtime error.
+
+    The message is one line; ``detail`` holds supporting text such as the tail of a component's stderr.
+    """
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 @dataclass(frozen=True)
