@@ -1,0 +1,44 @@
+"""The replay's fast path: ``keysplit.fast``'s numba kernel, fed one partition's messages.
+
+``keysplit.fast`` makes exactly the reference decisions of kg, sg and pkg (every variant: d choices, local
+or global load, probing; ``tests/test_fast.py`` proves it against ``choose``). Its ``RouteState`` holds every
+source's state (round-robin position, local load row, next probe), and each message carries its source, so:
+
+- a partitioned source ``s`` feeds only its own messages tagged ``s``: the kernel touches only row ``s``,
+  which is what ``build_grouping(spec, W, S)[s]`` would hold (kg, sg and local pkg never read another
+  source's state or the true loads);
+- the merged stream of a global-mode grouping (pkg:load=global, pkg:probe=T) feeds every message with its
+  source, in sequence order, exactly like the simulator's loop.
+
+Event times are always passed explicitly (``SubStream.now``), so a probe fires at the reference's moments.
+The replay's own tests prove the whole pipeline equal to ``simulate(..., engine="reference")``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from keysplit import fast
+from spark_replay.ingest import SubStream
+
+
+def has_fast_path(spec: str, workers: int, sources: int) -> bool:
+    """True when ``keysplit.fast`` routes ``spec`` (kg, sg, pkg and its variants)."""
+    return fast.fast_spec(spec, workers, sources) is not None
+
+
+def route_fast(sub: SubStream, spec: str, workers: int, sources: int, split: str, rate: float) -> np.ndarray | None:
+    """The worker of every message of ``sub`` (one source's, or the merged stream), or None without a fast path."""
+    fs = fast.fast_spec(spec, workers, sources)
+    if fs is None:
+        return None
+    fast.warmup()
+    state = fast.RouteState(fs, workers, sources, split, rate, checkpoint=1 << 62)
+    add = state.table.add
+    remap = np.fromiter((add(k) for k in sub.vocab), dtype=np.int32, count=len(sub.vocab))
+    n = len(sub)
+    if n == 0:
+        return np.zeros(0, dtype=np.int32)
+    src = sub.sources if sub.sources is not None else np.full(n, sub.source, dtype=np.int32)
+    chunk = fast.Chunk(remap[sub.key_ids], src.astype(np.int32), sub.now(rate).astype(np.float64))
+    return state.run(chunk)

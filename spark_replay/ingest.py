@@ -1,0 +1,333 @@
+"""Reading a dataset on Spark partitions, numbering its messages, and dealing them to S ordered sub-streams.
+
+The rules are the simulator's (``keysplit.simulate``): records are numbered 0, 1, ... in file order (the
+records the reader yields, i.e. after ``parse_line`` skipped blank or keyless lines); record ``index`` goes
+to source ``source_of(index, first_key, S, split)``; messages (keys) are numbered by ``sequence`` from 0 over
+the whole stream, and a message's event time is its record's timestamp or ``sequence / rate``.
+
+Reading is distributed: an uncompressed file is cut into byte ranges, each read by one task that owns the
+lines *starting* inside its range (Hadoop's rule: a task whose range starts mid-line skips to the next line),
+decodes them exactly as :meth:`FileDataset.lines` does and parses them with the reader's own pure
+``parse_line``. A gzip file cannot be cut and is read by one task; a Parquet file is cut by row groups. A
+small job then gives every chunk its global record and message offsets (prefix sums of per-chunk counts, two
+numbers per chunk on the driver), and one shuffle gathers each source's messages, in order, in partition
+``s``. Nothing of the dataset itself goes through the driver.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from keysplit.datasets import Dataset, FileDataset, open_dataset, write_dataset
+from keysplit.datasets.readers import ParquetDataset, open_binary
+from keysplit.errors import DatasetError
+from keysplit.hashing import hash32
+from keysplit.simulate import SPLIT_SEED
+
+#: Target bytes per input partition of an uncompressed file.
+SLICE_BYTES = 32 << 20
+
+
+@dataclass
+class Chunk:
+    """The records of one input partition, in file order: keys as ids into ``vocab``."""
+
+    part: int
+    vocab: list[str]
+    key_ids: np.ndarray  # int32, one per message
+    rec_len: np.ndarray  # int32, keys per record
+    ts: np.ndarray | None  # float64 per record (0 where absent), None when no record has one
+    has_ts: np.ndarray | None  # bool per record
+
+
+@dataclass
+class SubStream:
+    """The ordered messages of one source (or, merged, of several: then ``sources`` is set per message)."""
+
+    source: int
+    seq: np.ndarray  # int64, strictly increasing
+    key_ids: np.ndarray  # int32 into vocab
+    vocab: list[str]
+    ts: np.ndarray | None  # float64 per message
+    has_ts: np.ndarray | None
+    sources: np.ndarray | None = None  # int32 per message, merged streams only
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def now(self, rate: float) -> np.ndarray:
+        """Event time of every message: ``event_time(ts, seq, rate)`` of the simulator, vectorised."""
+        t = self.seq / rate
+        if self.ts is not None:
+            t = np.where(self.has_ts, self.ts, t)
+        return t
+
+
+# ----------------------------------------------------------------------------------------------- reading
+
+
+def decode_line(data: bytes) -> str:
+    """One line as :meth:`FileDataset.lines` decodes it (invalid UTF-8 replaced, line end stripped)."""
+    try:
+        line = data.decode("utf-8")
+    except UnicodeDecodeError:
+        line = data.decode("utf-8", errors="replace")
+    return line.rstrip("\r\n")
+
+
+def read_range(path: str, start: int, end: int) -> Iterator[str]:
+    """The decoded lines that start at a byte offset in ``[start, end)`` of an uncompressed file."""
+    with open(path, "rb") as fh:
+        if start > 0:
+            fh.seek(start - 1)
+            fh.readline()  # the line that started before ``start`` belongs to the previous range
+        pos = fh.tell()
+        while pos < end:
+            data = fh.readline()
+            if not data:
+                break
+            pos += len(data)
+            yield decode_line(data)
+
+
+def read_gzip(path: str) -> Iterator[str]:
+    with open_binary(path) as raw:
+        for data in raw:
+            yield decode_line(data)
+
+
+@dataclass
+class Slice:
+    """One input partition: a byte range of a text file, the whole of a gzip file, or Parquet row groups."""
+
+    part: int
+    start: int = 0
+    end: int = 0
+    gzip: bool = False
+    row_groups: tuple[int, ...] = ()
+
+
+def plan_slices(dataset: FileDataset, partitions: int | None, parallelism: int) -> list[Slice]:
+    """Cut the file into input partitions (``partitions`` forces the number for byte ranges)."""
+    path = dataset.path
+    if isinstance(dataset, ParquetDataset):
+        groups = dataset._file.num_row_groups
+        n = max(1, min(groups, partitions or parallelism))
+        bounds = [groups * i // n for i in range(n + 1)]
+        return [Slice(i, row_groups=tuple(range(bounds[i], bounds[i + 1]))) for i in range(n)]
+    with open(path, "rb") as fh:
+        if fh.read(2) == b"\x1f\x8b":
+            return [Slice(0, gzip=True)]
+    size = os.path.getsize(path)
+    n = partitions or max(parallelism, math.ceil(size / SLICE_BYTES))
+    n = max(1, min(n, size))
+    bounds = [size * i // n for i in range(n + 1)]
+    return [Slice(i, bounds[i], bounds[i + 1]) for i in range(n)]
+
+
+def executor_dataset(dataset: FileDataset) -> Any:
+    """What a task needs to re-create the reader: the dataset itself, or for Parquet its (path, key, time)."""
+    if isinstance(dataset, ParquetDataset):
+        return ("parquet", dataset.path, dataset.key_column, dataset.time_column)
+    return dataset
+
+
+def parse_slice(reader: Any, piece: Slice) -> Chunk:
+    """Parse one input partition into a :class:`Chunk` with the reader's ``parse_line``."""
+    if isinstance(reader, tuple):
+        records: Iterator = _parquet_records(ParquetDataset(*reader[1:]), piece.row_groups)
+    else:
+        lines = read_gzip(reader.path) if piece.gzip else read_range(reader.path, piece.start, piece.end)
+        if reader.skip_header and piece.start == 0:
+            next(lines, None)
+        records = filter(None, map(reader.parse_line, lines))
+    index: dict[str, int] = {}
+    ids: list[int] = []
+    lengths: list[int] = []
+    times: list[float] = []
+    timed: list[bool] = []
+    any_ts = False
+    for ts, keys in records:
+        for key in keys:
+            i = index.get(key)
+            if i is None:
+                i = index[key] = len(index)
+            ids.append(i)
+        lengths.append(len(keys))
+        if ts is None:
+            times.append(0.0)
+            timed.append(False)
+        else:
+            times.append(ts)
+            timed.append(True)
+            any_ts = True
+    return Chunk(
+        part=piece.part,
+        vocab=list(index),
+        key_ids=np.asarray(ids, dtype=np.int32),
+        rec_len=np.asarray(lengths, dtype=np.int32),
+        ts=np.asarray(times, dtype=np.float64) if any_ts else None,
+        has_ts=np.asarray(timed, dtype=bool) if any_ts else None,
+    )
+
+
+def _parquet_records(dataset: ParquetDataset, groups: tuple[int, ...]) -> Iterator:
+    columns = [dataset.key_column] + ([dataset.time_column] if dataset.time_column else [])
+    for g in groups:
+        table = dataset._file.read_row_group(g, columns=columns)
+        keys = table.column(0).to_pylist()
+        times = table.column(1).to_pylist() if dataset.time_column else [None] * len(keys)
+        for key, ts in zip(keys, times):
+            record = dataset.make_record("" if key is None else str(key), ts, dataset.path)
+            if record is not None:
+                yield record
+
+
+# ------------------------------------------------------------------------------------- sources and order
+
+
+def deal_chunk(chunk: Chunk, rec0: int, seq0: int, sources: int, split: str) -> Iterator[tuple[int, tuple]]:
+    """Give the chunk's messages their global sequence numbers and emit ``(source, piece)`` per source.
+
+    ``source_of`` of the simulator: record ``index`` goes to ``index % S`` (shuffle) or to the murmur3 hash of
+    its first key with ``SPLIT_SEED`` mod S (key).
+    """
+    n_rec = len(chunk.rec_len)
+    n_msg = len(chunk.key_ids)
+    if split == "shuffle":
+        rec_source = (rec0 + np.arange(n_rec, dtype=np.int64)) % sources
+    else:
+        key_source = np.asarray([hash32(k, SPLIT_SEED) % sources for k in chunk.vocab], dtype=np.int64)
+        starts = np.cumsum(chunk.rec_len, dtype=np.int64) - chunk.rec_len
+        nonempty = chunk.rec_len > 0
+        rec_source = np.zeros(n_rec, dtype=np.int64)
+        rec_source[nonempty] = key_source[chunk.key_ids[starts[nonempty]]]
+    msg_source = np.repeat(rec_source, chunk.rec_len)
+    seq = seq0 + np.arange(n_msg, dtype=np.int64)
+    ts = np.repeat(chunk.ts, chunk.rec_len) if chunk.ts is not None else None
+    has_ts = np.repeat(chunk.has_ts, chunk.rec_len) if chunk.has_ts is not None else None
+    for s in np.unique(msg_source).tolist():
+        mask = msg_source == s
+        used, local = np.unique(chunk.key_ids[mask], return_inverse=True)
+        vocab = [chunk.vocab[i] for i in used.tolist()]
+        yield s, (chunk.part, seq[mask], local.astype(np.int32), vocab,
+                  ts[mask] if ts is not None else None, has_ts[mask] if has_ts is not None else None)
+
+
+def gather_source(source: int, pieces: Iterator[tuple[int, tuple]]) -> SubStream:
+    """Concatenate one source's pieces in input-partition order (= sequence order) into a SubStream."""
+    ordered = sorted((p for _, p in pieces), key=lambda p: p[0])
+    return concat_pieces(source, [p[1:] for p in ordered])
+
+
+def concat_pieces(source: int, pieces: list[tuple]) -> SubStream:
+    """Join ``(seq, key_ids, vocab, ts, has_ts)`` pieces, merging their vocabularies."""
+    index: dict[str, int] = {}
+    seqs, ids, tss, flags = [], [], [], []
+    timed = any(p[3] is not None for p in pieces)
+    for seq, key_ids, vocab, ts, has_ts in pieces:
+        remap = np.asarray([index.setdefault(k, len(index)) for k in vocab], dtype=np.int32)
+        seqs.append(seq)
+        ids.append(remap[key_ids] if len(key_ids) else key_ids.astype(np.int32))
+        if timed:
+            tss.append(ts if ts is not None else np.zeros(len(seq)))
+            flags.append(has_ts if has_ts is not None else np.zeros(len(seq), dtype=bool))
+    return SubStream(
+        source=source,
+        seq=np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64),
+        key_ids=np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32),
+        vocab=list(index),
+        ts=np.concatenate(tss) if timed else None,
+        has_ts=np.concatenate(flags) if timed else None,
+    )
+
+
+def merge_streams(streams: list[SubStream]) -> SubStream:
+    """All sub-streams as one stream in sequence order, each message tagged with its source."""
+    merged = concat_pieces(0, [(s.seq, s.key_ids, s.vocab, s.ts, s.has_ts) for s in streams])
+    sources = np.concatenate([np.full(len(s), s.source, dtype=np.int32) for s in streams]) if streams \
+        else np.zeros(0, dtype=np.int32)
+    order = np.argsort(merged.seq, kind="stable")
+    merged.seq = merged.seq[order]
+    merged.key_ids = merged.key_ids[order]
+    if merged.ts is not None:
+        merged.ts = merged.ts[order]
+        merged.has_ts = merged.has_ts[order]  # type: ignore[index]
+    merged.sources = sources[order]
+    return merged
+
+
+# ------------------------------------------------------------------------------------------- the job
+
+
+@dataclass
+class Ingested:
+    """The dataset on Spark: S cached sub-streams, the exact counts, and its size."""
+
+    streams: Any  # RDD[SubStream], partition s = source s
+    counts: Any  # RDD[(key, count)]
+    records: int
+    messages: int
+    partitions: int
+
+
+def materialise(dataset: Dataset, out_dir: str) -> FileDataset:
+    """A file dataset for ``dataset``: itself, or a generator written out first as ``out_dir/dataset.csv``."""
+    if isinstance(dataset, FileDataset):
+        dataset.path = os.path.abspath(dataset.path)
+        return dataset
+    os.makedirs(out_dir, exist_ok=True)
+    spec, _ = write_dataset(dataset, os.path.join(out_dir, "dataset.csv"))
+    written = open_dataset(spec)
+    assert isinstance(written, FileDataset)
+    return written
+
+
+def ingest(spark: Any, dataset: FileDataset, sources: int, split: str, partitions: int | None = None) -> Ingested:
+    """Read, number and deal the dataset into S cached sub-streams (see the module docstring)."""
+    from pyspark import StorageLevel
+
+    sc = spark.sparkContext
+    slices = plan_slices(dataset, partitions, sc.defaultParallelism)
+    reader = executor_dataset(dataset)
+    chunks = sc.parallelize(slices, len(slices)).map(lambda p: parse_slice(reader, p))
+    chunks = chunks.persist(StorageLevel.MEMORY_AND_DISK)
+    sizes = sorted(chunks.map(lambda c: (c.part, len(c.rec_len), len(c.key_ids))).collect())
+    records = sum(r for _, r, _ in sizes)
+    messages = sum(m for _, _, m in sizes)
+    if messages == 0:
+        chunks.unpersist()
+        raise DatasetError(f"dataset {dataset.spec!r} has no records (empty file or no keys in it)")
+    offsets: dict[int, tuple[int, int]] = {}
+    rec0 = seq0 = 0
+    for part, r, m in sizes:
+        offsets[part] = (rec0, seq0)
+        rec0 += r
+        seq0 += m
+
+    def deal(chunk: Chunk) -> Iterator[tuple[int, tuple]]:
+        r0, s0 = offsets[chunk.part]
+        return deal_chunk(chunk, r0, s0, sources, split)
+
+    streams = (
+        chunks.flatMap(deal)
+        .partitionBy(sources, lambda s: s)
+        .mapPartitionsWithIndex(lambda s, it: [gather_source(s, it)], preservesPartitioning=True)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    counts = chunks.flatMap(_chunk_counts).reduceByKey(lambda a, b: a + b).persist(StorageLevel.MEMORY_AND_DISK)
+    streams.count()  # materialise the cache before the chunks go
+    counts.count()
+    chunks.unpersist()
+    return Ingested(streams, counts, records, messages, len(slices))
+
+
+def _chunk_counts(chunk: Chunk) -> Iterator[tuple[str, int]]:
+    freq = np.bincount(chunk.key_ids, minlength=len(chunk.vocab)).tolist()
+    return zip(chunk.vocab, freq)

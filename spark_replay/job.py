@@ -1,0 +1,295 @@
+"""The replay job: one Spark application that replays a dataset through several groupings.
+
+Library use: ``run_replay(spark, ReplayOptions(...))`` returns the summary it wrote to ``OUT/summary.json``.
+On a cluster: ``spark-submit [--master URL] spark_replay/job.py --dataset SPEC --groupings ... --out DIR``
+(the same options as ``keysplit replay``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from keysplit.datasets import open_dataset
+from keysplit.errors import KeysplitError, SpecError
+from keysplit.metrics import (
+    ImbalanceSeries,
+    default_checkpoint,
+    dist_cost,
+    imbalance,
+    imbalance_fraction,
+    load_stddev,
+)
+from keysplit.simulate import DEFAULT_RATE, SPLITS
+from spark_replay import aggregates, routing
+from spark_replay.ingest import Ingested, ingest, materialise
+from spark_replay.queueing import LatencyHistogram, throughput_estimate, worker_latencies
+
+DEFAULT_CPU_DELAY_MS = 1.0
+DEFAULT_OUT = os.path.join(".keysplit", "replay")
+DEFAULT_TOP_K = 10
+
+
+@dataclass
+class ReplayOptions:
+    dataset: str
+    groupings: list[str]
+    workers: int = 10
+    sources: int = 5
+    cpu_delay_ms: float = DEFAULT_CPU_DELAY_MS
+    rate: float = DEFAULT_RATE
+    split: str = "shuffle"
+    checkpoint: int | None = None
+    top_k: int = DEFAULT_TOP_K
+    out: str = DEFAULT_OUT
+    capacities: list[float] | None = None
+    partitions: int | None = None  # input partitions (default: by file size and cores)
+    fast: bool = True  # route kg/sg/pkg with keysplit.fast's proven kernel
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class GroupingResult:
+    summary: dict
+    series_t: list[int]
+    series_imbalance: list[float]
+    series_loads: list[list[int]]
+
+
+_REMOTE_ERROR = re.compile(r"keysplit\.errors\.(\w+Error): (.+)")
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """A KeysplitError raised inside a Spark task (a bad CSV time value) surfaces as that one line."""
+    try:
+        yield
+    except KeysplitError:
+        raise
+    except Exception as exc:
+        match = _REMOTE_ERROR.search(str(exc))
+        if match is None or type(exc).__module__.split(".")[0] not in ("pyspark", "py4j"):
+            raise
+        raise KeysplitError(match.group(2).strip()) from None
+
+
+def validate(opts: ReplayOptions) -> list[str]:
+    """Check everything before Spark reads a byte; return each grouping's routing mode."""
+    if opts.workers < 1 or opts.sources < 1:
+        raise SpecError("workers and sources must be at least 1")
+    if opts.rate <= 0:
+        raise SpecError(f"rate must be positive, got {opts.rate}")
+    if opts.cpu_delay_ms < 0:
+        raise SpecError(f"cpu delay must not be negative, got {opts.cpu_delay_ms}")
+    if opts.split not in SPLITS:
+        raise SpecError(f"unknown split {opts.split!r}; valid: {', '.join(SPLITS)}")
+    if not opts.groupings:
+        raise SpecError("no grouping to replay")
+    if opts.capacities is not None and len(opts.capacities) != opts.workers:
+        raise SpecError(f"--capacities needs {opts.workers} values, got {len(opts.capacities)}")
+    return [routing.routing_mode(spec, opts.workers, opts.sources) for spec in opts.groupings]
+
+
+def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] | None = None) -> dict:
+    """Replay ``opts.dataset`` through every grouping; write and return the summary (see the README)."""
+    say = progress or (lambda _msg: None)
+    modes = validate(opts)
+    dataset = open_dataset(opts.dataset)
+    os.makedirs(opts.out, exist_ok=True)
+    out = os.path.abspath(opts.out)
+    started = time.perf_counter()
+    source = materialise(dataset, out)
+    if source is not dataset:
+        say(f"generator written to {source.path} (read back as {source.spec})")
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    digest = pool.submit(source.sha256)
+    with user_errors():
+        t0 = time.perf_counter()
+        ing = ingest(spark, source, opts.sources, opts.split, opts.partitions)
+        ingest_s = time.perf_counter() - t0
+        say(f"read {ing.messages:,} messages in {ing.records:,} records from {ing.partitions} partition(s) "
+            f"into {opts.sources} sub-stream(s) in {ingest_s:.1f} s")
+        counts_path = os.path.join(out, "counts.parquet")
+        counts_info = write_counts(spark, ing, counts_path, opts.top_k)
+        say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")
+        frequencies = None
+        if any(g.needs_full_pass for spec in opts.groupings
+               for g in routing.build_grouping(spec, opts.workers, opts.sources)[:1]):
+            frequencies = spark.sparkContext.broadcast(ing.counts.collectAsMap())
+        every = opts.checkpoint or default_checkpoint(ing.messages)
+        results = []
+        for n, (spec, mode) in enumerate(zip(opts.groupings, modes), 1):
+            r = replay_grouping(spark, ing, spec, mode, opts, every, frequencies)
+            s = r.summary
+            say(f"[{n}/{len(opts.groupings)}] {s['grouping']} ({s['mode']}): {ing.messages:,} messages in "
+                f"{s['seconds']:.2f} s ({s['messages_per_second']:,.0f} msg/s); final imbalance "
+                f"{s['final_imbalance_fraction']:.3e}")
+            results.append(r)
+    sha = digest.result()
+    pool.shutdown()
+    ing.streams.unpersist()
+    ing.counts.unpersist()
+    runs = []
+    for r in results:
+        r.summary.update(dataset_sha256=sha, counts=counts_path, top_k=counts_info["top_k"])
+        runs.append(r.summary)
+    summary = {
+        "dataset": {"spec": source.spec, "requested": opts.dataset, "records": ing.records,
+                    "messages": ing.messages, "keys": counts_info["keys"],
+                    "p1": counts_info["top_count"] / ing.messages, "sha256": sha},
+        "replay": {"master": spark.sparkContext.master, "workers": opts.workers, "sources": opts.sources,
+                   "split": opts.split, "rate": opts.rate, "cpu_delay_ms": opts.cpu_delay_ms,
+                   "checkpoint": every, "input_partitions": ing.partitions, "ingest_seconds": ingest_s,
+                   "total_seconds": time.perf_counter() - started, "counts": counts_path,
+                   "timeseries": os.path.join(out, "timeseries.parquet")},
+        "runs": runs,
+    }
+    write_timeseries(os.path.join(out, "timeseries.parquet"), results)
+    with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=2)
+        fh.write("\n")
+    return summary
+
+
+def write_counts(spark: Any, ing: Ingested, path: str, k: int) -> dict:
+    """The exact counts as Parquet (``key``, ``count``), written by the executors; the top-k and key count."""
+    frame = spark.createDataFrame(ing.counts, schema="key string, count long")
+    frame.write.mode("overwrite").parquet(path)
+    top = ing.counts.takeOrdered(max(k, 1), key=lambda kv: (-kv[1], kv[0]))
+    return {"keys": ing.counts.count(), "top_k": [[w, c] for w, c in top[:k]], "top_count": top[0][1]}
+
+
+def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: ReplayOptions, every: int,
+                    frequencies: Any) -> GroupingResult:
+    """Route every sub-stream with ``spec`` and measure it (loads, I(t), memory, queueing)."""
+    from pyspark import StorageLevel
+
+    W, S = opts.workers, opts.sources
+    rows = ing.messages // every
+    service = opts.cpu_delay_ms / 1000.0
+    params = {"spec": spec, "workers": W, "sources": S, "rate": opts.rate, "mode": mode,
+              "capacities": opts.capacities, "fast": opts.fast, "split": opts.split}
+
+    def route(part: Any) -> Any:
+        p = dict(params, frequencies=frequencies.value if frequencies is not None else None)
+        return routing.run_partition(part, p)
+
+    t0 = time.perf_counter()
+    if mode == routing.GLOBAL:
+        routed = ing.streams.coalesce(1).mapPartitions(lambda it: [route(it)])
+    else:
+        routed = ing.streams.map(route)
+    rate = opts.rate
+    tagged = routed.flatMap(lambda r: aggregates.tag_partition(r, W, every, rows, rate, service > 0))
+    tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
+    matrix, loads_arr, fast = tagged.filter(lambda t: t[0] == "agg").map(lambda t: t[1]).reduce(aggregates.add_aggs)
+    distinct, keys = (
+        tagged.filter(lambda t: t[0] == "mask").map(lambda t: t[1])
+        .reduceByKey(lambda a, b: a | b)
+        .mapPartitions(lambda it: [aggregates.distinct_counts((m for _, m in it), W)])
+        .reduce(aggregates.add_distinct)
+    )
+    hist = LatencyHistogram(service)
+    if service > 0:
+        hist = (
+            tagged.filter(lambda t: t[0] == "arr").map(lambda t: t[1])
+            .groupByKey(numPartitions=max(1, min(W, spark.sparkContext.defaultParallelism * 2)))
+            .map(lambda wa: _worker_hist(list(wa[1]), service))
+            .reduce(lambda a, b: a.merge(b))
+        )
+    else:
+        hist.add(_zeros(ing.messages))
+    tagged.unpersist()
+    elapsed = time.perf_counter() - t0
+
+    loads = [int(x) for x in loads_arr.tolist()]
+    series = ImbalanceSeries(every)
+    series_loads = []
+    for j in range(rows):
+        row = [int(x) for x in matrix[j].tolist()]
+        series.record((j + 1) * every, row)
+        series_loads.append(row)
+    per_worker = [int(x) for x in distinct.tolist()]
+    m = ing.messages
+    summary = {
+        "grouping": routing.describe(spec, W, S),
+        "workers": W,
+        "sources": S,
+        "avg_imbalance_fraction": series.avg_fraction,
+        "final_imbalance_fraction": imbalance_fraction(loads),
+        "load_stddev": load_stddev(loads),
+        "dist_cost": dist_cost(per_worker, keys),
+        "loads": loads,
+        "messages_per_second": m / elapsed if elapsed > 0 else 0.0,
+        "messages": m,
+        "distinct_per_worker": per_worker,
+        "final_imbalance": imbalance(loads),
+        "throughput_estimate": throughput_estimate(m, loads, service),
+        "latency_mean_ms": hist.mean * 1000.0,
+        "latency_p50_ms": hist.percentile(50) * 1000.0,
+        "latency_p95_ms": hist.percentile(95) * 1000.0,
+        "latency_p99_ms": hist.percentile(99) * 1000.0,
+        "latency_max_ms": hist.high * 1000.0 if hist.n else 0.0,
+        "cpu_delay_ms": opts.cpu_delay_ms,
+        "rate": opts.rate,
+        "split": opts.split,
+        "mode": "global (one partition: decisions depend on every source)" if mode == routing.GLOBAL
+        else f"partitioned ({S} partition(s), one per source)",
+        "fast_path": bool(fast),
+        "seconds": elapsed,
+    }
+    return GroupingResult(summary, series.times, series.values, series_loads)
+
+
+def _worker_hist(chunks: list, service: float) -> LatencyHistogram:
+    hist = LatencyHistogram(service)
+    hist.add(worker_latencies(chunks, service))
+    return hist
+
+
+def _zeros(n: int) -> Any:
+    import numpy as np
+
+    return np.zeros(n)
+
+
+def write_timeseries(path: str, results: list[GroupingResult]) -> None:
+    """I(t) and the loads at every checkpoint, one row per (grouping, checkpoint), as Parquet."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    names, ts, values, fractions, loads = [], [], [], [], []
+    for r in results:
+        for t, v, row in zip(r.series_t, r.series_imbalance, r.series_loads):
+            names.append(r.summary["grouping"])
+            ts.append(t)
+            values.append(v)
+            fractions.append(v / t)
+            loads.append(row)
+    table = pa.table({
+        "grouping": pa.array(names, pa.string()),
+        "t": pa.array(ts, pa.int64()),
+        "imbalance": pa.array(values, pa.float64()),
+        "imbalance_fraction": pa.array(fractions, pa.float64()),
+        "loads": pa.array(loads, pa.list_(pa.int64())),
+    })
+    pq.write_table(table, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``spark-submit spark_replay/job.py ARGS``: the ``keysplit replay`` command inside spark-submit."""
+    from keysplit.cli import main as cli_main
+
+    return cli_main(["replay", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The SparkSession of the replay: every Spark setting lives here, and nowhere else.
+
+``local[*]`` by default (every core of this machine), ``--master URL`` for a cluster; inside
+``spark-submit`` the master chosen there is kept. Logs are quiet (log4j at ERROR, no console progress bar,
+no UI), the executors run this interpreter, and a missing Java or a JVM that will not start is reported as
+one :class:`~keysplit.errors.KeysplitError` line instead of a Java stack trace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from typing import Any
+
+from keysplit.errors import KeysplitError
+
+DEFAULT_MASTER = "local[*]"
+#: Driver heap: the driver only holds aggregates (checkpoint matrices, histograms), never the dataset.
+DEFAULT_DRIVER_MEMORY = "2g"
+APP_NAME = "keysplit-replay"
+
+#: Settings for every replay session (master and driver memory are added by :func:`get_session`).
+SETTINGS: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.python.worker.reuse": "true",  # numba kernels compile once per Python worker, not per task
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.host": "127.0.0.1",  # local runs need no network name resolution
+}
+
+_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = spark: %p %c{1}: %m%n
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+"""
+
+
+def java_executable() -> str | None:
+    """The ``java`` Spark will launch: ``$JAVA_HOME/bin/java`` when JAVA_HOME is set, else ``java`` on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        candidate = os.path.join(home, "bin", "java")
+        return candidate if os.access(candidate, os.X_OK) else None
+    return shutil.which("java")
+
+
+def require_java() -> None:
+    """A KeysplitError naming the fix when Spark could not find Java."""
+    if java_executable() is None:
+        where = f"JAVA_HOME={os.environ['JAVA_HOME']} has no bin/java" if os.environ.get("JAVA_HOME") \
+            else "no java on PATH and JAVA_HOME is not set"
+        raise KeysplitError(f"Spark cannot start: Java 17 or newer is required ({where}); "
+                            "install a JDK (e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
+
+
+def inside_spark_submit() -> bool:
+    """True when this driver was launched by ``spark-submit`` (the JVM exists and owns the settings)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _log_config() -> str:
+    path = os.path.join(tempfile.gettempdir(), f"keysplit-log4j2-{os.getuid()}.properties")
+    if not os.path.exists(path):
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(_LOG4J2)
+    return path
+
+
+def jvm_log_path() -> str:
+    """Where the JVM's own stderr goes (Spark's warnings, executor crashes): one file per driver process."""
+    return os.path.join(tempfile.gettempdir(), f"keysplit-spark-{os.getpid()}.log")
+
+
+def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_MEMORY) -> tuple[Any, bool]:
+    """The active SparkSession, or a new one; returns ``(session, created)``.
+
+    A session that already exists (a test suite's, or spark-submit's) is reused as it is, so the caller
+    stops the session only when ``created`` is true. A session started here sends the JVM's stderr to
+    :func:`jvm_log_path` so that the terminal shows keysplit's output only.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors run this interpreter and its packages
+    conf = SparkConf().setAppName(APP_NAME)
+    for key, value in SETTINGS.items():
+        conf.set(key, value)
+    gateway = None
+    if inside_spark_submit():
+        if master:
+            conf.setMaster(master)
+    else:
+        require_java()
+        conf.setMaster(master or DEFAULT_MASTER).set("spark.driver.memory", driver_memory)
+        conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_log_config()}")
+    try:
+        if not inside_spark_submit():
+            with open(jvm_log_path(), "ab") as log:
+                gateway = launch_gateway(conf, popen_kwargs={"stderr": log, "stdout": log})
+        sc = SparkContext(conf=conf, gateway=gateway)
+        session = SparkSession(sc)
+    except Exception as exc:  # the JVM failed to start: one line, not the gateway's traceback
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        raise KeysplitError(f"Spark could not start ({first}); check Java 17+ and the --master URL "
+                            f"(JVM log: {jvm_log_path()})") from None
+    sc.setLogLevel("ERROR")
+    if not sc.master.startswith("local"):
+        ship_code(sc)
+    return session, True
+
+
+def ship_code(sc: Any) -> None:
+    """On a cluster, send the keysplit and spark_replay packages to the executors (``addPyFile``).
+
+    Their third-party dependencies (mmh3, numpy, numba, pyarrow) must be installed on the worker nodes.
+    """
+    import keysplit
+    import spark_replay
+
+    path = os.path.join(tempfile.mkdtemp(prefix="keysplit-code-"), "keysplit_code.zip")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for package in (keysplit, spark_replay):
+            root = os.path.dirname(package.__file__)
+            base = os.path.dirname(root)
+            for folder, _, files in os.walk(root):
+                for name in files:
+                    if name.endswith(".py"):
+                        full = os.path.join(folder, name)
+                        zf.write(full, os.path.relpath(full, base))
+    sc.addPyFile(path)

@@ -1,0 +1,114 @@
+"""``keysplit replay``: replay a dataset through groupings in PySpark (the ``spark_replay`` job).
+
+Also runnable on a cluster as ``spark-submit --master URL spark_replay/job.py`` with the same options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from keysplit.commands.common import (
+    non_negative_float,
+    positive_float,
+    positive_int,
+    print_json,
+    print_table,
+    spec_list,
+)
+from keysplit.errors import SpecError
+from keysplit.simulate import DEFAULT_RATE, SPLITS
+
+_DEFAULT_CPU_DELAY_MS = 1.0  # keep equal to spark_replay.job.DEFAULT_CPU_DELAY_MS (not imported: fast --help)
+_DEFAULT_OUT = ".keysplit/replay"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "replay",
+        help="replay a dataset through groupings in PySpark: exact loads, counts and a queueing estimate",
+        description="Replay a dataset in Spark with the library's groupings (the same decisions as "
+        "`keysplit simulate` for the same S), and estimate throughput and latency with a queueing model. "
+        "Writes OUT/summary.json, OUT/timeseries.parquet and the exact counts in OUT/counts.parquet.",
+    )
+    p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec (text:, edges:, csv:, "
+                   "parquet: or a generator, which is written to OUT/dataset.csv first)")
+    p.add_argument("--groupings", "-g", type=spec_list, default=["kg", "sg", "pkg"], metavar="G[,G...]",
+                   help="grouping specs (default kg,sg,pkg)")
+    p.add_argument("--workers", "-W", type=positive_int, default=10, metavar="W", help="workers (default 10)")
+    p.add_argument("--sources", "-S", type=positive_int, default=5, metavar="S", help="sources (default 5)")
+    p.add_argument("--cpu-delay", type=non_negative_float, default=_DEFAULT_CPU_DELAY_MS, metavar="MS",
+                   help=f"service time of one tuple at a worker, ms (default {_DEFAULT_CPU_DELAY_MS:g})")
+    p.add_argument("--rate", type=positive_float, default=DEFAULT_RATE, metavar="MSGS_PER_S",
+                   help=f"arrival rate of messages without timestamps (default {DEFAULT_RATE:g})")
+    p.add_argument("--split", choices=SPLITS, default="shuffle",
+                   help="how records reach sources: round-robin (shuffle) or by key hash (key)")
+    p.add_argument("--checkpoint", type=positive_int, metavar="N",
+                   help="messages between imbalance checkpoints (default m/1000)")
+    p.add_argument("--capacities", metavar="C[,C...]",
+                   help="per-worker service rates (tuples/s) for groupings that use them (FISH)")
+    p.add_argument("--top", type=positive_int, default=10, metavar="K", help="top-k size (default 10)")
+    p.add_argument("--master", metavar="URL", help="Spark master (default local[*]; kept from spark-submit)")
+    p.add_argument("--driver-memory", default="2g", metavar="MEM", help="Spark driver memory (default 2g)")
+    p.add_argument("--partitions", type=positive_int, metavar="N",
+                   help="input partitions of the dataset file (default: by size and cores)")
+    p.add_argument("--out", default=_DEFAULT_OUT, metavar="DIR", help=f"output directory (default {_DEFAULT_OUT})")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
+    p.set_defaults(func=run)
+
+
+def _capacities(text: str | None, workers: int) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise SpecError(f"--capacities: expected numbers, got {text!r}") from None
+    if len(values) == 1:
+        values *= workers
+    if len(values) != workers or any(v <= 0 for v in values):
+        raise SpecError(f"--capacities needs 1 or {workers} positive values, got {len(values)}")
+    return values
+
+
+def run(args: argparse.Namespace) -> int:
+    from spark_replay.job import ReplayOptions, run_replay, validate
+    from spark_replay.session import get_session
+
+    opts = ReplayOptions(
+        dataset=args.dataset, groupings=args.groupings, workers=args.workers, sources=args.sources,
+        cpu_delay_ms=args.cpu_delay, rate=args.rate, split=args.split, checkpoint=args.checkpoint,
+        top_k=args.top, out=args.out, capacities=_capacities(args.capacities, args.workers),
+        partitions=args.partitions,
+    )
+    validate(opts)  # bad groupings and numbers fail before the JVM starts
+    from keysplit.datasets import open_dataset
+
+    open_dataset(opts.dataset)  # and so does a missing file
+    spark, created = get_session(args.master, args.driver_memory)
+    try:
+        summary = run_replay(spark, opts, progress=lambda msg: print(f"replay: {msg}", file=sys.stderr))
+    finally:
+        if created:
+            spark.stop()
+    if args.json:
+        print_json(summary)
+        return 0
+    d = summary["dataset"]
+    print(f"dataset {d['spec']}: {d['messages']:,} messages, {d['keys']:,} keys, p1 = {d['p1']:.4f}; "
+          f"W={opts.workers}, S={opts.sources}, cpu delay {opts.cpu_delay_ms:g} ms, rate {opts.rate:g} msg/s")
+    print_table(summary["runs"], [
+        ("grouping", "grouping", str),
+        ("avg imbalance", "avg_imbalance_fraction", lambda v: f"{v:.3e}"),
+        ("final imbalance", "final_imbalance_fraction", lambda v: f"{v:.3e}"),
+        ("load std-dev %", "load_stddev", lambda v: f"{v:.3f}"),
+        ("dist_cost", "dist_cost", lambda v: f"{v:.2f}"),
+        ("throughput est.", "throughput_estimate", lambda v: "-" if v is None else f"{v:,.0f}"),
+        ("p50 ms", "latency_p50_ms", lambda v: f"{v:,.2f}"),
+        ("p99 ms", "latency_p99_ms", lambda v: f"{v:,.2f}"),
+        ("replay msg/s", "messages_per_second", lambda v: f"{v:,.0f}"),
+    ])
+    print(f"summary: {summary['replay']['counts'].rsplit('/', 1)[0]}/summary.json; exact counts: "
+          f"{summary['replay']['counts']}; top-{opts.top_k}: "
+          + ", ".join(f"{w} {c:,}" for w, c in summary["runs"][0]["top_k"][:5]) + ("..." if opts.top_k > 5 else ""))
+    return 0
