@@ -429,6 +429,15 @@ def fast_simulate(
 
     ``messages_per_second`` covers the whole run (drawing or reading the dataset, naming keys, routing,
     metrics) but not the kernel's one-time compilation, which :func:`compile_seconds` reports.
+
+    >>> from keysplit.datasets import open_dataset
+    >>> from keysplit.simulate import simulate
+    >>> ds = open_dataset("zipf:z=1.0,keys=100,messages=2000,seed=1")
+    >>> fast, ref = fast_simulate(ds, "pkg", 4, 2), simulate(ds, "pkg", 4, 2, engine="reference")
+    >>> (fast.loads, fast.avg_imbalance_fraction) == (ref.loads, ref.avg_imbalance_fraction)
+    True
+    >>> fast_simulate(ds, "potc", 4, 2) is None
+    True
     """
     fs = _checked_spec(spec, workers, sources, split, rate)
     if fs is None:
