@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .acker import Acker, RootRecord
-from .protocol import NEXT, encode, encode_spout_command, encode_tuple, tuple_prefix
+from .protocol import ACTIVATE, NEXT, encode, encode_spout_command, encode_tuple, tuple_prefix
 from .routing import RoutingError, routers_for_task
 from .task import COUNTERS, READ_SIZE, TaskProcess
 from .topology import STORM_DEFAULTS, TopologyError, build_context, component_conf, read_topology, task_context
@@ -185,10 +185,10 @@ class LocalCluster:
     def kill_task(self, component: str, index: int = 0) -> int:
         """SIGKILL task ``index`` of ``component`` (its pid is returned); the supervisor restarts it."""
         task = self._task(component, index)
-        if not task.alive or task.pid is None:
+        if not task.alive or task.proc is None:
             raise TopologyError(f"task {component}[{index}] is not running")
-        os.kill(task.pid, signal.SIGKILL)
-        return task.pid
+        os.kill(task.proc.pid, signal.SIGKILL)
+        return task.proc.pid
 
     def task_ids(self, component: str) -> list[int]:
         """Storm task ids of ``component``, in index order."""
@@ -438,15 +438,23 @@ class LocalCluster:
         return wake
 
     def _heartbeats(self, now: float) -> None:
+        """Heartbeat tuples to bolts; kill a task silent for ``topology.subprocess.timeout.secs``.
+
+        A bolt is silent when it answers nothing, not even heartbeats; a spout when it leaves a command
+        unanswered (Storm's ShellSpout watches its ``sync`` replies the same way).
+        """
         limit = float(self.conf.get("topology.subprocess.timeout.secs") or 0)
-        for task in self.bolts:
-            if not task.ready:
+        for task in self.tasks.values():
+            if not task.ready or not task.alive:
                 continue
-            if limit and now - task.last_sync > limit:
-                log.error("task %s[%d] sent no heartbeat for %.0f s (topology.subprocess.timeout.secs); killing it",
-                          task.name, task.index, now - task.last_sync)
-                if task.pid:
-                    os.kill(task.pid, signal.SIGKILL)
+            silent = now - task.last_sync
+            if limit and silent > limit and (not task.is_spout or task.sent_kinds):
+                log.error("task %s[%d] was silent for %.0f s (topology.subprocess.timeout.secs); killing it",
+                          task.name, task.index, silent)
+                with contextlib.suppress(OSError):
+                    os.kill(task.proc.pid if task.proc else task.pid, signal.SIGKILL)  # type: ignore[arg-type]
+                continue
+            if task.is_spout:
                 continue
             task.urgent.append(encode_tuple(str(next(self._ids)), '","comp":"__system","stream":"__heartbeat",'
                                             '"task":-1,"tuple":', "[]"))
@@ -488,6 +496,10 @@ class LocalCluster:
             elif command is None and "pid" in msg:
                 task.ready = True
                 task.pid = msg["pid"]
+                if task.is_spout:  # Storm (>= 1.1) activates a spout of an active topology when it starts
+                    task.urgent.append(ACTIVATE)
+                    task.sent_kinds.append(False)
+                    self._dirty.add(task)
             elif command == "metrics":
                 pass
             else:

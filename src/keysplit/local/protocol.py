@@ -12,6 +12,7 @@ from typing import Any
 
 END = b"\nend\n"
 NEXT = '{"command":"next"}\nend\n'
+ACTIVATE = '{"command":"activate"}\nend\n'
 _dumps = json.dumps
 _loads = json.loads
 
