@@ -102,11 +102,10 @@ class _HeadTailGrouping(BaseGrouping):
         """Recompute the head set and its statistics from the sketch (the head changed)."""
         n = self.sketch.n
         cut = self.theta * n
-        head = {k for k, c, _ in self.sketch.items() if c > cut}
-        self.head_keys = head
-        counts = self.sketch._counts
-        self.p_head = sum(counts[k] for k in head) / n if n else 0.0
-        self.p1 = max(counts.values(), default=0) / n if n else 0.0
+        heads = [(k, c) for k, c, _ in self.sketch.items() if c > cut]
+        self.head_keys = {k for k, _ in heads}
+        self.p_head = sum(c for _, c in heads) / n if n else 0.0
+        self.p1 = max((c for _, c, _ in self.sketch.items()), default=0) / n if n else 0.0
         self.head_changes += 1
         self.head_changed()
 

@@ -45,7 +45,6 @@ keeps every key item, as the paper does. Only the top ``|Teenage|`` Baby items a
 
 from __future__ import annotations
 
-import heapq
 import math
 from typing import ClassVar
 
@@ -136,6 +135,13 @@ class DynamicKeyGrouping(BaseGrouping):
         self.teenage_space: set[str] = set()
         self.old_space: set[str] = set()
         self.sent = 0  #: messages this source routed (the denominator of the load shares)
+        # Bookkeeping that keeps the Baby cycle proportional to what changed, not to the size of Baby:
+        # generations of Baby keys by the Baby cycle they were (last) filed in, visited when they expire,
+        # and the Baby keys whose count reached the least Teenage count (the only ones Algorithm 3 can move).
+        self._generations: dict[int, list[str]] = {}
+        self._born: list[str] = []  # the file of the current Baby cycle
+        self._rising: dict[str, None] = {}
+        self._floor = 0  # the least Teenage count at the last cycle (0 while Teenage has empty slots)
         self.started: float | None = None
         self._next_teenage = self._next_old = self._next_cycle = math.inf
         self.scale_outs = self.scale_downs = self.dropped = 0
@@ -175,9 +181,15 @@ class DynamicKeyGrouping(BaseGrouping):
             self._start(now)
         item = self.key_items.get(key)
         if item is None:
-            item = self.key_items[key] = [0, now, -math.inf, self.min_width, BABY]
-        item[COUNT] += 1
-        item[LAST_SEEN] = now
+            item = self.key_items[key] = [1, now, -math.inf, self.min_width, BABY]
+            self._born.append(key)
+            if self._floor <= 1:
+                self._rising[key] = None
+        else:
+            count = item[COUNT] = item[COUNT] + 1
+            item[LAST_SEEN] = now
+            if count >= self._floor and item[SPACE] == BABY:
+                self._rising[key] = None
         workers = self.workers
         base = mmh3.hash(key, BASE_SEED, False) % workers
         width = item[WIDTH]
@@ -230,6 +242,7 @@ class DynamicKeyGrouping(BaseGrouping):
 
     def _start(self, now: float) -> None:
         self.started = now
+        self._born = self._generations.setdefault(0, [])
         self._next_teenage = now + self.promote_teenage
         self._next_old = now + self.promote_old
         self._next_cycle = min(self._next_teenage, self._next_old)
@@ -247,33 +260,62 @@ class DynamicKeyGrouping(BaseGrouping):
             self.promote_to_old()
             self._next_old += self.promote_old * max(1, math.floor((now - self._next_old) / self.promote_old) + 1)
         self._next_cycle = min(self._next_teenage, self._next_old)
+        self._born = self._generations.setdefault(self._generation(now), [])
+        self._update_floor()
+
+    def _generation(self, t: float) -> int:
+        """The Baby cycle ``t`` falls in (0 for the first ``promote_teenage`` seconds)."""
+        return math.floor((t - self.started) / self.promote_teenage)
+
+    def _update_floor(self) -> None:
+        """Keep ``_rising`` a superset of the Baby keys with at least the least Teenage count."""
+        items = self.key_items
+        teenage = self.teenage_space
+        floor = min(items[k][COUNT] for k in teenage) if len(teenage) >= self.teenage_capacity else 0
+        if floor < self._floor:  # Old demoted a cold item into Teenage: find the Baby keys now in reach
+            self._rising = {k: None for k, it in items.items() if it[SPACE] == BABY and it[COUNT] >= floor}
+        else:
+            self._rising = {k: None for k in self._rising
+                            if (it := items.get(k)) is not None and it[SPACE] == BABY and it[COUNT] >= floor}
+        self._floor = floor
+
+    def drop_stale_babies(self, now: float) -> None:
+        """Drop the key items of Baby keys not seen for more than ``baby_ttl`` seconds (bounded memory).
+
+        Baby keys are filed by the Baby cycle in which they were last seen (when created, demoted or
+        re-filed); a cycle's file is only read once all of it is older than the TTL, and each key in it is
+        then dropped if it is stale, or re-filed under the cycle of its last sighting. Each key is visited
+        about once per TTL, however large Baby grows.
+        """
+        if self.baby_ttl is None:
+            return
+        cutoff = now - self.baby_ttl
+        items, generations = self.key_items, self._generations
+        expired = [g for g in generations if self.started + (g + 1) * self.promote_teenage <= cutoff]
+        for g in sorted(expired):
+            for k in generations.pop(g):
+                it = items.get(k)
+                if it is None or it[SPACE] != BABY:
+                    continue  # already dropped, or promoted (re-filed if it is ever demoted)
+                if it[LAST_SEEN] < cutoff:
+                    del items[k]
+                    self._rising.pop(k, None)
+                    self.dropped += 1
+                else:
+                    generations.setdefault(self._generation(it[LAST_SEEN]), []).append(k)
 
     def promote_to_teenage(self, now: float) -> None:
         """Algorithm 1: drop stale Baby items (``baby_ttl``), then promote the top of Baby into Teenage.
 
-        One pass over the key items. Only Baby items that Algorithm 3 could promote are ranked: all of them
-        while Teenage has empty slots, else those with at least the least frequent Teenage item's count.
+        "Sort BS, truncate BS": only Baby items that Algorithm 3 could promote are ranked, i.e. all of them
+        while Teenage has empty slots, else those with at least the least Teenage count (``_rising``); the
+        top ``|Teenage|`` of them by count (ties: by key) meet Teenage from its bottom up.
         """
+        self.drop_stale_babies(now)
         items = self.key_items
-        cutoff = -math.inf if self.baby_ttl is None else now - self.baby_ttl
-        teenage = self.teenage_space
-        floor = 0
-        if len(teenage) >= self.teenage_capacity:
-            floor = min(items[k][COUNT] for k in teenage)
-        stale: list[str] = []
-        candidates: list[str] = []
-        for k, it in items.items():
-            if it[SPACE] == BABY:
-                if it[LAST_SEEN] < cutoff:
-                    stale.append(k)
-                elif it[COUNT] >= floor:
-                    candidates.append(k)
-        for k in stale:
-            del items[k]
-        self.dropped += len(stale)
-        # "truncate BS": only the top |Teenage| can move up (ties keep first-seen order: nlargest is stable)
-        babies = heapq.nlargest(self.teenage_capacity, candidates, key=lambda k: items[k][COUNT])
-        self._promote(babies, teenage, self.teenage_capacity, TEENAGE, None)
+        candidates = [k for k in self._rising if (it := items.get(k)) is not None and it[SPACE] == BABY]
+        babies = sorted(candidates, key=lambda k: (-items[k][COUNT], k))[: self.teenage_capacity]
+        self._promote(babies, self.teenage_space, self.teenage_capacity, TEENAGE, None)
 
     def promote_to_old(self) -> None:
         """Algorithm 2: promote the top of Teenage into Old."""
@@ -307,6 +349,9 @@ class DynamicKeyGrouping(BaseGrouping):
                 items[last][SPACE] = down_space
                 if down_space == TEENAGE:
                     self.teenage_space.add(last)
+                else:  # back in Baby: file it for the TTL and keep it a promotion candidate
+                    self._born.append(last)
+                    self._rising[last] = None
             dest.add(f)  # Fi goes to the head of the destination space
             items[f][SPACE] = dest_space
             if source_set is not None:

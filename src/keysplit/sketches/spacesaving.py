@@ -13,10 +13,11 @@ error m. Over a stream of n items the sketch guarantees, for every key x with tr
 minimum (its upper bound there), and the k largest are kept. The merged sketch keeps all three guarantees
 with n = n1 + n2, and the sum of its counters stays at most n, so updates after a merge keep them too.
 
-Speed: a hit (the common case for heavy hitters) is one dict update. The minimum is found with a lazy
-min-heap of ``(count, key)`` entries that may be stale (lower than the live count, since counters only grow);
-a miss pops and refreshes stale entries until the top is exact, which is amortised O(log k) per update.
-Ties between equal minima go to the smallest key, so the sketch is deterministic.
+Speed: a hit (the common case for heavy hitters) is one dict lookup and one list update. Each monitored key
+owns a slot; the minimum is found with a lazy min-heap of plain ints ``count << shift | slot`` (int compares
+are the cheapest a heap can do) whose counts may be stale (lower than the live count, since counters only
+grow): a miss refreshes stale entries until the top is exact, amortised O(log k) per update. Ties between
+equal minima go to the lowest slot, so the sketch is deterministic.
 
 >>> s = SpaceSaving(capacity=2)
 >>> for key in "aababc":
@@ -36,50 +37,60 @@ from collections.abc import Iterable, Iterator
 class SpaceSaving:
     """Top-``capacity`` counters with SpaceSaving's error guarantees (see the module docstring)."""
 
-    __slots__ = ("_counts", "_errors", "_heap", "capacity", "n")
+    __slots__ = ("_counts", "_errors", "_heap", "_keys", "_mask", "_shift", "_slot_of", "capacity", "n")
 
     def __init__(self, capacity: int = 100) -> None:
         if capacity < 1:
             raise ValueError(f"SpaceSaving capacity must be at least 1, got {capacity}")
         self.capacity = capacity
         self.n = 0  #: items offered (the stream length the bounds refer to)
-        self._counts: dict[str, int] = {}
-        self._errors: dict[str, int] = {}
-        self._heap: list[tuple[int, str]] = []  # lazy: an entry's count may be below the live count
+        self._slot_of: dict[str, int] = {}  # monitored key -> its slot
+        self._keys: list[str] = []  # slot -> key
+        self._counts: list[int] = []  # slot -> counter
+        self._errors: list[int] = []  # slot -> overestimation bound
+        self._shift = max(1, (capacity - 1).bit_length())
+        self._mask = (1 << self._shift) - 1
+        self._heap: list[int] = []  # count << shift | slot, lazy: count may be below the live counter
 
     def __len__(self) -> int:
-        return len(self._counts)
+        return len(self._keys)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._counts
+        return key in self._slot_of
 
     def offer(self, key: str) -> int:
         """Count one occurrence of ``key``; returns its new estimated count."""
         self.n += 1
         counts = self._counts
-        c = counts.get(key)
-        if c is not None:
-            c += 1
-            counts[key] = c
+        s = self._slot_of.get(key)
+        if s is not None:
+            c = counts[s] + 1
+            counts[s] = c
             return c
-        if len(counts) < self.capacity:
-            counts[key] = 1
-            self._errors[key] = 0
-            heapq.heappush(self._heap, (1, key))
+        shift = self._shift
+        slots = len(counts)
+        if slots < self.capacity:
+            self._slot_of[key] = slots
+            self._keys.append(key)
+            counts.append(1)
+            self._errors.append(0)
+            heapq.heappush(self._heap, (1 << shift) | slots)
             return 1
-        heap = self._heap
+        heap, mask = self._heap, self._mask
         while True:  # refresh stale entries until the top is the live minimum
-            m, victim = heap[0]
-            live = counts[victim]
-            if live == m:
+            entry = heap[0]
+            s = entry & mask
+            m = counts[s]
+            if m == entry >> shift:
                 break
-            heapq.heapreplace(heap, (live, victim))
-        del counts[victim]
-        del self._errors[victim]
-        c = m + 1
-        counts[key] = c
-        self._errors[key] = m
-        heapq.heapreplace(heap, (c, key))
+            heapq.heapreplace(heap, (m << shift) | s)
+        keys = self._keys
+        del self._slot_of[keys[s]]
+        keys[s] = key
+        self._slot_of[key] = s
+        self._errors[s] = m
+        c = counts[s] = m + 1
+        heapq.heapreplace(heap, (c << shift) | s)
         return c
 
     def update(self, keys: Iterable[str]) -> None:
@@ -92,59 +103,60 @@ class SpaceSaving:
         """The smallest counter when the sketch is full (an upper bound on any unmonitored key), else 0."""
         if len(self._counts) < self.capacity:
             return 0
-        return min(self._counts.values())
+        return min(self._counts)
 
     def estimate(self, key: str) -> int:
         """Upper bound on ``key``'s frequency: its counter, or ``min_count`` when it is not monitored."""
-        c = self._counts.get(key)
-        return self.min_count if c is None else c
+        s = self._slot_of.get(key)
+        return self.min_count if s is None else self._counts[s]
 
     def count(self, key: str) -> int:
-        """``key``'s counter, 0 when it is not monitored (what the routing hot path reads)."""
-        return self._counts.get(key, 0)
+        """``key``'s counter, 0 when it is not monitored."""
+        s = self._slot_of.get(key)
+        return 0 if s is None else self._counts[s]
 
     def error(self, key: str) -> int:
         """The overestimation bound of a monitored key (``min_count`` for an unmonitored one)."""
-        e = self._errors.get(key)
-        return self.min_count if e is None else e
+        s = self._slot_of.get(key)
+        return self.min_count if s is None else self._errors[s]
 
     def guaranteed(self, key: str) -> int:
         """Lower bound on ``key``'s frequency: counter minus error (0 when not monitored)."""
-        c = self._counts.get(key)
-        return 0 if c is None else c - self._errors[key]
+        s = self._slot_of.get(key)
+        return 0 if s is None else self._counts[s] - self._errors[s]
 
     def items(self) -> Iterator[tuple[str, int, int]]:
-        """``(key, count, error)`` of every monitored key, in no particular order."""
-        errors = self._errors
-        for key, c in self._counts.items():
-            yield key, c, errors[key]
+        """``(key, count, error)`` of every monitored key, in slot order."""
+        return zip(self._keys, self._counts, self._errors)
 
     def counts(self) -> dict[str, int]:
         """A copy of the counters (key -> estimated count)."""
-        return dict(self._counts)
+        return dict(zip(self._keys, self._counts))
 
     def top(self, k: int | None = None) -> list[tuple[str, int]]:
         """The ``k`` (default all) monitored keys by decreasing count, ties by key."""
-        ranked = sorted(self._counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        ranked = sorted(zip(self._keys, self._counts), key=lambda kv: (-kv[1], kv[0]))
         return ranked if k is None else ranked[:k]
 
     def merge(self, other: SpaceSaving) -> SpaceSaving:
         """A new sketch summarising both streams (capacity: the larger one); see the module docstring."""
         capacity = max(self.capacity, other.capacity)
         m1, m2 = self.min_count, other.min_count
+        mine = {k: (c, e) for k, c, e in self.items()}
+        theirs = {k: (c, e) for k, c, e in other.items()}
         combined: dict[str, tuple[int, int]] = {}
-        for key in self._counts.keys() | other._counts.keys():
-            c1 = self._counts.get(key)
-            c2 = other._counts.get(key)
-            count = (m1 if c1 is None else c1) + (m2 if c2 is None else c2)
-            err = (m1 if c1 is None else self._errors[key]) + (m2 if c2 is None else other._errors[key])
-            combined[key] = (count, err)
+        for key in mine.keys() | theirs.keys():
+            c1, e1 = mine.get(key, (m1, m1))
+            c2, e2 = theirs.get(key, (m2, m2))
+            combined[key] = (c1 + c2, e1 + e2)
         kept = sorted(combined.items(), key=lambda kv: (-kv[1][0], kv[0]))[:capacity]
         out = SpaceSaving(capacity)
         out.n = self.n + other.n
-        for key, (count, err) in kept:
-            out._counts[key] = count
-            out._errors[key] = err
-        out._heap = [(c, k) for k, c in out._counts.items()]
+        for slot, (key, (count, err)) in enumerate(kept):
+            out._slot_of[key] = slot
+            out._keys.append(key)
+            out._counts.append(count)
+            out._errors.append(err)
+            out._heap.append((count << out._shift) | slot)
         heapq.heapify(out._heap)
         return out
