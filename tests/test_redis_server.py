@@ -57,3 +57,17 @@ def test_unreachable_url_fails_fast_with_one_line_and_no_password_shown():
     message = str(info.value)
     assert "cannot reach Redis" in message and "\n" not in message
     assert "secret" not in message
+
+
+def test_overlapping_sessions_share_one_server_and_the_last_one_out_stops_it(tmp_path):
+    home = tmp_path / "home"
+    try:
+        with redis_server.session(home=home) as (outer, url):
+            with redis_server.session(home=home) as (_inner, inner_url):
+                assert inner_url == url
+            assert outer.ping()  # the inner session ended; the outer one still uses the server
+            assert redis_server.stop_server(home) is False  # a held server is not stopped from outside
+            assert outer.ping()
+        assert redis_server.running_server(home) is None
+    finally:
+        redis_server.stop_server(home, force=True)

