@@ -235,3 +235,77 @@ def test_same_stream_same_decisions():
     ds = open_dataset("country-skew:ratio=0.6,messages=30000,seed=4")
     a, b = (simulate(ds, "dkg", 10, 3, rate=20.0, messages_hint=30_000) for _ in range(2))
     assert a.loads == b.loads and a.distinct_per_worker == b.distinct_per_worker
+
+
+# -- the Baby cycle's bookkeeping against a plain reading of Algorithms 1-3 -------------------------------------
+
+
+class NaiveKeySpaces:
+    """Algorithms 1-3 by full scans: drop stale Baby items, sort, truncate, swap. The reference for DKG's
+    incremental bookkeeping (TTL generations and promotion candidates)."""
+
+    def __init__(self, old: int, teenage: int, ttl: float, every: float = 15.0, old_every: float = 60.0):
+        self.old_cap, self.teen_cap, self.ttl = old, teenage, ttl
+        self.every, self.old_every = every, old_every
+        self.count: dict[str, int] = {}
+        self.seen: dict[str, float] = {}
+        self.space: dict[str, str] = {}
+        self.start = None
+
+    def observe(self, key: str, now: float) -> None:
+        if self.start is None:
+            self.start, self.next_baby, self.next_old = now, now + self.every, now + self.old_every
+        while now >= min(self.next_baby, self.next_old):
+            if self.next_baby <= now:
+                self.baby_cycle(now)
+                while self.next_baby <= now:
+                    self.next_baby += self.every
+            if self.next_old <= now:
+                self.swap("teenage", "old", self.old_cap)
+                while self.next_old <= now:
+                    self.next_old += self.old_every
+        if key not in self.count:
+            self.count[key], self.space[key] = 0, "baby"
+        self.count[key] += 1
+        self.seen[key] = now
+
+    def baby_cycle(self, now: float) -> None:
+        for k in [k for k, s in self.space.items() if s == "baby" and self.seen[k] < now - self.ttl]:
+            del self.count[k], self.seen[k], self.space[k]
+        self.swap("baby", "teenage", self.teen_cap)
+
+    def swap(self, src: str, dst: str, cap: int) -> None:
+        down = {"teenage": "baby", "old": "teenage"}[dst]
+        source = sorted((k for k, s in self.space.items() if s == src), key=lambda k: (-self.count[k], k))
+        dest = [k for k, s in self.space.items() if s == dst]
+        bottom_up = sorted(dest, key=lambda k: (self.count[k], k))
+        size, j = len(dest), 0
+        for f in source[:cap]:
+            if size < cap:
+                size += 1
+            else:
+                if j >= len(bottom_up) or self.count[bottom_up[j]] > self.count[f]:
+                    break
+                self.space[bottom_up[j]] = down
+                j += 1
+            self.space[f] = dst
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(min_value=0, max_value=59), st.floats(min_value=0.0, max_value=4.0)),
+             min_size=1, max_size=600),
+    st.sampled_from([(10, 15.0), (20, 30.0), (10, 45.0)]),
+)
+def test_key_spaces_match_a_full_scan_reading_of_algorithms_1_to_3(events, setup):
+    expected_keys, ttl = setup
+    [g] = build_grouping(f"dkg:expected_keys={expected_keys},baby_ttl={ttl}", workers=4)
+    naive = NaiveKeySpaces(g.old_capacity, g.teenage_capacity, ttl)
+    now = 0.0
+    for rank, step in events:
+        now += step
+        key = f"k{rank * rank // 60}"  # skewed: low ranks share keys
+        g.choose(key, now)
+        naive.observe(key, now)
+    assert {k: it[0] for k, it in g.key_items.items()} == naive.count
+    assert {k: g.space_of(k) for k in g.key_items} == naive.space

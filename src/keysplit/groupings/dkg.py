@@ -26,12 +26,17 @@ Scaling (Algorithms 4-6): L_i = 100/W (Eq. 3), L_s = L_i + sqrt(L_i) (Eq. 4). At
 A key is checked only when scaling could apply to it (it is in Old space, or its N_m is above 2); the first
 such message after warm-up checks it, then at most once per interval.
 
-Bounded memory: at each Baby cycle, key items of Baby-space keys not seen for more than ``baby_ttl`` seconds
-of event time are dropped (our reading of Algorithm 1's "truncate BS to discard quite new items"; the paper
-keeps Baby unbounded). A stream with millions of distinct keys then holds only the keys seen in the last
-``baby_ttl`` seconds, plus the 50 Teenage/Old items. A dropped key that comes back starts over in Baby with a
-count of 1; a key hot enough to matter (a few percent of the load) is never dropped. ``baby_ttl=none``
-keeps every key item, as the paper does. Only the top ``|Teenage|`` Baby items are candidates at a cycle.
+Algorithm 1's "truncate BS to discard quite new items" is read as: only the top ``|Teenage|`` Baby items are
+candidates at a cycle (the newest keys are the least frequent ones).
+
+Bounded memory (the paper keeps Baby unbounded): at each Baby cycle, the key items of Baby-space keys not
+seen for more than ``baby_ttl`` seconds of event time (default 60, one Old cycle) are dropped; when
+``baby_ttl`` is not a multiple of ``promote_teenage`` a key is dropped up to one Baby cycle later. A stream
+with millions of distinct keys then holds only the key items of the keys seen in the last ``baby_ttl`` (+15)
+seconds, e.g. what 600,000 messages bring at 10,000 messages/s, plus at most 50 Teenage/Old items. A dropped
+key that comes back starts over in Baby with a count of 1; a key hot enough to matter (a few percent of the
+load) is seen every second and never dropped. ``baby_ttl=none`` keeps every key item, as the paper does.
+The cost of a Baby cycle is proportional to the keys it drops or may promote, not to the size of Baby.
 
 >>> from keysplit.groupings import build_grouping
 >>> [g] = build_grouping("dkg", workers=5)
@@ -349,8 +354,8 @@ class DynamicKeyGrouping(BaseGrouping):
                 items[last][SPACE] = down_space
                 if down_space == TEENAGE:
                     self.teenage_space.add(last)
-                else:  # back in Baby: file it for the TTL and keep it a promotion candidate
-                    self._born.append(last)
+                else:  # back in Baby: file it under its last sighting and keep it a promotion candidate
+                    self._generations.setdefault(self._generation(items[last][LAST_SEEN]), []).append(last)
                     self._rising[last] = None
             dest.add(f)  # Fi goes to the head of the destination space
             items[f][SPACE] = dest_space
