@@ -70,7 +70,8 @@ class Fish(BaseGrouping):
     summary = "FISH: epoch-decayed hot keys get d_k ring successors; shortest estimated wait wins"
     PARAMS = {
         "epoch": Param(int, 1000, "tuples per epoch (§4.1.1)", lambda v: v >= 1, "at least 1"),
-        "capacity": Param(int, 1000, "keys kept in the intra-epoch top-k table", lambda v: v >= 1, "at least 1"),
+        "capacity": Param(int, 1000, "keys in the intra-epoch top-k table (worker speeds: --capacities)",
+                          lambda v: v >= 1, "at least 1"),
         "alpha": Param(float, 0.5, "decay of every counter at each epoch end (1 = never forget, 0 = forget all)",
                        lambda v: 0 <= v <= 1, "between 0 and 1"),
         "theta": Param(optional_float, None, "hot-key frequency threshold (none = 1/(5W))",
