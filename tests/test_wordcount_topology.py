@@ -187,3 +187,36 @@ print(json.dumps({"grouping": opts["keysplit.grouping"], "workers": opts["keyspl
     assert facts["direct"] is True
     assert facts["script"] == "keysplit.storm.bolts.CounterBolt"
     assert facts["venv"] == "/data/virtualenvs/wordcount/bin/python"
+
+
+def test_load_submit_collect_the_cluster_workflow(home, redis_url, text, capsys):
+    """`keysplit run --load-only`, then the topology file `sparse submit` deploys (here run by the local
+    runner with the conf `-o` would give), then `keysplit run --collect`: exact totals again."""
+    from keysplit.local import LocalCluster
+    from keysplit.storm.feed import feed_done
+
+    path, _ = text
+    assert main(["run", "wordcount", "--load-only", "--grouping", "pkg", "--dataset", f"text:{path}",
+                 "-S", "2", "-W", "3", "-A", "2", "--redis", redis_url]) == 0
+    run_id = json.loads(capsys.readouterr().out)["run_id"]
+    script = ROOT / "topologies" / "wordcount.py"
+    env = {"KEYSPLIT_SOURCES": "2", "KEYSPLIT_WORKERS": "3", "KEYSPLIT_AGGREGATORS": "2"}
+    namespace: dict = {}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        exec(compile(script.read_text(), str(script), "exec"), namespace)
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    topology = namespace["WordCount"]
+    conf = {**topology.config, "keysplit.run_id": run_id, "keysplit.redis_url": redis_url}
+    conn = redis_server.connect(redis_url)
+    with LocalCluster(topology, conf, cwd=str(ROOT)) as cluster:
+        cluster.start()
+        assert cluster.run_until(lambda: feed_done(conn, RunKeys(run_id)), 120)
+    assert main(["run", "wordcount", "--collect", run_id, "--redis", redis_url, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["run_id"] == run_id and summary["workers"] == 3
+    assert read_counts(conn, RunKeys(run_id)) == dict(exact_counts(path))
+    assert summary["top_k"][0][1] == max(exact_counts(path).values())

@@ -18,7 +18,15 @@ from keysplit.commands.simulate import grouping_help
 from keysplit.errors import KeysplitError
 from keysplit.redis_server import redact, session
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.run import RunOptions, load_feed, prepare, read_counts, run_wordcount, write_counts
+from keysplit.storm.run import (
+    RunOptions,
+    collect_run,
+    prepare,
+    read_counts,
+    run_wordcount,
+    start_run,
+    write_counts,
+)
 
 
 def fraction(text: str) -> float:
@@ -41,8 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("topology", choices=["wordcount"], help="the topology to run")
-    p.add_argument("--grouping", "-g", required=True, metavar="G", help="grouping spec, e.g. pkg, pkg:d=4, kg, sg")
-    p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec (see `keysplit datasets --help`)")
+    p.add_argument("--grouping", "-g", metavar="G", help="grouping spec, e.g. pkg, pkg:d=4, kg, sg (required)")
+    p.add_argument("--dataset", metavar="SPEC", help="dataset spec (see `keysplit datasets --help`; required)")
     p.add_argument("--sources", "-S", type=positive_int, default=5, metavar="S", help="router tasks (default 5)")
     p.add_argument("--workers", "-W", type=positive_int, default=10, metavar="W",
                    help="workers the grouping chooses among (default 10)")
@@ -69,11 +77,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="fault injection: kill -9 the first counter once this fraction of lines is acked")
     p.add_argument("--load-only", action="store_true",
                    help="only load the dataset into the run's feed and print the run id (for `sparse submit`)")
+    p.add_argument("--collect", metavar="RUN_ID",
+                   help="summarise a run that a Storm cluster finished (after --load-only and `sparse submit`)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.collect:
+        with session(args.redis) as (conn, _):
+            summary = collect_run(conn, args.collect)
+            if args.counts_out:
+                write_counts(read_counts(conn, RunKeys(summary["run_id"])), args.counts_out)
+        if args.json:
+            print_json(summary)
+        else:
+            print_summary(summary)
+        return 0
+    missing = [f"--{name}" for name in ("grouping", "dataset") if not getattr(args, name)]
+    if missing:
+        raise KeysplitError(f"keysplit run wordcount needs {' and '.join(missing)}")
     opts = RunOptions(
         grouping=args.grouping, dataset=args.dataset, sources=args.sources, workers=args.workers,
         counter_tasks=args.counter_tasks, aggregators=args.aggregators, spouts=args.spouts,
@@ -86,9 +109,9 @@ def run(args: argparse.Namespace) -> int:
         _check_writable(args.counts_out)
     with session(args.redis) as (conn, url):
         if args.load_only:
-            keys = RunKeys(prepared.settings.run_id)
-            lines, words = load_feed(conn, keys, prepared.dataset)
-            print(json.dumps({"run_id": keys.run_id, "lines": lines, "messages": words, "redis": redact(url)}))
+            _, _, base = start_run(conn, prepared, url)
+            print(json.dumps({"run_id": base["run_id"], "lines": base["lines"], "messages": base["messages"],
+                              "redis": redact(url)}))
             return 0
         bars: dict = {}
 

@@ -178,23 +178,14 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
     }
 
 
-def run_wordcount(
-    prepared: Prepared,
-    conn: redis.Redis,
-    redis_url: str,
-    *,
+def start_run(
+    conn: redis.Redis, prepared: Prepared, redis_url: str, *,
     progress: Callable[[str, int, int], None] | None = None,
-    log_dir: str | os.PathLike | None = None,
-    python: str = sys.executable,
-) -> dict[str, Any]:
-    """Run the topology on the local runner until every line is acked; store and return the summary.
-
-    ``progress(phase, done, total)`` is called while loading ("load") and while running ("run").
-    """
-    from keysplit.local import LocalCluster
-
-    opts, settings = prepared.options, prepared.settings
-    settings = WordCountSettings.from_conf({"keysplit.redis_url": redis_url}, base=settings)
+) -> tuple[WordCountSettings, RunKeys, dict[str, Any]]:
+    """Load the feed and register the run in Redis (its config and ``keysplit:runs``); returns the settings
+    the topology must be given, the run's keys and the summary fields known before it runs."""
+    opts = prepared.options
+    settings = WordCountSettings.from_conf({"keysplit.redis_url": redis_url}, base=prepared.settings)
     keys = RunKeys(settings.run_id)
     started = time.time()
     needs_pass = grouping_class(parse_spec(prepared.grouping)[0]).needs_full_pass
@@ -227,6 +218,45 @@ def run_wordcount(
     }
     conn.set(keys.config, json.dumps({**base, **settings.conf(), "keysplit.redis_url": ""}))
     conn.zadd(RUNS, {settings.run_id: started})
+    return settings, keys, base
+
+
+def collect_run(conn: redis.Redis, run_id: str) -> dict[str, Any]:
+    """Summarise a run that ran elsewhere (``sparse submit`` on a cluster) once every line is acked."""
+    keys = RunKeys(run_id)
+    raw = conn.get(keys.config)
+    if raw is None:
+        raise KeysplitError(f"no run {run_id!r} in this Redis (load it with --load-only first)")
+    config = json.loads(raw)
+    settings = WordCountSettings.from_conf(config)
+    if not feed_done(conn, keys):
+        acked = spout_metrics(conn, keys, settings.spouts)["acked"]
+        raise KeysplitError(f"run {run_id} has not finished: {acked} of {config['lines']} lines acked")
+    base = {k: v for k, v in config.items() if not k.startswith("keysplit.")}
+    summary = collect(conn, keys, settings, base)
+    conn.set(keys.summary, json.dumps(summary))
+    return summary
+
+
+def run_wordcount(
+    prepared: Prepared,
+    conn: redis.Redis,
+    redis_url: str,
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
+    log_dir: str | os.PathLike | None = None,
+    python: str = sys.executable,
+) -> dict[str, Any]:
+    """Run the topology on the local runner until every line is acked; store and return the summary.
+
+    ``progress(phase, done, total)`` is called while loading ("load") and while running ("run").
+    """
+    from keysplit.local import LocalCluster
+
+    opts = prepared.options
+    settings, keys, base = start_run(conn, prepared, redis_url, progress=progress)
+    lines = base["lines"]
+    started = base["started"]
 
     topology = wordcount_topology(settings)
     conf = {**topology.config, "topology.name": "wordcount", "topology.max.spout.pending": opts.max_pending,
@@ -245,14 +275,17 @@ def run_wordcount(
             killed[0] = True
         return False
 
-    with LocalCluster(topology, conf, cwd=os.getcwd(), python=python, log_dir=str(log_dir)) as cluster:
-        cluster.start()
-        if not cluster.run_until(finished, opts.timeout, poll=0.2):
-            acked = spout_metrics(conn, keys, settings.spouts)["acked"]
-            raise KeysplitError(f"run {settings.run_id} did not finish within {opts.timeout:g} s "
-                                f"({acked} of {lines} lines acked); logs in {log_dir}")
-        stats = cluster.stats()
-        cluster.shutdown()
+    try:
+        with LocalCluster(topology, conf, cwd=os.getcwd(), python=python, log_dir=str(log_dir)) as cluster:
+            cluster.start()
+            if not cluster.run_until(finished, opts.timeout, poll=0.2):
+                acked = spout_metrics(conn, keys, settings.spouts)["acked"]
+                raise KeysplitError(f"run {settings.run_id} did not finish within {opts.timeout:g} s "
+                                    f"({acked} of {lines} lines acked); logs in {log_dir}")
+            stats = cluster.stats()
+            cluster.shutdown()
+    except redis.RedisError as exc:
+        raise KeysplitError(f"run {settings.run_id} lost its Redis connection: {exc}") from None
     summary = collect(conn, keys, settings, base)
     summary["restarts"] = _restarts(stats)
     summary["killed_counter"] = killed[0]
