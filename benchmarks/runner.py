@@ -6,6 +6,8 @@ Topologies (real streamparse components from ``tests/local_components/bench.py``
   back to the spout; ``topology.max.spout.pending`` bounds the trees in flight. This is the number that
   must stay far above the rates of a real comparison (where workers sleep ``cpu_delay_ms`` per tuple).
 - the same with ``topology.acker.executors = 0`` (spout tuples acked at emit, nothing tracked);
+- ``spout -> fanout x2 -> sink x4``, acked: each spout tuple becomes 5 tuples, fields-grouped over 4 sinks
+  (the word-count shape; its rate is given in spout tuples, each carrying 6 edges);
 - baseline: the spout alone (no consumers), i.e. the rate at which one pystorm spout process can answer
   ``next``/``ack`` at all on this machine, measured in the same process.
 
@@ -27,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from local_components.bench import CountingSpout, PassBolt, SinkBolt  # noqa: E402
-from streamparse import Topology  # noqa: E402
+from local_components.bench import CountingSpout, FanoutBolt, PassBolt, SinkBolt  # noqa: E402
+from streamparse import Grouping, Topology  # noqa: E402
 
 from keysplit.local import LocalCluster  # noqa: E402
 
@@ -39,6 +41,14 @@ class Chain(Topology):
     spout = CountingSpout.spec()
     passer = PassBolt.spec(inputs=[spout])
     sink = SinkBolt.spec(inputs=[passer])
+
+
+class Fanout(Topology):
+    """spout -> fanout x2 (5 tuples per input) -> sink x4 (fields grouping): the word-count shape."""
+
+    spout = CountingSpout.spec()
+    fanout = FanoutBolt.spec(inputs=[spout], par=2)
+    sink = SinkBolt.spec(inputs={fanout: Grouping.fields("j", "i")}, par=4)
 
 
 class SpoutOnly(Topology):
@@ -78,6 +88,7 @@ def main() -> None:
         ("baseline: spout alone", SpoutOnly, pending),
         ("spout->bolt->bolt, acked", Chain, pending),
         ("spout->bolt->bolt, no ackers", Chain, {"topology.acker.executors": 0}),
+        ("spout->fanout x2->sink x4, acked", Fanout, pending),
     ]
     print(f"{args.tuples} spout tuples per run, max.spout.pending={args.max_pending}; machine load is shared, "
           "so absolute numbers are noisy: compare the ratios")

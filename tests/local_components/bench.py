@@ -30,6 +30,20 @@ class PassBolt(Bolt):
         self.emit(tup.values)
 
 
+class FanoutBolt(Bolt):
+    """Emits ``bench.fanout`` tuples ``[i, j]`` per input (anchored), like a router splitting a line into words."""
+
+    outputs = ["i", "j"]
+
+    def initialize(self, conf, context):
+        self.fanout = int(conf.get("bench.fanout", 5))
+
+    def process(self, tup):
+        i = tup.values[0]
+        for j in range(self.fanout):
+            self.emit([i, j])
+
+
 class SinkBolt(Bolt):
     """Acks every tuple."""
 

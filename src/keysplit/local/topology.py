@@ -96,6 +96,9 @@ def component_argv(spec: Any, python: str) -> tuple[list[str], str]:
         raise TopologyError(f"component {spec.name!r} is a Java component ({type(spec).__name__}); "
                             "the local runner only runs shell (multi-lang) components")
     command, script = shell.execution_command, shell.script or ""
+    if command == "streamparse_run" and script.startswith("__main__."):
+        raise TopologyError(f"component {spec.name!r} ({script.split()[0]}) is defined in __main__; a component "
+                            "process imports its class by module name, so define it in an importable module")
     if command == "streamparse_run":
         return [python, "-m", "streamparse.run", *shlex.split(script)], script
     return [*shlex.split(command), *shlex.split(script)], f"{command} {script}".strip()
