@@ -92,9 +92,8 @@ def plot(rows: list[dict], out: Path, title: str) -> None:
     fig.savefig(out, dpi=120)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--delays", default="1,2,4", help="CPU delays in ms per word (default 1,2,4)")
+def add_topology_args(p: argparse.ArgumentParser, max_pending: int) -> None:
+    """The dataset and topology options shared by the topology benchmarks."""
     p.add_argument("--groupings", default="kg,sg,pkg")
     p.add_argument("--lines", type=int, default=6000)
     p.add_argument("--words-per-line", type=int, default=10)
@@ -105,9 +104,15 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--aggregators", type=int, default=2)
     p.add_argument("--flush", type=float, default=1.0)
-    p.add_argument("--max-pending", type=int, default=400)
+    p.add_argument("--max-pending", type=int, default=max_pending)
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--redis", help="Redis URL (default: the project-managed server)")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--delays", default="1,2,4", help="CPU delays in ms per word (default 1,2,4)")
+    add_topology_args(p, max_pending=400)
     p.add_argument("--out", default=str(ROOT / "docs" / "topology_effect.png"), help="PNG plot ('' for none)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()

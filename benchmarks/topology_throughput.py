@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from topology_effect import dataset_file, run_once
+from topology_effect import add_topology_args, dataset_file, run_once
 
 from keysplit.datasets import open_dataset
 from keysplit.simulate import simulate
@@ -30,19 +30,7 @@ from keysplit.simulate import simulate
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--groupings", default="kg,sg,pkg")
-    p.add_argument("--lines", type=int, default=6000)
-    p.add_argument("--words-per-line", type=int, default=10)
-    p.add_argument("--keys", type=int, default=5000)
-    p.add_argument("--z", type=float, default=1.1)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--sources", type=int, default=4)
-    p.add_argument("--workers", type=int, default=8)
-    p.add_argument("--aggregators", type=int, default=2)
-    p.add_argument("--flush", type=float, default=1.0)
-    p.add_argument("--max-pending", type=int, default=1000)
-    p.add_argument("--timeout", type=float, default=900)
-    p.add_argument("--redis", help="Redis URL (default: the project-managed server)")
+    add_topology_args(p, max_pending=1000)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     path = dataset_file(args)

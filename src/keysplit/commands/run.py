@@ -86,14 +86,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.collect:
         with session(args.redis) as (conn, _):
-            summary = collect_run(conn, args.collect)
-            if args.counts_out:
-                write_counts(read_counts(conn, RunKeys(summary["run_id"])), args.counts_out)
-        if args.json:
-            print_json(summary)
-        else:
-            print_summary(summary)
-        return 0
+            return report(args, conn, collect_run(conn, args.collect))
     missing = [f"--{name}" for name in ("grouping", "dataset") if not getattr(args, name)]
     if missing:
         raise KeysplitError(f"keysplit run wordcount needs {' and '.join(missing)}")
@@ -128,8 +121,13 @@ def run(args: argparse.Namespace) -> int:
         finally:
             for bar in bars.values():
                 bar.close()
-        if args.counts_out:
-            write_counts(read_counts(conn, RunKeys(summary["run_id"])), args.counts_out)
+        return report(args, conn, summary)
+
+
+def report(args: argparse.Namespace, conn, summary: dict) -> int:
+    """Write ``--counts-out`` and print the summary (table or ``--json``)."""
+    if args.counts_out:
+        write_counts(read_counts(conn, RunKeys(summary["run_id"])), args.counts_out)
     if args.json:
         print_json(summary)
     else:
