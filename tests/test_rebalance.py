@@ -36,8 +36,9 @@ def test_fish_moves_far_less_key_state_than_without_the_ring(to):
     """Fig. 17: across a worker change, FISH on the ring sends few keys to workers without their state (beyond
     what key splitting does without any change); FISH on hash mod W, PKG and KG move almost every key."""
     ring, mod, pkg, kg = (change(g, 10, to) for g in ("fish", "fish:placement=mod", "pkg", "kg"))
+    # A key's candidate pair changes when the joining or leaving worker is one of its 2 ring successors: ~2/W.
     excess = ring.moved_share - ring.control_moved_share
-    assert 0 < excess <= 2 / 10
+    assert 0 < excess <= 1.25 * 2 / 10
     for other in (mod, pkg, kg):
         assert other.moved_share - other.control_moved_share >= 0.5
         assert other.new_state_share - other.control_new_state_share >= 3 * (
