@@ -351,3 +351,11 @@ def test_message_reader_splits_on_end_lines_across_reads():
     messages = reader.feed(wire[:cut]) + reader.feed(wire[cut:])
     assert messages == [{"command": "sync"}, [3, 4], {"command": "log", "msg": "a\nend\nb"}]
 
+
+
+def test_bad_setting_is_a_clear_error():
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+
+    with pytest.raises(TopologyError, match=r"topology.max.spout.pending must be a non-negative number, got 'many'"):
+        LocalCluster(T, {"topology.max.spout.pending": "many"}, cwd=str(ROOT))

@@ -57,6 +57,27 @@ RUNNER_DEFAULTS: dict[str, Any] = {
 }
 
 
+#: conf keys that must be numbers (None allowed where Storm allows it)
+_NUMERIC = {"topology.message.timeout.secs": False, "topology.max.spout.pending": True,
+            "topology.tick.tuple.freq.secs": True, "topology.acker.executors": True,
+            "topology.sleep.spout.wait.strategy.time.ms": False, "topology.subprocess.timeout.secs": True,
+            **{key: False for key in RUNNER_DEFAULTS}}
+
+
+def _check_conf(base: dict[str, Any], components: dict[str, Any]) -> None:
+    """Reject a non-numeric or negative value for a setting the runner reads, naming the key."""
+    scopes = [("topology", base)] + [(f"component {c.name!r}", {**base, **c.config}) for c in components.values()]
+    for where, conf in scopes:
+        for key, optional in _NUMERIC.items():
+            value = conf.get(key)
+            if value is None and optional:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise TopologyError(f"{key} must be a non-negative number, got {value!r} ({where})")
+    if not float(base["topology.message.timeout.secs"]) > 0:
+        raise TopologyError("topology.message.timeout.secs must be positive")
+
+
 class LocalCluster:
     """Run a streamparse ``Topology`` class locally; see the module docstring and the package README.
 
@@ -75,6 +96,7 @@ class LocalCluster:
         base = {**STORM_DEFAULTS, **RUNNER_DEFAULTS, "topology.name": name}
         base.update(getattr(topology_class, "config", None) or {})
         base.update(conf or {})
+        _check_conf(base, self.components)
         self.conf = base
         self.cwd = str(cwd)
         self.python = python
@@ -99,7 +121,11 @@ class LocalCluster:
                 pid_dir = Path(self._own_tmp) / "pids" / str(tid)
                 pid_dir.mkdir(parents=True, exist_ok=True)
                 context = task_context(self.components, comp, tid, shared)
-                self._handshakes[tid] = encode({"conf": cconf, "pidDir": str(pid_dir), "context": context})
+                try:
+                    self._handshakes[tid] = encode({"conf": cconf, "pidDir": str(pid_dir), "context": context})
+                except (TypeError, ValueError) as exc:
+                    shutil.rmtree(self._own_tmp, ignore_errors=True)
+                    raise TopologyError(f"the configuration of {comp.name!r} is not JSON-serialisable: {exc}") from None
         self.spouts = [t for t in self.tasks.values() if t.is_spout]
         self.bolts = [t for t in self.tasks.values() if not t.is_spout]
         self._sel = selectors.DefaultSelector()
@@ -224,8 +250,9 @@ class LocalCluster:
         for task in self.tasks.values():
             if task.alive and task.proc is not None:
                 self._unregister(task)
-                with contextlib.suppress(OSError):
-                    task.proc.stdin.close()  # type: ignore[union-attr]
+                for pipe in (task.proc.stdin, task.proc.stdout):  # EOF, and EPIPE for a blocked writer
+                    with contextlib.suppress(OSError):
+                        pipe.close()  # type: ignore[union-attr]
         deadline = time.monotonic() + 2.0
         for task in self.tasks.values():
             if task.proc is not None and task.alive:
