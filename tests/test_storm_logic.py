@@ -129,6 +129,24 @@ def test_router_makes_the_simulators_decisions(spec):
     assert got == expected
 
 
+def test_router_feeds_pkg_probing_with_true_loads_on_its_own_clock():
+    """PKG's L P_T variant in the topology: every T seconds since the router started it reads the counters'
+    true loads (from Redis in the bolt; a plain function here) and resets its local estimate from them."""
+    calls = []
+
+    def probe() -> list[int]:
+        calls.append(1)
+        return [0, 3000, 3000]
+
+    router = Router("pkg:probe=0.05", 3, 0, 1, [1, 2, 3], probe=probe)
+    first = router.route(encode_record((None, ["x"] * 20)), router.elapsed())
+    assert router.elapsed() < 1.0 and len(first) == 20
+    time.sleep(0.06)
+    router.route(encode_record((None, ["y"])), router.elapsed())
+    assert calls  # probed, and without catching up through Unix time
+    assert router.grouping.local_loads[1:] == [3000, 3000]
+
+
 def test_router_uses_the_first_w_counter_tasks_and_rejects_too_few():
     router = Router("sg", 2, 0, 1, [4, 7, 9])
     assert {t for _, t in router.route(encode_record((None, list("abcdef"))), 0.0)} == {4, 7}

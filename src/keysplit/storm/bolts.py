@@ -55,7 +55,7 @@ class RouterBolt(Bolt):
         )
 
     def process(self, tup):
-        for word, task in self.router.route(tup.values[0], time.time()):
+        for word, task in self.router.route(tup.values[0], self.router.elapsed()):
             self.emit([word], stream=WORDS_STREAM, direct_task=task)
 
 

@@ -5,10 +5,16 @@ The router learns the topology from Storm's multi-lang context: ``task->componen
 its component. Counter task ids sorted ascending are the grouping's workers 0..W-1 (the first W of them
 when there are more counter tasks than W); this router's index among the sorted router task ids is its
 source index s, so ``build_grouping(spec, W, S)[s]`` is the same instance the simulator would give source s.
+
+Event time ``now`` in Storm is the wall clock (DESIGN.md), measured from the router's start
+(:meth:`Router.elapsed`) so that it begins near 0 as the simulator's ``sequence / rate`` does: groupings with
+periods (PKG's probe interval, FISH's epochs, Gedik's windows) count their periods from 0, and a Unix time
+of ~1.8e9 s would make them catch up through hundreds of millions of periods at the first message.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
@@ -56,6 +62,11 @@ class Router:
         if capacities is not None and hasattr(g, "set_capacities"):
             g.set_capacities(list(capacities))
         self.routed = 0
+        self.t0 = time.time()
+
+    def elapsed(self) -> float:
+        """Wall-clock seconds since this router started: the ``now`` a Storm router passes to ``choose``."""
+        return time.time() - self.t0
 
     def route(self, encoded_record: str, now: float) -> list[tuple[str, int]]:
         """``(word, counter task id)`` for every word of the record; ``now`` is wall-clock time (DESIGN.md)."""
