@@ -281,7 +281,7 @@ def test_crash_loop_on_restart_gives_up_with_a_clear_error(tmp_path):
                       ) as cluster:
         marker.touch()  # from now on the component cannot be imported: every restart fails
         cluster.kill_task("broken")
-        with pytest.raises(TopologyError, match=r"broken\[0\].*died 2 times.*No module named"):
+        with pytest.raises(TopologyError, match=r"broken\[0\].*keeps dying: restarted 2 times.*No module named"):
             cluster.run_until(lambda: False, timeout=30)
         assert cluster.stats()["broken"]["restarts"] == 3
 

@@ -402,9 +402,9 @@ class LocalCluster:
                             tail = task.stderr_tail()
                             last = tail.strip().splitlines()[-1] if tail.strip() else "no output on stderr"
                             self._fatal = TopologyError(
-                                f"task {task.name}[{task.index}] ({task.component.class_path}) died "
-                                f"{task.restarts - 1} times (keysplit.local.max.restarts); last stderr line: {last}"
-                                f"{self._stderr_note(task)}", tail)
+                                f"task {task.name}[{task.index}] ({task.component.class_path}) keeps dying: "
+                                f"restarted {task.restarts - 1} times (keysplit.local.max.restarts); last stderr "
+                                f"line: {last}{self._stderr_note(task)}", tail)
                             return now
                         self._spawn(task, now)
                     else:
