@@ -87,6 +87,9 @@ def prepare(opts: RunOptions) -> Prepared:
         raise KeysplitError(f"--kill-counter-at must be a fraction between 0 and 1, got {opts.kill_counter_at}")
     counter_tasks = opts.counter_tasks or opts.workers
     grouping = check_grouping(opts.grouping, opts.workers, opts.sources)
+    if parse_spec(opts.grouping)[1].get("load") == "global":
+        raise KeysplitError(f"{opts.grouping}: load=global is the simulator's oracle (one load vector shared by "
+                            "all sources); the topology's routers are separate processes, use load=local or probe=T")
     settings = WordCountSettings(
         run_id=opts.run_id or new_run_id(opts.grouping), grouping=opts.grouping, spouts=opts.spouts,
         sources=opts.sources, workers=opts.workers, counter_tasks=counter_tasks, aggregators=opts.aggregators,
