@@ -29,8 +29,8 @@ such message after warm-up checks it, then at most once per interval.
 Algorithm 1's "truncate BS to discard quite new items" is read as: only the top ``|Teenage|`` Baby items are
 candidates at a cycle (the newest keys are the least frequent ones).
 
-Bounded memory (the paper keeps Baby unbounded): at each Baby cycle, the key items of Baby-space keys not
-seen for more than ``baby_ttl`` seconds of event time (default 60, one Old cycle) are dropped; when
+Bounded memory (the paper keeps Baby unbounded): at each Baby cycle (tick t = start + 15k), the key items of
+Baby-space keys last seen before t - ``baby_ttl`` (default 60 s, one Old cycle) are dropped; when
 ``baby_ttl`` is not a multiple of ``promote_teenage`` a key is dropped up to one Baby cycle later. A stream
 with millions of distinct keys then holds only the key items of the keys seen in the last ``baby_ttl`` (+15)
 seconds, e.g. what 600,000 messages bring at 10,000 messages/s, plus at most 50 Teenage/Old items. A dropped
@@ -258,12 +258,15 @@ class DynamicKeyGrouping(BaseGrouping):
             if now < self._next_cycle:
                 return
         if now >= self._next_teenage:
-            self.promote_to_teenage(now)
-            self._next_teenage += self.promote_teenage * max(1, math.floor((now - self._next_teenage)
-                                                                            / self.promote_teenage) + 1)
+            # the cycle's own time: the latest 15 s tick reached (the Key Space Manager's clock)
+            skipped = math.floor((now - self._next_teenage) / self.promote_teenage)
+            tick = self._next_teenage + skipped * self.promote_teenage
+            self.promote_to_teenage(tick)
+            self._next_teenage = tick + self.promote_teenage
         if now >= self._next_old:
+            skipped = math.floor((now - self._next_old) / self.promote_old)
             self.promote_to_old()
-            self._next_old += self.promote_old * max(1, math.floor((now - self._next_old) / self.promote_old) + 1)
+            self._next_old += (skipped + 1) * self.promote_old
         self._next_cycle = min(self._next_teenage, self._next_old)
         self._born = self._generations.setdefault(self._generation(now), [])
         self._update_floor()
@@ -310,7 +313,7 @@ class DynamicKeyGrouping(BaseGrouping):
                     generations.setdefault(self._generation(it[LAST_SEEN]), []).append(k)
 
     def promote_to_teenage(self, now: float) -> None:
-        """Algorithm 1: drop stale Baby items (``baby_ttl``), then promote the top of Baby into Teenage.
+        """Algorithm 1 at tick ``now``: drop stale Baby items (``baby_ttl``), then promote the top of Baby.
 
         "Sort BS, truncate BS": only Baby items that Algorithm 3 could promote are ranked, i.e. all of them
         while Teenage has empty slots, else those with at least the least Teenage count (``_rising``); the
