@@ -49,6 +49,7 @@ def test_size_is_bounded_by_one_over_epsilon_log_epsilon_n():
         if i % 5_000 == 0:
             assert len(lc) <= (1 / epsilon) * math.log(epsilon * i) + 1 / epsilon
     assert peak < 60_000 / 4  # far below the distinct keys seen
+    assert peak <= lc.peak <= peak + 1  # the sketch's own peak is taken just before a bucket closes
 
 
 def test_all_distinct_keys_never_hold_more_than_one_bucket():

@@ -290,6 +290,7 @@ def test_function_size_grows_with_n_and_stays_compact(experiment):
     assert sizes[-1] < 0.01 * 10_000  # |p| << |D|
     lossy = [experiment.row("readj", n).lossy for n in range(2, 11)]
     assert all(0 < s < 20_000 for s in lossy)
+    assert lossy == sorted(lossy) and lossy[-1] > lossy[0]  # Fig. 11: a smaller delta at larger N, more entries
 
 
 def test_quadratic_post_processing_keeps_the_explicit_hash_as_small_as_linear():

@@ -116,7 +116,7 @@ def print_tables(result: ExperimentResult) -> None:
     algos = [a for a in approaches if a not in ("uniform", "consistent")]
     if not algos:
         return
-    print("\nexplicit hash size |H_p|, lossy-counter entries (epsilon = 0.1 delta), construction time (ms)\n")
+    print("\nexplicit hash size |H_p|, peak lossy-counter entries (epsilon = 0.1 delta), construction time (ms)\n")
     rows = []
     for n in range(2, cfg.max_workers + 1):
         row = {"N": n, "lossy": result.row(algos[0], n).lossy}

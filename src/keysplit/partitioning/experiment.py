@@ -70,7 +70,7 @@ class Row:
     m: float | None
     explicit: float  # explicit hash size |D_p|
     seconds: float  # construction time
-    lossy: int | None = None  # entries of a lossy counter with epsilon = epsilon_ratio * delta(N)
+    lossy: int | None = None  # peak entries of a lossy counter with epsilon = epsilon_ratio * delta(N)
 
 
 @dataclass
@@ -109,7 +109,7 @@ def _index(key: str) -> int:
 
 
 def lossy_sizes(freq: np.ndarray, cfg: ExperimentConfig, progress: Callable[[int], None] | None = None) -> dict:
-    """Entries held by a lossy counter over ``cfg.stream`` sampled messages, per N (epsilon tracks delta(N))."""
+    """Peak entries held by a lossy counter over ``cfg.stream`` sampled messages, per N (epsilon = 0.1 delta(N))."""
     rng = np.random.Generator(np.random.PCG64(cfg.seed))
     cdf = np.cumsum(freq)
     stream = [key_name(i) for i in np.minimum(np.searchsorted(cdf, rng.random(cfg.stream)), len(freq) - 1)]
@@ -119,7 +119,7 @@ def lossy_sizes(freq: np.ndarray, cfg: ExperimentConfig, progress: Callable[[int
         delta = frequency_threshold(resources, n, cfg.sigma, cfg.domain)
         counter = LossyCounter(min(0.5, cfg.epsilon_ratio * delta))
         counter.update(stream)
-        sizes[n] = len(counter)
+        sizes[n] = max(counter.peak, len(counter))
         if progress:
             progress(1)
     return sizes

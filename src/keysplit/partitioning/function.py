@@ -4,11 +4,12 @@ consistent hash for the rest, and Algorithm 1's O(1) lookup.
 The consistent hash is :class:`keysplit.hashing.HashRing` (virtual nodes, "replicas" in the paper) with the
 bucketing technique of Karger et al. [20] that the paper uses for O(1) lookups: the 32-bit ring is cut into
 at least as many equal buckets as there are ring points, each bucket remembers the first point at or after
-its start, and a lookup walks from there (O(1) expected steps) instead of a binary search.
+its start, and a lookup searches only its bucket's points (O(1) expected) instead of the whole ring.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 
 import mmh3
@@ -45,7 +46,7 @@ class BucketedRing(HashRing):
         points = self._points
         bits = max(1, (max(1, len(points)) - 1).bit_length())  # 2^bits >= number of points
         self._shift = 32 - bits
-        starts = np.arange(1 << bits, dtype=np.uint64) << np.uint64(self._shift)
+        starts = np.arange((1 << bits) + 1, dtype=np.uint64) << np.uint64(self._shift)  # + an end sentinel
         self._table = np.searchsorted(np.asarray(points, dtype=np.uint64), starts, side="left").tolist()
         return self._table
 
@@ -56,11 +57,9 @@ class BucketedRing(HashRing):
             raise ValueError("the hash ring has no workers")
         table = self._table if self._table is not None else self._reindex()
         h = mmh3.hash(key, self.seed, False)
-        i = table[h >> self._shift]
-        size = len(points)
-        while i < size and points[i] < h:
-            i += 1
-        return self._owners[i if i < size else 0]
+        b = h >> self._shift
+        i = bisect_left(points, h, table[b], table[b + 1])  # the bucket's own few points: O(1) expected
+        return self._owners[i if i < len(points) else 0]
 
     def key_hashes(self, keys: Iterable[str]) -> np.ndarray:
         """The ring positions of ``keys`` (for :meth:`assign`)."""

@@ -46,6 +46,7 @@ class LossyCounter:
         self.bucket = 1  # current bucket id b = ceil(n / w), 1-based
         self._counts: dict[Hashable, int] = {}  # c_a
         self._errors: dict[Hashable, int] = {}  # c_e
+        self.peak = 0  # the most entries held at once (reached just before a bucket closes)
 
     def add(self, key: Hashable) -> None:
         """Count one appearance of ``key``; prune at a bucket boundary."""
@@ -68,6 +69,7 @@ class LossyCounter:
         """Evict entries with ``c_a + c_e <= b`` when bucket ``b`` closes."""
         b = self.bucket
         errors = self._errors
+        self.peak = max(self.peak, len(errors))
         dead = [k for k, c in self._counts.items() if c + errors[k] <= b]
         for k in dead:
             del self._counts[k]
