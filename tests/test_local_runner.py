@@ -153,6 +153,18 @@ def test_max_spout_pending_bounds_the_tuples_in_flight(tmp_path):
     assert max(inflight) == 5, "the spout waits for acks once 5 trees are pending, and the bound is reached"
 
 
+def test_max_spout_pending_with_a_spout_emitting_several_tuples_per_call(tmp_path):
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1, config={"test.per_call": 3})
+        record = RecordBolt.spec(inputs=[numbers], par=1, config={"test.sleep": 0.002})
+
+    n = 210
+    run(T, tmp_path, n, **{"topology.max.spout.pending": 6})
+    assert_all_acked_once(tmp_path, n)
+    inflight = [k for event, _, k in spout_events(tmp_path) if event == "emit"]
+    assert 6 <= max(inflight) <= 6 - 1 + 3, "Storm's bound: nextTuple is called only while pending < limit"
+
+
 def test_tick_tuples_drive_a_bolt_that_acks_on_flush(tmp_path):
     class T(Topology):
         numbers = NumberSpout.spec(par=1)

@@ -17,7 +17,10 @@ def _out(conf: dict, kind: str, task_id: int):
 
 
 class NumberSpout(Spout):
-    """Emits ``[n, key]`` for its share of ``n in range(test.n)`` with tuple id ``n``; replays on fail."""
+    """Emits ``[n, key]`` for its share of ``n in range(test.n)`` with tuple id ``n``; replays on fail.
+
+    ``test.per_call`` tuples per ``next_tuple`` call (default 1).
+    """
 
     outputs = ["n", "key"]
 
@@ -26,20 +29,22 @@ class NumberSpout(Spout):
         index = tasks.index(self.task_id)
         self.todo = list(range(index, int(conf["test.n"]), len(tasks)))
         self.keys = int(conf.get("test.keys", 7))
+        self.per_call = int(conf.get("test.per_call", 1))
         self.replay: list[int] = []
         self.inflight: set[int] = set()
         self.log_file = _out(conf, "spout", self.task_id)
 
     def next_tuple(self):
-        if self.replay:
-            n = self.replay.pop(0)
-        elif self.todo:
-            n = self.todo.pop(0)
-        else:
-            return
-        self.inflight.add(n)
-        self.emit([n, f"k{n % self.keys}"], tup_id=n)
-        self.log_file.write(f"emit {n} {len(self.inflight)}\n")
+        for _ in range(self.per_call):
+            if self.replay:
+                n = self.replay.pop(0)
+            elif self.todo:
+                n = self.todo.pop(0)
+            else:
+                return
+            self.inflight.add(n)
+            self.emit([n, f"k{n % self.keys}"], tup_id=n)
+            self.log_file.write(f"emit {n} {len(self.inflight)}\n")
 
     def ack(self, tup_id):
         self.inflight.discard(tup_id)

@@ -452,15 +452,19 @@ class LocalCluster:
                 want = 1 if task.idle else batch - task.next_out
                 limit = self._max_pending[task.name] if self.acking else None
                 if limit is not None:
-                    # at most one "next" per free slot, so a spout emitting one tuple per call never exceeds it
-                    want = min(want, limit - task.pending - task.next_out)
+                    # pipelined calls only for free slots (at the spout's measured emits per call), so the bound
+                    # holds; with nothing outstanding, call whenever pending < limit, exactly as Storm does
+                    per_next = max(1.0, task.per_next)
+                    free = limit - task.pending - task.next_out * per_next
+                    want = min(want, int(free // per_next))
+                    if task.next_out == 0 and task.pending < limit:
+                        want = max(want, 1)
                 if want <= 0:
                     continue
                 task.urgent.extend([NEXT] * want)
                 task.sent_kinds.extend([True] * want)
-                if task.next_out == 0:
-                    task.emits_since_next = 0
                 task.next_out += want
+                task.nexts_sent += want
                 self._dirty.add(task)
         return wake
 
@@ -539,7 +543,9 @@ class LocalCluster:
             task.next_out -= 1
             if task.next_out == 0:
                 task.idle = task.emits_since_next == 0
+                task.per_next = task.emits_since_next / max(1, task.nexts_sent)
                 task.emits_since_next = 0
+                task.nexts_sent = 0
                 if task.idle:  # nothing to emit: Storm's spout wait strategy sleeps before calling again
                     task.next_at = time.monotonic() + self._spout_wait
 

@@ -59,8 +59,10 @@ class TaskProcess:
         self.sent_kinds: deque[bool] = deque()  # commands awaiting "sync": True for "next"
         self.next_out = 0  # "next" commands sent and not yet answered by "sync"
         self.next_at = 0.0
-        self.emits_since_next = 0
-        self.idle = False  # the last batch of "next" emitted nothing
+        self.emits_since_next = 0  # emits since the spout last had no "next" outstanding
+        self.nexts_sent = 0  # "next" commands sent in that time
+        self.per_next = 1.0  # emits per "next" call, measured over the last such period
+        self.idle = False  # the last period emitted nothing
         self.last_sync = 0.0
         self.stderr_path: Path | None = None
         self.log_file: Any = None
@@ -95,7 +97,9 @@ class TaskProcess:
         self.next_out = 0
         self.next_at = now
         self.emits_since_next = 0
-        self.idle = False
+        self.nexts_sent = 0
+        self.per_next = 1.0
+        self.idle = True  # one call first, to measure how many tuples a call emits
 
     def close(self, kill: bool) -> int | None:
         """Close the pipes (and SIGKILL the process if ``kill``); return its exit code if known."""
