@@ -79,7 +79,7 @@ def _check_conf(base: dict[str, Any], components: dict[str, Any]) -> None:
 
 
 class LocalCluster:
-    """Run a streamparse ``Topology`` class locally; see the module docstring and the package README.
+    """Run a streamparse ``Topology`` class locally; see the docstrings of this module and of the package.
 
     ``conf`` is the Storm configuration (overriding the topology class's ``config``); per-component
     ``config`` given to ``Component.spec(config=...)`` overrides it for that component. ``cwd`` is the
