@@ -155,7 +155,7 @@ class WChoices(_HeadTailGrouping):
     """
 
     name = "wchoices"
-    summary = "W-Choices: SpaceSaving head keys go to the least loaded of all W workers, tail to PKG's 2"
+    summary = "W-Choices: head keys (SpaceSaving count/n > theta, 1/(5W)) go to the least loaded of all W workers"
 
     def head_candidates(self, key: str) -> list[int]:
         return list(range(self.workers))
@@ -178,7 +178,7 @@ class DChoices(_HeadTailGrouping):
     """
 
     name = "dchoices"
-    summary = "D-Choices: SpaceSaving head keys get the least loaded of d hash choices (d from the skew)"
+    summary = "D-Choices: head keys (SpaceSaving count/n > theta, 1/(5W)) get the least loaded of d hash choices"
     PARAMS: ClassVar[dict[str, Param]] = {
         **_HeadTailGrouping.PARAMS,
         "eps": Param(float, 1e-4, "slack of the imbalance conditions that pick d", lambda v: v >= 0,

@@ -94,7 +94,8 @@ class DynamicKeyGrouping(BaseGrouping):
     """DKG: consecutive candidates, least loaded share wins; hot Old-space keys scale out past 2 workers."""
 
     name = "dkg"
-    summary = "dynamic key grouping: consecutive workers, hot (Old-space) keys scale out up to floor(100/L_s)+1"
+    summary = ("dynamic key grouping: consecutive workers, hot Old-space keys scale out to floor(100/L_s)+1; "
+               "memory bounded by dropping Baby keys unseen for baby_ttl s")
     PARAMS: ClassVar[dict[str, Param]] = {
         "choices": Param(int, 2, "initial consecutive candidates per key", lambda v: v >= 1, "at least 1"),
         "expected_keys": Param(int, 100, "expected distinct keys: Old holds 10%, Teenage 40%", lambda v: v >= 1,
