@@ -13,10 +13,10 @@ Two measures, both deterministic:
   Key splitting spreads hot keys over new workers even without a change, so the same run without the
   change is measured too (``control_*``): the difference is what the change itself cost.
 
-A grouping with a ``resize(workers)`` hook (FISH) is resized in place; any other grouping is re-prepared
-with the new worker count, which is what Storm does to a ``CustomStreamGrouping`` when a topology is
-rebalanced (``prepare`` is called again with the new target tasks). Removing workers removes the highest
-indices (``W'..W-1``), as the simulator's ``--resize`` does.
+A grouping with a ``resize(workers)`` hook (FISH) is resized in place; any other grouping is built afresh
+for the new worker count, which is what a Storm rebalance does to a ``CustomStreamGrouping`` (its tasks
+restart and ``prepare`` it with the new target tasks; routing state such as local loads starts over).
+Removing workers removes the highest indices (``W'..W-1``), as the simulator's ``--resize`` does.
 """
 
 from __future__ import annotations
@@ -93,12 +93,14 @@ class RebalanceResult:
         return out
 
 
-def _change(groupings: list[BaseGrouping], workers: int) -> None:
-    for g in groupings:
-        if hasattr(g, "resize"):
-            g.resize(workers)
-        else:  # Storm re-prepares a plain grouping with the new target tasks
-            g.prepare(workers, g.source, g.sources)
+def _change(groupings: list[BaseGrouping], spec: str, workers: int) -> None:
+    """Apply the worker change: ``resize`` in place, or a fresh grouping per source (what a Storm rebalance
+    does to a plain grouping: its tasks restart and ``prepare`` it with the new target tasks)."""
+    if all(hasattr(g, "resize") for g in groupings):
+        for g in groupings:
+            g.resize(workers)  # type: ignore[attr-defined]
+    else:
+        groupings[:] = build_grouping(spec, workers, len(groupings))
 
 
 def _run(dataset: Dataset, spec: str, workers: int, to: int, at: int, sources: int, rate: float,
@@ -116,7 +118,7 @@ def _run(dataset: Dataset, spec: str, workers: int, to: int, at: int, sources: i
         for key in keys:
             if seq == at:
                 if to != workers:
-                    _change(groupings, to)
+                    _change(groupings, spec, to)
                 seen = after
             w = groupings[s].choose(key, event_time(ts, seq, rate))
             seen[key] = seen.get(key, 0) | (1 << w)
