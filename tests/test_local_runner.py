@@ -231,11 +231,11 @@ def test_crashing_bolt_fails_its_tuple_reports_the_error_and_restarts(tmp_path):
 def test_hung_bolt_misses_heartbeats_and_is_restarted(tmp_path):
     class T(Topology):
         numbers = NumberSpout.spec(par=1)
-        record = RecordBolt.spec(inputs=[numbers], par=1, config={"test.hang_at": 30})
+        record = RecordBolt.spec(inputs=[numbers], par=1,
+                                 config={"test.hang_at": 30, "topology.subprocess.timeout.secs": 2.5})
 
     n = 100
-    stats, _ = run(T, tmp_path, n, timeout=40, **{"topology.subprocess.timeout.secs": 2,
-                                                  "topology.message.timeout.secs": 3,
+    stats, _ = run(T, tmp_path, n, timeout=40, **{"topology.message.timeout.secs": 3,
                                                   "topology.max.spout.pending": 10})
     assert (tmp_path / "hung").exists()
     assert stats["record"]["restarts"] == 1, "killed for missing heartbeats, then restarted"

@@ -474,10 +474,10 @@ class LocalCluster:
         A bolt is silent when it answers nothing, not even heartbeats; a spout when it leaves a command
         unanswered (Storm's ShellSpout watches its ``sync`` replies the same way).
         """
-        limit = float(self.conf.get("topology.subprocess.timeout.secs") or 0)
         for task in self.tasks.values():
             if not task.ready or not task.alive:
                 continue
+            limit = float(task.conf.get("topology.subprocess.timeout.secs") or 0)
             silent = now - task.last_sync
             if limit and silent > limit and (not task.is_spout or task.sent_kinds):
                 log.error("task %s[%d] was silent for %.0f s (topology.subprocess.timeout.secs); killing it",
