@@ -105,6 +105,8 @@ def test_balances_better_than_key_grouping_on_skewed_keys():
         ("gedik:resources=LXL", "resources='LXL' is not a valid resource triple"),
         ("gedik:period=0", "period=0 is out of range (positive)"),
         ("gedik:epsilon=2", "epsilon=2 is out of range"),
+        ("gedik:epsilon=0.01",  # delta(4) = 0.1 * (0.2 / 1.4) / 4
+         "epsilon=0.01 must be below the frequency threshold delta=0.00357"),
         ("gedik:colour=red", "gedik has no parameter 'colour'"),
     ],
 )

@@ -46,8 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vnodes", type=positive_int, default=1000, help="consistent-hash replicas per channel (1000)")
     p.add_argument("--runs", type=positive_int, default=5, help="runs with different hash seeds, averaged (5)")
     p.add_argument("--seed", type=int, default=1, help="seed of the sampled stream for the lossy-counter size")
-    p.add_argument("--stream", type=int, default=200_000, metavar="MSGS",
-                   help="messages streamed through a lossy counter to report its size (0: skip; default 200000)")
+    p.add_argument("--stream", type=int, default=10**6, metavar="MSGS",
+                   help="messages streamed through a lossy counter to report its peak size (0: skip; default 10^6)")
     p.add_argument("--approaches", type=approach_list, default=APPROACHES, metavar="A[,A...]",
                    help=f"approaches to run (default {','.join(APPROACHES)})")
     p.add_argument("--plot", metavar="FILE.png", help="also draw b and m against N (like the paper's Fig. 6)")

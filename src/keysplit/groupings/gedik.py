@@ -21,6 +21,7 @@ from keysplit.partitioning.adaptive import AdaptivePartitioner, RebuildRecord
 from keysplit.partitioning.construct import ALGORITHMS, Config
 from keysplit.partitioning.function import DEFAULT_VNODES, PartitioningFunction
 from keysplit.partitioning.resources import Resources
+from keysplit.partitioning.threshold import frequency_threshold
 from keysplit.partitioning.utility import UTILITIES
 from keysplit.specs import Param, choice, optional_float
 
@@ -94,6 +95,14 @@ class GedikPartitioning(BaseGrouping):
         p = self.params
         self.partitioner = AdaptivePartitioner(self.config, workers, p["period"], p["window"], p["counters"],
                                                p["epsilon"])
+
+    def validate(self) -> None:
+        eps = self.params["epsilon"]
+        if eps is not None and self.workers > 1:
+            delta = frequency_threshold(self.config.resources, self.workers, self.config.sigma, self.config.domain)
+            if eps >= delta:
+                raise SpecError(f"gedik: epsilon={eps} must be below the frequency threshold delta={delta:.3g} "
+                                f"for {self.workers} workers (eq. 17), e.g. epsilon={delta / 10:.2g}")
 
     @classmethod
     def build(cls, params: Mapping[str, Any], workers: int, sources: int) -> list[BaseGrouping]:

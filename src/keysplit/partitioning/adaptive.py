@@ -100,7 +100,10 @@ class AdaptivePartitioner:
 
     def rebuild(self, workers: int, now: float, reason: str) -> RebuildRecord:
         old = self.function
-        step = construct(old, self.frequencies(workers), workers, self.config, slack=self.counter.epsilon)
+        delta = frequency_threshold(self.config.resources, workers, self.config.sigma, self.config.domain)
+        # the counter reports items down to (delta - epsilon); a fixed epsilon near delta would report all it holds
+        slack = min(self.counter.epsilon, delta / 2)
+        step = construct(old, self.frequencies(workers), workers, self.config, slack=slack)
         new = step.function
         if workers == old.workers:
             candidates = set(old.explicit_hash) | set(new.explicit_hash)
