@@ -303,3 +303,32 @@ def test_quadratic_post_processing_keeps_the_explicit_hash_as_small_as_linear():
     assert int((f >= raw).sum()) > 3 * lql.row("scan", 10).explicit  # without it: several times more items
     # §5.3: with z = 1 a quadratic computation cost cannot be balanced ("in 30s" in the paper)
     assert lql.row("scan", 10).b_c > 10 > lcl.row("scan", 10).b_c
+
+
+def test_lower_sigma_balances_better_at_more_migration_and_a_bigger_function():
+    # Fig. 5 and Fig. 9: sigma trades balance against migration and the explicit hash's size
+    runs = {s: run_experiment(ExperimentConfig(domain=10_000, runs=5, sigma=s, approaches=("redist",), vnodes=300))
+            for s in (0.02, 0.1, 0.3)}
+    b = [runs[s].mean("redist", "b") for s in (0.02, 0.1, 0.3)]
+    m = [runs[s].mean("redist", "m") for s in (0.02, 0.1, 0.3)]
+    size = [runs[s].row("redist", 10).explicit for s in (0.02, 0.1, 0.3)]
+    assert b[0] < b[1] < b[2]
+    assert m[0] > m[1] > m[2]
+    assert size[0] > size[1] > size[2]
+
+
+def test_utility_functions_trade_offs_of_fig_7():
+    res = {u: run_experiment(ExperimentConfig(domain=10_000, runs=5, utility=u, approaches=("redist", "readj"),
+                                              vnodes=300))
+           for u in ("a", "apm", "aplm", "atm", "atlm")}
+    b = {(a, u): r.mean(a, "b") for u, r in res.items() for a in ("redist", "readj")}
+    m = {(a, u): r.mean(a, "m") for u, r in res.items() for a in ("redist", "readj")}
+    # Fig. 7a, readj: U^A ignores migration and migrates the most; the balance hardly depends on U
+    assert m[("readj", "a")] == max(m[("readj", u)] for u in res)
+    assert max(b[("readj", u)] for u in res) < 1.05 * min(b[("readj", u)] for u in res)
+    # Fig. 7b, redist: U^APM and U^APLM balance best; U^ATM and U^ATLM migrate least (35-40% below U^APM)
+    for good in ("apm", "aplm"):
+        for other in ("a", "atm", "atlm"):
+            assert b[("redist", good)] < b[("redist", other)]
+    for cheap in ("atm", "atlm"):
+        assert m[("redist", cheap)] < 0.8 * m[("redist", "apm")]

@@ -1,5 +1,11 @@
 """Algorithm 2, SCAN: place the tracked items in decreasing frequency order, each on the channel with the
-best utility U(rho, gamma) given the items placed so far. O(R * N) utility evaluations."""
+best utility U(rho, gamma) given the items placed so far. O(R * N) utility evaluations.
+
+Ties go to the lowest channel index, as the pseudo-code's strict ``U < u`` does (redist likewise). rho only
+sees max - min, so while two channels are both at the minimum every placement below the maximum ties; with
+U^A, U^ATM or U^ATLM nothing breaks the tie and the last channels receive only small items. That is why, as in
+the paper's Fig. 7b, U^APM and U^APLM (where gamma breaks it towards the item's old channel) balance best.
+"""
 
 from __future__ import annotations
 
