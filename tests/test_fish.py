@@ -304,3 +304,12 @@ def test_resize_with_capacities_gives_a_joining_worker_the_mean_capacity_and_an_
     g.resize(3)
     assert g.capacities == [10.0, 10.0, 20.0]
     assert {g.choose(f"k{i % 7}", 4.0 + i / 100) for i in range(200)} <= {0, 1, 2}
+
+
+def test_prepare_again_with_another_worker_count_keeps_working():
+    """Storm re-prepares a grouping when a topology is rebalanced."""
+    [g] = build_grouping("fish", workers=4)
+    g.set_capacities([1.0, 2.0, 3.0, 4.0])
+    g.choose("a", 0.0)
+    g.prepare(6, 0, 1)
+    assert len(g.capacities) == 6 and {g.choose(f"k{i}", 20.0) for i in range(300)} == set(range(6))

@@ -134,6 +134,9 @@ class Fish(BaseGrouping):
         loads = self.local_loads
         loads.extend([0] * (workers - len(loads)))
         del loads[workers:]
+        if self.capacities is not None:  # a joining worker gets the mean known capacity until feedback comes
+            mean = sum(self.capacities) / len(self.capacities)
+            self.capacities = (self.capacities + [mean] * workers)[:workers]
         self._reset_estimates()
 
     def _reset_estimates(self) -> None:
@@ -178,9 +181,6 @@ class Fish(BaseGrouping):
                 self.ring.add(w)
             for w in range(workers, old):
                 self.ring.remove(w)
-        if self.capacities is not None:
-            mean = sum(self.capacities) / len(self.capacities)
-            self.capacities = (self.capacities + [mean] * workers)[:workers]
         self._set_workers(workers)
 
     # -- the assignment creator ---------------------------------------------------------------------------
