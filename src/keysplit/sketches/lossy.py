@@ -126,17 +126,24 @@ class SlidingLossyCounter:
         self.cycle = counters * self.stagger  # each counter's lifetime: x * W / (x - 1)
         self.counters = [LossyCounter(epsilon) for _ in range(counters)]
         self.n = 0
+        self._live: list[LossyCounter] = []  # the counters that have started
+        self._next_event = 0  # starts and resets all fall on multiples of the stagger
+
+    def _advance(self) -> None:
+        n = self.n
+        for j in range(len(self.counters)):
+            start = j * self.stagger
+            if n > start and (n - start) % self.cycle == 0:
+                self.counters[j] = LossyCounter(self.epsilon)  # tumbling window j starts over
+        self._live = [c for j, c in enumerate(self.counters) if n >= j * self.stagger]
+        self._next_event = n + self.stagger
 
     def add(self, key: Hashable) -> None:
-        n = self.n
-        for j, counter in enumerate(self.counters):
-            start = j * self.stagger
-            if n < start:
-                continue
-            if n > start and (n - start) % self.cycle == 0:
-                self.counters[j] = counter = LossyCounter(self.epsilon)  # tumbling window j starts over
+        if self.n == self._next_event:
+            self._advance()
+        for counter in self._live:
             counter.add(key)
-        self.n = n + 1
+        self.n += 1
 
     def update(self, keys: Iterable[Hashable]) -> None:
         for key in keys:
