@@ -22,13 +22,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import mmh3
 import numpy as np
 
 from keysplit.datasets import Dataset, FileDataset, open_dataset, write_dataset
 from keysplit.datasets.readers import ParquetDataset, open_binary
 from keysplit.errors import DatasetError
-from keysplit.hashing import hash32
+from keysplit.hashing import BASE_SEED, hash32
 from keysplit.simulate import SPLIT_SEED
+
+#: Seed of the 64-bit key fingerprints the replay uses to merge per-key state across partitions.
+KEY_HASH_SEED = BASE_SEED + 700
 
 #: Target bytes per input partition of an uncompressed file.
 SLICE_BYTES = 32 << 20
@@ -57,6 +61,7 @@ class SubStream:
     ts: np.ndarray | None  # float64 per message
     has_ts: np.ndarray | None
     sources: np.ndarray | None = None  # int32 per message, merged streams only
+    key_hash: np.ndarray | None = None  # uint64 per vocab entry, set when hashes are collision-free
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -260,7 +265,19 @@ def merge_streams(streams: list[SubStream]) -> SubStream:
         merged.ts = merged.ts[order]
         merged.has_ts = merged.has_ts[order]  # type: ignore[index]
     merged.sources = sources[order]
+    if streams and all(s.key_hash is not None for s in streams):
+        with_fingerprints(merged)
     return merged
+
+
+def key_fingerprint(key: str) -> int:
+    """A key's 64-bit murmur3 fingerprint (only trusted after the ingest checked there is no collision)."""
+    return mmh3.hash64(key, KEY_HASH_SEED, signed=False)[0]
+
+
+def with_fingerprints(sub: SubStream) -> SubStream:
+    sub.key_hash = np.fromiter((key_fingerprint(k) for k in sub.vocab), dtype=np.uint64, count=len(sub.vocab))
+    return sub
 
 
 # ------------------------------------------------------------------------------------------- the job
@@ -315,15 +332,19 @@ def ingest(spark: Any, dataset: FileDataset, sources: int, split: str, partition
         r0, s0 = offsets[chunk.part]
         return deal_chunk(chunk, r0, s0, sources, split)
 
+    counts = chunks.flatMap(_chunk_counts).reduceByKey(lambda a, b: a + b).persist(StorageLevel.MEMORY_AND_DISK)
     streams = (
         chunks.flatMap(deal)
         .partitionBy(sources, lambda s: s)
         .mapPartitionsWithIndex(lambda s, it: [gather_source(s, it)], preservesPartitioning=True)
-        .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    counts = chunks.flatMap(_chunk_counts).reduceByKey(lambda a, b: a + b).persist(StorageLevel.MEMORY_AND_DISK)
+    # Fingerprints stand in for keys only when no two distinct keys share one (checked, not assumed).
+    keys = counts.count()
+    fingerprints = counts.map(lambda kv: key_fingerprint(kv[0])).distinct().count()
+    if fingerprints == keys:
+        streams = streams.map(with_fingerprints, preservesPartitioning=True)
+    streams = streams.persist(StorageLevel.MEMORY_AND_DISK)
     streams.count()  # materialise the cache before the chunks go
-    counts.count()
     chunks.unpersist()
     return Ingested(streams, counts, records, messages, len(slices))
 

@@ -8,6 +8,7 @@ On a cluster: ``spark-submit [--master URL] spark_replay/job.py --dataset SPEC -
 from __future__ import annotations
 
 import concurrent.futures
+import heapq
 import json
 import os
 import re
@@ -17,6 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from keysplit.datasets import open_dataset
 from keysplit.errors import KeysplitError, SpecError
@@ -31,7 +34,7 @@ from keysplit.metrics import (
 from keysplit.simulate import DEFAULT_RATE, SPLITS
 from spark_replay import aggregates, routing
 from spark_replay.ingest import Ingested, ingest, materialise
-from spark_replay.queueing import LatencyHistogram, throughput_estimate, worker_latencies
+from spark_replay.queueing import throughput_estimate
 
 DEFAULT_CPU_DELAY_MS = 1.0
 DEFAULT_OUT = os.path.join(".keysplit", "replay")
@@ -163,15 +166,24 @@ def write_counts(spark: Any, ing: Ingested, path: str, k: int) -> dict:
     """The exact counts as Parquet (``key``, ``count``), written by the executors; the top-k and key count."""
     frame = spark.createDataFrame(ing.counts, schema="key string, count long")
     frame.write.mode("overwrite").parquet(path)
-    top = ing.counts.takeOrdered(max(k, 1), key=lambda kv: (-kv[1], kv[0]))
-    return {"keys": ing.counts.count(), "top_k": [[w, c] for w, c in top[:k]], "top_count": top[0][1]}
+    parts = ing.counts.mapPartitions(lambda it: [_partition_top(it, max(k, 1))]).collect()
+    top = heapq.nsmallest(max(k, 1), (kv for _, kvs in parts for kv in kvs), key=_rank)
+    return {"keys": sum(n for n, _ in parts), "top_k": [[w, c] for w, c in top[:k]], "top_count": top[0][1]}
+
+
+def _rank(kv: tuple[str, int]) -> tuple[int, str]:
+    """Top-k order: most frequent first, ties by key."""
+    return -kv[1], kv[0]
+
+
+def _partition_top(items: Iterator[tuple[str, int]], k: int) -> tuple[int, list]:
+    items = list(items)
+    return len(items), heapq.nsmallest(k, items, key=_rank)
 
 
 def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: ReplayOptions, every: int,
                     frequencies: Any) -> GroupingResult:
     """Route every sub-stream with ``spec`` and measure it (loads, I(t), memory, queueing)."""
-    from pyspark import StorageLevel
-
     W, S = opts.workers, opts.sources
     rows = ing.messages // every
     service = opts.cpu_delay_ms / 1000.0
@@ -188,26 +200,17 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
     else:
         routed = ing.streams.map(route)
     rate = opts.rate
-    tagged = routed.flatMap(lambda r: aggregates.tag_partition(r, W, every, rows, rate, service > 0))
-    tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
-    matrix, loads_arr, fast = tagged.filter(lambda t: t[0] == "agg").map(lambda t: t[1]).reduce(aggregates.add_aggs)
-    distinct, keys = (
-        tagged.filter(lambda t: t[0] == "mask").map(lambda t: t[1])
-        .reduceByKey(lambda a, b: a | b)
-        .mapPartitions(lambda it: [aggregates.distinct_counts((m for _, m in it), W)])
-        .reduce(aggregates.add_distinct)
+    reducers = max(2, spark.sparkContext.defaultParallelism)
+    partial = (
+        routed.flatMap(lambda r: aggregates.tag_partition(r, W, every, rows, rate, service > 0, reducers))
+        .reduceByKey(aggregates.merge_values, numPartitions=reducers)
+        .mapPartitions(lambda it: [aggregates.finish_partition(it, W, service)])
+        .reduce(lambda a, b: a.merge(b))
     )
-    hist = LatencyHistogram(service)
-    if service > 0:
-        hist = (
-            tagged.filter(lambda t: t[0] == "arr").map(lambda t: t[1])
-            .groupByKey(numPartitions=max(1, min(W, spark.sparkContext.defaultParallelism * 2)))
-            .map(lambda wa: _worker_hist(list(wa[1]), service))
-            .reduce(lambda a, b: a.merge(b))
-        )
-    else:
-        hist.add(_zeros(ing.messages))
-    tagged.unpersist()
+    matrix, loads_arr, fast = partial.agg
+    distinct, keys, hist = partial.distinct, partial.keys, partial.hist
+    if service == 0:
+        hist.add(np.zeros(ing.messages))
     elapsed = time.perf_counter() - t0
 
     loads = [int(x) for x in loads_arr.tolist()]
@@ -247,18 +250,6 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
         "seconds": elapsed,
     }
     return GroupingResult(summary, series.times, series.values, series_loads)
-
-
-def _worker_hist(chunks: list, service: float) -> LatencyHistogram:
-    hist = LatencyHistogram(service)
-    hist.add(worker_latencies(chunks, service))
-    return hist
-
-
-def _zeros(n: int) -> Any:
-    import numpy as np
-
-    return np.zeros(n)
 
 
 def write_timeseries(path: str, results: list[GroupingResult]) -> None:
