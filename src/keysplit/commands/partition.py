@@ -62,6 +62,9 @@ def config_from(args: argparse.Namespace) -> ExperimentConfig:
         raise SpecError(f"--sigma must be in (0, 1], got {args.sigma}")
     if args.z < 0:
         raise SpecError(f"--z must not be negative, got {args.z}")
+    if args.max_workers < 2:
+        raise SpecError(f"--max-workers must be at least 2 (migration is measured from N-1 to N), "
+                        f"got {args.max_workers}")
     if args.stream < 0:
         raise SpecError(f"--stream must not be negative, got {args.stream}")
     return ExperimentConfig(domain=args.domain, z=args.z, alpha=args.alpha, resources=args.resources.upper(),
