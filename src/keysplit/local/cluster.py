@@ -449,6 +449,8 @@ class LocalCluster:
                 if now < task.next_at:
                     wake = min(wake, task.next_at)
                     continue
+                if task.idle and task.next_out:
+                    continue  # an idle (or new) spout gets one call at a time
                 want = 1 if task.idle else batch - task.next_out
                 limit = self._max_pending[task.name] if self.acking else None
                 if limit is not None:
