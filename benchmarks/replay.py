@@ -36,8 +36,9 @@ def child(args: argparse.Namespace) -> dict:
     # Warm-up on a tiny dataset: Python workers started, numba kernel loaded from its cache.
     run_replay(spark, ReplayOptions(dataset="zipf:messages=20000", groupings=GROUPINGS, workers=args.workers,
                                     sources=args.sources, out=os.path.join(args.dir, "warm")))
+    tag = "".join(c for c in args.master if c.isalnum())
     opts = ReplayOptions(dataset=args.dataset, groupings=GROUPINGS, workers=args.workers, sources=args.sources,
-                         cpu_delay_ms=args.cpu_delay, out=os.path.join(args.dir, args.master.strip("local[]")))
+                         cpu_delay_ms=args.cpu_delay, out=os.path.join(args.dir, tag))
     summary = run_replay(spark, opts)
     baseline = {}
     ds = open_dataset(args.dataset)

@@ -1,0 +1,226 @@
+"""``keysplit compare``: measured topology runs next to the replay's estimates, grouping by grouping.
+
+A run is read from Redis (``keysplit:run:{id}:summary``, the JSON of ``keysplit run --json``, and
+``keysplit:run:{id}:counts``, the final totals); a replay from its directory (``summary.json``,
+``timeseries.parquet``, ``counts.parquet``). They must be of the same dataset: the record-stream fingerprints
+(``dataset_sha256``) must be equal, or the comparison is refused. For each run the replay entry of the same
+grouping (canonical spec) is put beside it: throughput (measured words/s vs the queueing model's sustainable
+throughput), latency p50/p99, final imbalance, memory (dist_cost, distinct keys per worker), the loads, and
+whether the run's final counts equal the replay's exact counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from keysplit.errors import KeysplitError, SpecError
+from keysplit.groupings import check_grouping
+
+RUN_PREFIX = "keysplit:run:"
+
+
+def load_replay(directory: str) -> dict:
+    """The replay's ``summary.json`` (with ``dir`` added); a KeysplitError when it is not a replay directory."""
+    path = os.path.join(directory, "summary.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            summary = json.load(fh)
+    except FileNotFoundError:
+        raise KeysplitError(f"no replay in {directory}: {path} not found (run `keysplit replay --out DIR` first)") \
+            from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise KeysplitError(f"cannot read the replay summary {path}: {exc}") from None
+    if "runs" not in summary or "dataset" not in summary:
+        raise KeysplitError(f"{path} is not a keysplit replay summary")
+    summary["dir"] = directory
+    return summary
+
+
+def load_run(conn: Any, run_id: str) -> tuple[dict, dict[str, int]]:
+    """A run's summary and final counts from Redis."""
+    raw = conn.get(f"{RUN_PREFIX}{run_id}:summary")
+    if raw is None:
+        raise KeysplitError(f"no finished run {run_id!r} in Redis (no {RUN_PREFIX}{run_id}:summary)")
+    try:
+        summary = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise KeysplitError(f"run {run_id}: the summary in Redis is not JSON ({exc})") from None
+    counts = {k if isinstance(k, str) else k.decode(): int(v)
+              for k, v in conn.hgetall(f"{RUN_PREFIX}{run_id}:counts").items()}
+    return summary, counts
+
+
+def replay_counts(replay: dict) -> dict[str, int]:
+    """The replay's exact counts (the Parquet the executors wrote)."""
+    import pyarrow.parquet as pq
+
+    path = replay["replay"]["counts"]
+    try:
+        table = pq.read_table(path, columns=["key", "count"])
+    except (OSError, ValueError) as exc:
+        raise KeysplitError(f"cannot read the replay's exact counts {path}: {exc}") from None
+    return dict(zip(table.column("key").to_pylist(), table.column("count").to_pylist()))
+
+
+def canonical(spec: str, workers: int, sources: int) -> str:
+    try:
+        return check_grouping(spec, workers, sources)
+    except SpecError:
+        return spec
+
+
+def check_same_dataset(run: dict, replay: dict) -> None:
+    """Refuse a run and a replay of different datasets (their record-stream sha256 differ)."""
+    a, b = run.get("dataset_sha256"), replay["dataset"].get("sha256")
+    if not a or a != b:
+        raise KeysplitError(
+            f"run {run.get('run_id')} and the replay in {replay['dir']} are of different datasets: "
+            f"{run.get('dataset')} (sha256 {str(a)[:12]}) vs {replay['dataset']['spec']} (sha256 {str(b)[:12]}); "
+            "replay the run's dataset to compare them")
+
+
+def counts_diff(measured: Mapping[str, int], exact: Mapping[str, int]) -> dict:
+    """Whether the run's totals equal the exact counts, and how many words differ, are missing or extra."""
+    missing = [w for w in exact if w not in measured]
+    extra = [w for w in measured if w not in exact]
+    wrong = [w for w in exact if w in measured and measured[w] != exact[w]]
+    return {"equal": not (missing or extra or wrong), "missing": len(missing), "extra": len(extra),
+            "different": len(wrong), "examples": sorted(missing + extra + wrong)[:5]}
+
+
+def compare_one(run: dict, counts: Mapping[str, int], replay: dict, exact: Mapping[str, int]) -> dict:
+    """One row: the run and the replay entry of its grouping, side by side."""
+    check_same_dataset(run, replay)
+    workers = int(run.get("workers") or len(run.get("loads") or []) or 1)
+    sources = int(run.get("sources") or 1)
+    want = canonical(run["grouping"], workers, sources)
+    entries = {r["grouping"]: r for r in replay["runs"]}
+    est = entries.get(want) or entries.get(run["grouping"])
+    if est is None:
+        raise KeysplitError(f"the replay in {replay['dir']} has no grouping {want!r} (it has: "
+                            f"{', '.join(entries)}); replay it with --groupings {want}")
+    latency = run.get("latency_ms") or {}
+    notes = []
+    for name, a, b in (("workers", workers, est["workers"]), ("sources", sources, est["sources"]),
+                       ("cpu_delay_ms", run.get("cpu_delay_ms"), est.get("cpu_delay_ms"))):
+        if a is not None and b is not None and float(a) != float(b):
+            notes.append(f"{name} differ: run {a}, replay {b}")
+    diff = counts_diff(counts, exact)
+    return {
+        "grouping": est["grouping"],
+        "run_id": run.get("run_id"),
+        "dataset_sha256": run.get("dataset_sha256"),
+        "throughput": {"run_words_per_second": run.get("words_per_second"),
+                       "replay_estimate": est.get("throughput_estimate")},
+        "latency_p50_ms": {"run": latency.get("p50"), "replay": est.get("latency_p50_ms")},
+        "latency_p99_ms": {"run": latency.get("p99"), "replay": est.get("latency_p99_ms")},
+        "final_imbalance_fraction": {"run": run.get("final_imbalance_fraction"),
+                                     "replay": est.get("final_imbalance_fraction")},
+        "dist_cost": {"run": run.get("dist_cost"), "replay": est.get("dist_cost")},
+        "distinct_per_worker": {"run": run.get("distinct_per_worker"), "replay": est.get("distinct_per_worker")},
+        "loads": {"run": run.get("loads"), "replay": est.get("loads")},
+        "loads_equal": run.get("loads") == est.get("loads"),
+        "counts_equal": diff["equal"],
+        "counts_diff": diff,
+        "replayed_tuples": run.get("replayed"),
+        "notes": notes,
+    }
+
+
+def compare(conn: Any, run_ids: Sequence[str], replay_dir: str) -> dict:
+    """The comparison of every run with the replay (the content of ``comparison.json``)."""
+    replay = load_replay(replay_dir)
+    loaded = [load_run(conn, r) for r in run_ids]
+    for run, _ in loaded:  # refuse before reading the counts
+        check_same_dataset(run, replay)
+    exact = replay_counts(replay)
+    rows = [compare_one(run, counts, replay, exact) for run, counts in loaded]
+    return {"replay": os.path.abspath(replay_dir), "dataset": replay["dataset"], "rows": rows}
+
+
+def plot(result: dict, replay_dir: str, out: str) -> list[str]:
+    """PNG plots: throughput and latency by grouping, load per worker, imbalance over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    rows = result["rows"]
+    names = [f"{r['grouping']}\n{r['run_id']}" for r in rows]
+    x = np.arange(len(rows))
+    files = []
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(8, 2.5 * len(rows)), 4.5))
+    run_tp = [r["throughput"]["run_words_per_second"] or 0 for r in rows]
+    est_tp = [r["throughput"]["replay_estimate"] or 0 for r in rows]
+    ax1.bar(x - 0.2, run_tp, 0.4, label="topology run (measured)")
+    ax1.bar(x + 0.2, est_tp, 0.4, label="replay (queueing estimate)")
+    ax1.set_xticks(x, names, fontsize=8)
+    ax1.set_ylabel("words / s")
+    ax1.set_title("throughput")
+    ax1.legend(fontsize=8)
+    for i, (q, style) in enumerate((("latency_p50_ms", "p50"), ("latency_p99_ms", "p99"))):
+        ax2.bar(x - 0.3 + 0.2 * i, [r[q]["run"] or 0 for r in rows], 0.2, label=f"run {style}")
+        ax2.bar(x + 0.1 + 0.2 * i, [r[q]["replay"] or 0 for r in rows], 0.2, label=f"replay {style}")
+    ax2.set_xticks(x, names, fontsize=8)
+    ax2.set_ylabel("ms")
+    ax2.set_yscale("symlog")
+    ax2.set_title("latency")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    files.append(_save(fig, out, "throughput_latency.png"))
+
+    fig, axes = plt.subplots(1, len(rows), figsize=(max(6, 4 * len(rows)), 4), squeeze=False)
+    for ax, r, name in zip(axes[0], rows, names):
+        run_loads, est_loads = r["loads"]["run"] or [], r["loads"]["replay"] or []
+        w = np.arange(max(len(run_loads), len(est_loads)))
+        ax.bar(w[: len(run_loads)] - 0.2, run_loads, 0.4, label="run")
+        ax.bar(w[: len(est_loads)] + 0.2, est_loads, 0.4, label="replay")
+        ax.set_title(name.replace("\n", " "), fontsize=9)
+        ax.set_xlabel("worker")
+        ax.set_ylabel("messages")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    files.append(_save(fig, out, "loads.png"))
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    series = pq.read_table(os.path.join(replay_dir, "timeseries.parquet")).to_pydict()
+    for r in rows:
+        pts = [(t, f) for g, t, f in zip(series["grouping"], series["t"], series["imbalance_fraction"])
+               if g == r["grouping"]]
+        if pts:
+            line, = ax.plot([t for t, _ in pts], [f for _, f in pts], label=f"{r['grouping']} replay I(t)/t")
+            final = r["final_imbalance_fraction"]["run"]
+            if final is not None:
+                ax.axhline(final, color=line.get_color(), linestyle=":", label=f"{r['grouping']} run, final")
+    ax.set_xlabel("messages t")
+    ax.set_ylabel("imbalance fraction I(t)/t")
+    ax.set_yscale("symlog", linthresh=1e-5)
+    ax.set_title("imbalance over time")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    files.append(_save(fig, out, "imbalance.png"))
+    return files
+
+
+def _save(fig: Any, out: str, name: str) -> str:
+    import matplotlib.pyplot as plt
+
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write(result: dict, out: str) -> str:
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "comparison.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(result, fh, indent=2)
+        fh.write("\n")
+    return path

@@ -1,0 +1,64 @@
+"""``keysplit compare``: topology runs (from Redis) next to a Spark replay's estimates, per grouping."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from keysplit.commands.common import print_table
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="put measured topology runs next to a replay's estimates (throughput, latency, balance, counts)",
+        description="For each run, the replay's entry of the same grouping side by side: throughput, latency "
+        "p50/p99, imbalance, memory, and whether the run's final counts equal the replay's exact counts. "
+        "Prints a table and writes comparison.json and PNG plots. Run and replay must be of the same dataset.",
+    )
+    p.add_argument("--run", required=True, metavar="RUN_ID[,RUN_ID...]", help="topology run ids (keysplit run)")
+    p.add_argument("--replay", required=True, metavar="DIR", help="replay directory (keysplit replay --out)")
+    p.add_argument("--out", metavar="DIR", help="where to write comparison.json and the plots (default DIR/compare)")
+    p.add_argument("--redis", metavar="URL", help="Redis holding the runs (default: the project-managed server)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.set_defaults(func=run)
+
+
+def _pair(a, b, fmt) -> str:
+    return f"{'-' if a is None else fmt(a)} | {'-' if b is None else fmt(b)}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from keysplit.redis_server import connect
+    from spark_replay import compare
+
+    run_ids = [r.strip() for r in args.run.split(",") if r.strip()]
+    out = args.out or os.path.join(args.replay, "compare")
+    compare.load_replay(args.replay)  # a missing replay fails before Redis starts
+    result = compare.compare(connect(args.redis), run_ids, args.replay)
+    path = compare.write(result, out)
+    plots = [] if args.no_plots else compare.plot(result, args.replay, out)
+    num = lambda v: f"{v:,.0f}"  # noqa: E731
+    ms = lambda v: f"{v:,.2f}"  # noqa: E731
+    sci = lambda v: f"{v:.2e}"  # noqa: E731
+    rows = [{
+        "grouping": r["grouping"], "run": r["run_id"],
+        "tp": _pair(r["throughput"]["run_words_per_second"], r["throughput"]["replay_estimate"], num),
+        "p50": _pair(r["latency_p50_ms"]["run"], r["latency_p50_ms"]["replay"], ms),
+        "p99": _pair(r["latency_p99_ms"]["run"], r["latency_p99_ms"]["replay"], ms),
+        "imb": _pair(r["final_imbalance_fraction"]["run"], r["final_imbalance_fraction"]["replay"], sci),
+        "mem": _pair(r["dist_cost"]["run"], r["dist_cost"]["replay"], lambda v: f"{v:.2f}"),
+        "counts": "equal" if r["counts_equal"] else
+        "DIFFER ({missing} missing, {extra} extra, {different} different)".format(**r["counts_diff"]),
+    } for r in result["rows"]]
+    print(f"dataset {result['dataset']['spec']} (sha256 {result['dataset']['sha256'][:12]}): run | replay")
+    print_table(rows, [
+        ("grouping", "grouping", str), ("run", "run", str), ("words/s", "tp", str), ("p50 ms", "p50", str),
+        ("p99 ms", "p99", str), ("final imbalance", "imb", str), ("dist_cost", "mem", str),
+        ("counts", "counts", str),
+    ])
+    for r in result["rows"]:
+        for note in r["notes"]:
+            print(f"note: {r['run_id']}: {note}")
+    print(f"wrote {path}" + (f" and {', '.join(os.path.basename(p) for p in plots)}" if plots else ""))
+    return 0

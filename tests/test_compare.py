@@ -1,0 +1,115 @@
+"""`keysplit compare` puts runs stored in a real Redis next to a real replay, and refuses mismatched datasets."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pytest
+
+from keysplit.cli import main as cli_main
+from keysplit.datasets import open_dataset
+from keysplit.redis_server import connect, running_server, stop_server
+from keysplit.simulate import simulate
+from spark_replay.job import ReplayOptions, run_replay
+
+W, S = 4, 2
+
+
+@pytest.fixture(scope="module")
+def redis_conn(tmp_path_factory):
+    home = tmp_path_factory.mktemp("redis-home")
+    conn = connect(None, home=home)
+    yield conn, running_server(home).url
+    stop_server(home, save=False, force=True)
+
+
+@pytest.fixture(scope="module")
+def text_spec(tmp_path_factory):
+    rng = random.Random(9)
+    words = [f"w{i}" for i in range(60)]
+    path = tmp_path_factory.mktemp("data") / "lines.txt"
+    path.write_text("\n".join(" ".join(rng.choices(words, [1 / (i + 1) for i in range(60)], k=rng.randint(1, 8)))
+                              for _ in range(400)) + "\n")
+    return f"text:{path}"
+
+
+@pytest.fixture(scope="module")
+def replay_dir(spark, tmp_path_factory, text_spec):
+    out = tmp_path_factory.mktemp("replay")
+    run_replay(spark, ReplayOptions(dataset=text_spec, groupings=["kg", "pkg"], workers=W, sources=S, out=str(out)))
+    return out
+
+
+def store_run(conn, run_id: str, spec: str, grouping: str, counts: dict, sha: str | None = None) -> dict:
+    """A finished run as the topology stores it: the --json summary and the final totals hash."""
+    dataset = open_dataset(spec)
+    sim = simulate(dataset, grouping, W, S)
+    summary = {
+        "run_id": run_id, "grouping": grouping, "dataset": spec, "dataset_sha256": sha or dataset.sha256(),
+        "words_per_second": 1234.5, "lines_per_second": 321.0,
+        "latency_ms": {"mean": 3.0, "p50": 2.0, "p95": 6.0, "p99": 9.0}, "loads": sim.loads,
+        "dist_cost": sim.dist_cost, "distinct_per_worker": sim.distinct_per_worker,
+        "final_imbalance_fraction": sim.final_imbalance_fraction, "load_stddev": sim.load_stddev,
+        "replayed": 0, "top_k": [], "cpu_delay_ms": 1.0, "workers": W, "sources": S,
+    }
+    conn.set(f"keysplit:run:{run_id}:summary", json.dumps(summary))
+    conn.delete(f"keysplit:run:{run_id}:counts")
+    conn.hset(f"keysplit:run:{run_id}:counts", mapping=counts)
+    return summary
+
+
+def exact_counts(spec: str) -> dict:
+    counts: Counter = Counter()
+    for _, keys in open_dataset(spec).records():
+        counts.update(keys)
+    return dict(counts)
+
+
+def test_compare_puts_runs_next_to_the_replay_and_checks_the_counts(redis_conn, replay_dir, text_spec, tmp_path,
+                                                                      capsys):
+    conn, url = redis_conn
+    exact = exact_counts(text_spec)
+    store_run(conn, "c-kg", text_spec, "kg", exact)
+    off = dict(exact, w3=exact["w3"] + 1)
+    store_run(conn, "c-pkg", text_spec, "pkg:d=2", off)
+    out = tmp_path / "cmp"
+    assert cli_main(["compare", "--run", "c-kg,c-pkg", "--replay", str(replay_dir), "--out", str(out),
+                     "--redis", url]) == 0
+    printed = capsys.readouterr().out
+    assert "c-kg" in printed and "equal" in printed and "DIFFER (0 missing, 0 extra, 1 different)" in printed
+    result = json.loads((out / "comparison.json").read_text())
+    kg, pkg = result["rows"]
+    assert (kg["grouping"], pkg["grouping"]) == ("kg", "pkg")  # pkg:d=2 is pkg's canonical spec
+    assert kg["counts_equal"] and kg["loads_equal"]  # key grouping's loads do not depend on the order
+    assert not pkg["counts_equal"] and pkg["counts_diff"]["examples"] == ["w3"]
+    replay = json.loads((replay_dir / "summary.json").read_text())
+    assert kg["throughput"] == {"run_words_per_second": 1234.5,
+                                "replay_estimate": replay["runs"][0]["throughput_estimate"]}
+    assert kg["latency_p99_ms"] == {"run": 9.0, "replay": replay["runs"][0]["latency_p99_ms"]}
+    for name in ("throughput_latency.png", "loads.png", "imbalance.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_of_another_dataset_is_refused(redis_conn, replay_dir, text_spec, capsys):
+    conn, url = redis_conn
+    store_run(conn, "c-other", text_spec, "kg", exact_counts(text_spec), sha="0" * 64)
+    assert cli_main(["compare", "--run", "c-other", "--replay", str(replay_dir), "--redis", url]) == 2
+    err = capsys.readouterr().err
+    assert "are of different datasets" in err and "sha256 000000000000" in err and err.count("\n") == 1
+
+
+def test_missing_run_and_missing_replay_are_one_line(redis_conn, replay_dir, tmp_path, capsys):
+    _, url = redis_conn
+    assert cli_main(["compare", "--run", "nope", "--replay", str(replay_dir), "--redis", url]) == 2
+    assert "no finished run 'nope'" in capsys.readouterr().err
+    assert cli_main(["compare", "--run", "c-kg", "--replay", str(tmp_path / "none"), "--redis", url]) == 2
+    assert "no replay in" in capsys.readouterr().err
+
+
+def test_a_grouping_the_replay_did_not_run_is_named(redis_conn, replay_dir, text_spec, capsys):
+    conn, url = redis_conn
+    store_run(conn, "c-sg", text_spec, "sg", exact_counts(text_spec))
+    assert cli_main(["compare", "--run", "c-sg", "--replay", str(replay_dir), "--redis", url]) == 2
+    assert "has no grouping 'sg' (it has: kg, pkg)" in capsys.readouterr().err
