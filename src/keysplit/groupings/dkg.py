@@ -202,14 +202,18 @@ class DynamicKeyGrouping(BaseGrouping):
         loads = self.local_loads
         # findBestCandidate: the least loaded of the consecutive candidates (ties: the first). Shares of the
         # same total compare like the counts, so the hot path compares counts.
-        best = base
-        low = loads[base]
-        for i in range(1, width):
-            c = base + i
-            if c >= workers:
-                c -= workers
-            if loads[c] < low:
-                best, low = c, loads[c]
+        if width == 2:  # the common case, without the loop
+            c = base + 1 if base + 1 < workers else 0
+            best = c if loads[c] < loads[base] else base
+        else:
+            best = base
+            low = loads[base]
+            for i in range(1, width):
+                c = base + i
+                if c >= workers:
+                    c -= workers
+                if loads[c] < low:
+                    best, low = c, loads[c]
         if (
             (width > self.min_width or item[SPACE] == OLD)
             and now - item[LAST_CHECK] >= self.check_interval
