@@ -160,6 +160,9 @@ def plot(result: dict, replay_dir: str, out: str) -> list[str]:
     est_tp = [r["throughput"]["replay_estimate"] or 0 for r in rows]
     ax1.bar(x - 0.2, run_tp, 0.4, label="topology run (measured)")
     ax1.bar(x + 0.2, est_tp, 0.4, label="replay (queueing estimate)")
+    for i, value in enumerate(est_tp):
+        if not value:
+            ax1.annotate("no estimate\n(cpu delay 0)", (i + 0.2, 0), ha="center", va="bottom", fontsize=7)
     ax1.set_xticks(x, names, fontsize=8)
     ax1.set_ylabel("words / s")
     ax1.set_title("throughput")
@@ -201,6 +204,7 @@ def plot(result: dict, replay_dir: str, out: str) -> list[str]:
     ax.set_xlabel("messages t")
     ax.set_ylabel("imbalance fraction I(t)/t")
     ax.set_yscale("symlog", linthresh=1e-5)
+    ax.set_ylim(bottom=0)
     ax.set_title("imbalance over time")
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -1,0 +1,99 @@
+"""The replay's building blocks, without Spark: byte ranges, Lindley's recursion, and key-set merging."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from keysplit.datasets import open_dataset
+from spark_replay.aggregates import distinct_counts, hashed_masks, key_masks, union_masks
+from spark_replay.ingest import key_fingerprint, read_range
+from spark_replay.queueing import LatencyHistogram, lindley
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lines=st.lists(st.text(alphabet="ab \r\xe9", max_size=12), max_size=25),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=6),
+    trailing_newline=st.booleans(),
+)
+def test_byte_ranges_own_every_line_exactly_once(tmp_path_factory, lines, cuts, trailing_newline):
+    path = tmp_path_factory.mktemp("ranges") / "f.txt"
+    data = "\n".join(lines).encode() + (b"\n" if trailing_newline and lines else b"")
+    path.write_bytes(data)
+    bounds = sorted({0, len(data), *[c for c in cuts if c < len(data)]})
+    pieces = [line for a, b in itertools.pairwise(bounds) for line in read_range(str(path), a, b)]
+    if data:
+        # The reader's own decoding of the whole file, line for line (TextDataset.lines).
+        reader = open_dataset(f"text:{path}")
+        assert pieces == list(reader.lines())
+    else:
+        assert pieces == []
+
+
+def test_lindley_equals_the_departure_recursion():
+    rng = np.random.default_rng(4)
+    arrivals = np.sort(rng.exponential(0.001, 5000).cumsum() * rng.choice([0.5, 1.0, 2.0]))
+    service = 0.0011
+    departure, expected = 0.0, []
+    for a in arrivals.tolist():
+        departure = max(a, departure) + service  # FIFO, one server, deterministic service
+        expected.append(departure - a)
+    np.testing.assert_allclose(lindley(arrivals, service), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_histogram_percentiles_are_within_a_bin_below_the_nearest_rank():
+    rng = np.random.default_rng(2)
+    service = 0.002
+    values = service + rng.exponential(0.01, 20000)
+    hist = LatencyHistogram(service)
+    for part in np.array_split(values, 7):
+        other = LatencyHistogram(service)
+        other.add(part)
+        hist.merge(other)
+    ordered = np.sort(values)
+    for q in (1, 50, 95, 99, 100):
+        exact = ordered[int(np.ceil(q / 100 * len(values))) - 1]
+        assert exact / 1.001 <= hist.percentile(q) <= exact
+    assert abs(hist.mean - values.mean()) < 1e-12  # the mean is exact (sums, not bins)
+    only_service = LatencyHistogram(service)
+    only_service.add(np.full(10, service))
+    assert only_service.percentile(50) == service  # no wait at all: exactly D
+
+
+def test_fingerprint_masks_and_string_masks_count_the_same_distinct_keys():
+    rng = random.Random(8)
+    workers = 70  # more than one 64-bit word of mask
+    vocab_all = [f"k{i}" for i in range(500)]
+    parts = []
+    for _ in range(4):
+        vocab = rng.sample(vocab_all, 200)
+        ids = np.array([rng.randrange(200) for _ in range(3000)], dtype=np.int32)
+        ws = np.array([rng.randrange(workers) for _ in range(3000)], dtype=np.int64)
+        parts.append((vocab, ids, ws))
+    truth = [set() for _ in range(workers)]
+    for vocab, ids, ws in parts:
+        for k, w in zip(ids.tolist(), ws.tolist()):
+            truth[w].add(vocab[k])
+    want = [len(s) for s in truth]
+    merged: dict[str, int] = {}
+    buckets: dict[int, list] = {}
+    for vocab, ids, ws in parts:
+        for key, mask in key_masks(ids, ws, vocab, workers):
+            merged[key] = merged.get(key, 0) | mask
+        fps = np.array([key_fingerprint(k) for k in vocab], dtype=np.uint64)
+        for b, piece in hashed_masks(ids, ws, fps, workers, 3):
+            buckets.setdefault(b, []).append(piece)
+    per_worker, keys = distinct_counts(merged.values(), workers)
+    assert per_worker.tolist() == want and keys == len(set().union(*truth))
+    total = np.zeros(workers, dtype=np.int64)
+    n = 0
+    for pieces in buckets.values():
+        d, k = union_masks(pieces, workers)
+        total += d
+        n += k
+    assert total.tolist() == want and n == keys
