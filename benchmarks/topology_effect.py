@@ -112,7 +112,7 @@ def add_topology_args(p: argparse.ArgumentParser, max_pending: int) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--delays", default="1,2,4", help="CPU delays in ms per word (default 1,2,4)")
-    add_topology_args(p, max_pending=400)
+    add_topology_args(p, max_pending=1000)
     p.add_argument("--out", default=str(ROOT / "docs" / "topology_effect.png"), help="PNG plot ('' for none)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
