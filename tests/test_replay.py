@@ -161,7 +161,9 @@ def test_cli_writes_summary_series_and_counts(spark, tmp_path, zipf_spec, capsys
                      "-S", "2", "--out", str(out)])
     assert code == 0
     printed = capsys.readouterr()
-    assert "pkg:d=3,load=global" in printed.out and "global" in printed.out
+    assert "mode global: the grouping's decisions depend on every source" in printed.out
+    rows = {line.split()[0]: line.split()[1] for line in printed.out.splitlines() if line.startswith(("kg ", "pkg:"))}
+    assert rows == {"kg": "partitioned", "pkg:d=3,load=global": "global"}
     assert "replay: read 6,000 messages" in printed.err
     summary = json.loads((out / "summary.json").read_text())
     m = summary["dataset"]["messages"]
@@ -198,6 +200,20 @@ def test_a_file_without_any_key_is_refused(spark, tmp_path, capsys):
     assert cli_main(["replay", "--dataset", f"text:{path}", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "has no records" in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_spark_submit_runs_the_same_job(tmp_path):
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env.pop("PYSPARK_GATEWAY_PORT", None)
+    job = os.path.join(os.path.dirname(__file__), os.pardir, "spark_replay", "job.py")
+    submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    proc = subprocess.run([submit, "--master", "local[1]", job, "--dataset", "zipf:keys=50,messages=2000",
+                           "-g", "kg,pkg", "-W", "3", "-S", "2", "--out", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["replay"]["master"] == "local[1]"
+    assert_same_as_simulate(summary, "zipf:keys=50,messages=2000")
 
 
 def test_missing_java_is_a_clear_message_not_a_java_stack_trace(tmp_path):

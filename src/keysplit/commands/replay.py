@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
           f"W={opts.workers}, S={opts.sources}, cpu delay {opts.cpu_delay_ms:g} ms, rate {opts.rate:g} msg/s")
     print_table(summary["runs"], [
         ("grouping", "grouping", str),
+        ("mode", "mode", lambda v: v.split(" ")[0]),
         ("avg imbalance", "avg_imbalance_fraction", lambda v: f"{v:.3e}"),
         ("final imbalance", "final_imbalance_fraction", lambda v: f"{v:.3e}"),
         ("load std-dev %", "load_stddev", lambda v: f"{v:.3f}"),
@@ -108,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
         ("p99 ms", "latency_p99_ms", lambda v: f"{v:,.2f}"),
         ("replay msg/s", "messages_per_second", lambda v: f"{v:,.0f}"),
     ])
+    if any(r["mode"].startswith("global") for r in summary["runs"]):
+        print("mode global: the grouping's decisions depend on every source (shared load vector or probes of the "
+              "true loads), so the whole stream was routed in ONE partition, in sequence order")
     print(f"summary: {summary['replay']['counts'].rsplit('/', 1)[0]}/summary.json; exact counts: "
           f"{summary['replay']['counts']}; top-{opts.top_k}: "
           + ", ".join(f"{w} {c:,}" for w, c in summary["runs"][0]["top_k"][:5]) + ("..." if opts.top_k > 5 else ""))
