@@ -87,6 +87,7 @@ def main() -> int:
             capture_output=True, text=True, check=True,
         )
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(f"messages replayed: {results[0]['messages']:,}")
     print(f"{'master':<10} {'start-up s':>10} {'ingest s':>9} " + " ".join(f"{g + ' msg/s':>14}" for g in GROUPINGS)
           + " " + " ".join(f"{'sim ' + g:>12}" for g in GROUPINGS))
     for r in results:
@@ -98,7 +99,11 @@ def main() -> int:
         print(f"speed-up {b['master']} / {a['master']}: "
               + ", ".join(f"{g} {b['replay'][g] / a['replay'][g]:.2f}x" for g in GROUPINGS))
     for r in results:
-        print(f"{r['master']}: replay / simulate-fast (same process): "
+        total = r["ingest_s"] + sum(r["seconds"].values())
+        print(f"{r['master']}: end to end (ingest once + {len(GROUPINGS)} groupings): "
+              f"{len(GROUPINGS) * r['messages'] / total:,.0f} grouping-messages/s")
+    for r in results:
+        print(f"{r['master']}: replay / simulate-fast (same process; simulate also parses the file): "
               + ", ".join(f"{g} {r['replay'][g] / r['simulate_fast'][g]:.2f}x" for g in GROUPINGS))
     return 0
 
