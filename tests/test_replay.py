@@ -91,8 +91,9 @@ def test_replay_makes_the_simulators_decisions_for_every_grouping(spark, tmp_pat
 
 def test_text_file_cut_into_byte_ranges_replays_like_the_file(spark, tmp_path):
     path = write_text(tmp_path / "book.txt")
-    opts = ReplayOptions(dataset=f"text:{path}", groupings=["kg", "pkg", "dkg", "pkg:probe=0.01"], workers=5,
-                         sources=3, split="key", rate=5000.0, out=str(tmp_path / "out"), partitions=7, top_k=5)
+    groupings = ["kg", "pkg", "dkg", "pkg:probe=0.01", "offgreedy"]
+    opts = ReplayOptions(dataset=f"text:{path}", groupings=groupings, workers=5, sources=3, split="key", rate=5000.0,
+                         out=str(tmp_path / "out"), partitions=7, top_k=5)
     summary = run_replay(spark, opts)
     assert summary["replay"]["input_partitions"] == 7
     assert_same_as_simulate(summary, f"text:{path}", rate=5000.0, split="key")
@@ -214,6 +215,14 @@ def test_spark_submit_runs_the_same_job(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["replay"]["master"] == "local[1]"
     assert_same_as_simulate(summary, "zipf:keys=50,messages=2000")
+
+
+def test_a_bad_value_found_by_an_executor_is_one_line(spark, tmp_path, capsys):
+    path = tmp_path / "t.csv"
+    path.write_text("key,time\na,1.0\nb,soon\n")
+    assert cli_main(["replay", "--dataset", f"csv:{path},key=key,time=time", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"keysplit: error: {path}: time column 'time' holds 'soon', not a number\n"
 
 
 def test_missing_java_is_a_clear_message_not_a_java_stack_trace(tmp_path):
