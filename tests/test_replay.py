@@ -126,6 +126,17 @@ def test_timestamps_gzip_and_parquet_feed_the_same_event_times(spark, tmp_path):
         assert summary["dataset"]["records"] == 3000
 
 
+def test_fish_with_worker_capacities_matches_the_simulator(spark, tmp_path, zipf_spec):
+    capacities = [100.0, 200.0, 300.0, 400.0]
+    opts = ReplayOptions(dataset=zipf_spec, groupings=["fish"], workers=4, sources=2, capacities=capacities,
+                         out=str(tmp_path))
+    [run] = run_replay(spark, opts)["runs"]
+    sim = simulate(open_dataset(zipf_spec), "fish", 4, 2, capacities=capacities, engine="reference")
+    assert run["loads"] == sim.loads and run["avg_imbalance_fraction"] == sim.avg_imbalance_fraction
+    uniform = simulate(open_dataset(zipf_spec), "fish", 4, 2, engine="reference")
+    assert sim.loads != uniform.loads  # the capacities really reached the groupings
+
+
 def explicit_latencies(dataset_spec: str, spec: str, workers: int, sources: int, rate: float, delay: float):
     """Per-message latency by the textbook FIFO recursion, departure = max(arrival, previous) + D."""
     last = [0.0] * workers
