@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,7 +56,6 @@ class ReplayOptions:
     capacities: list[float] | None = None
     partitions: int | None = None  # input partitions (default: by file size and cores)
     fast: bool = True  # route kg/sg/pkg with keysplit.fast's proven kernel
-    extra: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -198,7 +197,7 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
     if mode == routing.GLOBAL:
         routed = ing.streams.coalesce(1).mapPartitions(lambda it: [route(it)])
     else:
-        routed = ing.streams.map(route)
+        routed = ing.streams.mapPartitions(lambda it: [route(sub) for sub in it])
     rate = opts.rate
     reducers = max(2, spark.sparkContext.defaultParallelism)
     partial = (

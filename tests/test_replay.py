@@ -89,6 +89,15 @@ def test_replay_makes_the_simulators_decisions_for_every_grouping(spark, tmp_pat
         assert modes["pkg"].startswith("partitioned") and modes["fish"].startswith("partitioned")
 
 
+def test_reference_engine_and_a_shared_state_grouping_make_the_same_decisions(spark, tmp_path, zipf_spec):
+    groupings = ["kg", "sg", "pkg", "pkg:load=global", "pkg:probe=0.05", "gedik"]
+    opts = ReplayOptions(dataset=zipf_spec, groupings=groupings, workers=5, sources=3, out=str(tmp_path), fast=False)
+    summary = run_replay(spark, opts)
+    assert not any(r["fast_path"] for r in summary["runs"])
+    assert summary["runs"][-1]["mode"].startswith("global")  # gedik's sources share one partitioner
+    assert_same_as_simulate(summary, zipf_spec)
+
+
 def test_text_file_cut_into_byte_ranges_replays_like_the_file(spark, tmp_path):
     path = write_text(tmp_path / "book.txt")
     groupings = ["kg", "pkg", "dkg", "pkg:probe=0.01", "offgreedy"]

@@ -52,6 +52,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--driver-memory", default="2g", metavar="MEM", help="Spark driver memory (default 2g)")
     p.add_argument("--partitions", type=positive_int, metavar="N",
                    help="input partitions of the dataset file (default: by size and cores)")
+    p.add_argument("--engine", choices=("auto", "reference"), default="auto",
+                   help="auto: kg/sg/pkg through keysplit.fast's proven kernel; reference: every grouping's choose")
     p.add_argument("--out", default=_DEFAULT_OUT, metavar="DIR", help=f"output directory (default {_DEFAULT_OUT})")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     p.set_defaults(func=run)
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         dataset=args.dataset, groupings=args.groupings, workers=args.workers, sources=args.sources,
         cpu_delay_ms=args.cpu_delay, rate=args.rate, split=args.split, checkpoint=args.checkpoint,
         top_k=args.top, out=args.out, capacities=_capacities(args.capacities, args.workers),
-        partitions=args.partitions,
+        partitions=args.partitions, fast=args.engine == "auto",
     )
     validate(opts)  # bad groupings and numbers fail before the JVM starts
     from keysplit.datasets import open_dataset
