@@ -111,32 +111,15 @@ def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] 
     source = materialise(dataset, out)
     if source is not dataset:
         say(f"generator written to {source.path} (read back as {source.spec})")
-    pool = concurrent.futures.ThreadPoolExecutor(1)
+    pool = concurrent.futures.ThreadPoolExecutor(1)  # the fingerprint streams the file on the driver meanwhile
     digest = pool.submit(source.sha256)
-    with user_errors():
-        t0 = time.perf_counter()
-        ing = ingest(spark, source, opts.sources, opts.split, opts.partitions)
-        ingest_s = time.perf_counter() - t0
-        say(f"read {ing.messages:,} messages in {ing.records:,} records from {ing.partitions} partition(s) "
-            f"into {opts.sources} sub-stream(s) in {ingest_s:.1f} s")
-        counts_path = os.path.join(out, "counts.parquet")
-        counts_info = write_counts(spark, ing, counts_path, opts.top_k)
-        say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")
-        frequencies = None
-        if any(g.needs_full_pass for spec in opts.groupings
-               for g in routing.build_grouping(spec, opts.workers, opts.sources)[:1]):
-            frequencies = spark.sparkContext.broadcast(ing.counts.collectAsMap())
-        every = opts.checkpoint or default_checkpoint(ing.messages)
-        results = []
-        for n, (spec, mode) in enumerate(zip(opts.groupings, modes), 1):
-            r = replay_grouping(spark, ing, spec, mode, opts, every, frequencies)
-            s = r.summary
-            say(f"[{n}/{len(opts.groupings)}] {s['grouping']} ({s['mode']}): {ing.messages:,} messages in "
-                f"{s['seconds']:.2f} s ({s['messages_per_second']:,.0f} msg/s); final imbalance "
-                f"{s['final_imbalance_fraction']:.3e}")
-            results.append(r)
-    sha = digest.result()
-    pool.shutdown()
+    try:
+        with user_errors():
+            ing, ingest_s, counts_path, counts_info, every, results = _replay_all(spark, opts, modes, source, out,
+                                                                                  say)
+        sha = digest.result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     ing.streams.unpersist()
     ing.counts.unpersist()
     runs = []
@@ -159,6 +142,33 @@ def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] 
         json.dump(summary, fh, indent=2)
         fh.write("\n")
     return summary
+
+
+def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, out: str,
+                say: Callable[[str], None]) -> tuple:
+    """Ingest once, write the exact counts, then replay every grouping."""
+    t0 = time.perf_counter()
+    ing = ingest(spark, source, opts.sources, opts.split, opts.partitions)
+    ingest_s = time.perf_counter() - t0
+    say(f"read {ing.messages:,} messages in {ing.records:,} records from {ing.partitions} partition(s) "
+        f"into {opts.sources} sub-stream(s) in {ingest_s:.1f} s")
+    counts_path = os.path.join(out, "counts.parquet")
+    counts_info = write_counts(spark, ing, counts_path, opts.top_k)
+    say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")
+    frequencies = None
+    if any(g.needs_full_pass for spec in opts.groupings
+           for g in routing.build_grouping(spec, opts.workers, opts.sources)[:1]):
+        frequencies = spark.sparkContext.broadcast(ing.counts.collectAsMap())
+    every = opts.checkpoint or default_checkpoint(ing.messages)
+    results = []
+    for n, (spec, mode) in enumerate(zip(opts.groupings, modes), 1):
+        r = replay_grouping(spark, ing, spec, mode, opts, every, frequencies)
+        s = r.summary
+        say(f"[{n}/{len(opts.groupings)}] {s['grouping']} ({s['mode']}): {ing.messages:,} messages in "
+            f"{s['seconds']:.2f} s ({s['messages_per_second']:,.0f} msg/s); final imbalance "
+            f"{s['final_imbalance_fraction']:.3e}")
+        results.append(r)
+    return ing, ingest_s, counts_path, counts_info, every, results
 
 
 def write_counts(spark: Any, ing: Ingested, path: str, k: int) -> dict:
