@@ -81,6 +81,18 @@ def jvm_log_path() -> str:
     return os.path.join(tempfile.gettempdir(), f"keysplit-spark-{os.getpid()}.log")
 
 
+def jvm_failure() -> str | None:
+    """The JVM's own reason for dying, from its log: the last ``Exception in thread`` or ``Error:`` line."""
+    try:
+        with open(jvm_log_path(), encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    reasons = [line.split("Exception: ", 1)[-1] if "Exception: " in line else line
+               for line in lines if line.startswith(("Exception in thread", "Error:"))]
+    return reasons[-1].strip() if reasons else None
+
+
 def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_MEMORY) -> tuple[Any, bool]:
     """The active SparkSession, or a new one; returns ``(session, created)``.
 
@@ -115,9 +127,9 @@ def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_M
         session = SparkSession(sc)
     except Exception as exc:  # the JVM failed to start: one line, not the gateway's traceback
         text = str(exc).strip()
-        first = text.splitlines()[0] if text else type(exc).__name__
-        raise KeysplitError(f"Spark could not start ({first}); check Java 17+ and the --master URL "
-                            f"(JVM log: {jvm_log_path()})") from None
+        first = jvm_failure() or (text.splitlines()[0] if text else type(exc).__name__)
+        raise KeysplitError(f"Spark could not start: {first} (check Java 17+ and the --master URL; "
+                            f"JVM log: {jvm_log_path()})") from None
     sc.setLogLevel("ERROR")
     if not sc.master.startswith("local"):
         ship_code(sc)

@@ -257,3 +257,14 @@ def test_missing_java_is_a_clear_message_not_a_java_stack_trace(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith("keysplit: error: Spark cannot start: Java 17 or newer is required")
     assert proc.stderr.count("\n") == 1 and "at org." not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_master_spark_rejects_is_the_jvms_reason_in_one_line(tmp_path):
+    env = dict(os.environ)
+    env.pop("PYSPARK_GATEWAY_PORT", None)
+    proc = subprocess.run([sys.executable, "-m", "keysplit.cli", "replay", "--dataset", "zipf:messages=100",
+                           "--master", "nowhere", "--out", str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("keysplit: error: Spark could not start: Master must either be yarn or start with")
+    assert proc.stderr.count("\n") == 1
