@@ -29,7 +29,11 @@ SETTINGS: dict[str, str] = {
     "spark.python.worker.reuse": "true",  # numba kernels compile once per Python worker, not per task
     "spark.sql.shuffle.partitions": "8",
     "spark.sql.session.timeZone": "UTC",
+}
+#: Added for ``local[...]`` masters only (a cluster's executors must reach the driver on a real address).
+LOCAL_SETTINGS: dict[str, str] = {
     "spark.driver.host": "127.0.0.1",  # local runs need no network name resolution
+    "spark.driver.bindAddress": "127.0.0.1",
 }
 
 _LOG4J2 = """\
@@ -118,6 +122,9 @@ def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_M
     else:
         require_java()
         conf.setMaster(master or DEFAULT_MASTER).set("spark.driver.memory", driver_memory)
+        if (master or DEFAULT_MASTER).startswith("local"):
+            for key, value in LOCAL_SETTINGS.items():
+                conf.set(key, value)
         conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_log_config()}")
     try:
         if not inside_spark_submit():
