@@ -29,13 +29,14 @@ def _pair(a, b, fmt) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keysplit.redis_server import connect
+    from keysplit.redis_server import session
     from spark_replay import compare
 
     run_ids = [r.strip() for r in args.run.split(",") if r.strip()]
     out = args.out or os.path.join(args.replay, "compare")
     compare.load_replay(args.replay)  # a missing replay fails before Redis starts
-    result = compare.compare(connect(args.redis), run_ids, args.replay)
+    with session(args.redis) as (conn, _url):  # a managed server started here is saved and stopped after
+        result = compare.compare(conn, run_ids, args.replay)
     path = compare.write(result, out)
     plots = [] if args.no_plots else compare.plot(result, args.replay, out)
     num = lambda v: f"{v:,.0f}"  # noqa: E731
