@@ -3,7 +3,7 @@ and file readers (``text:PATH``, ``edges:PATH``, ``csv:PATH,key=COL[,time=COL]``
 
 >>> ds = open_dataset("zipf:z=1.0,keys=100,messages=5,seed=1")
 >>> [keys for _, keys in ds.records()]
-[['k25'], ['k1'], ['k6'], ['k4'], ['k1']]
+[['k8'], ['k78'], ['k1'], ['k77'], ['k3']]
 """
 
 from __future__ import annotations
