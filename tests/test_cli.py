@@ -91,3 +91,17 @@ def test_simulate_draws_the_imbalance_plot(tmp_path):
     png = tmp_path / "imbalance.png"
     keysplit("simulate", "--dataset", DATASET, "-W", "4", "-g", "kg,pkg", "--plot", str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_the_demo_runs_end_to_end(tmp_path):
+    """`make demo` verbatim: corpus, simulation, three topology runs, Spark replay and comparison."""
+    out = tmp_path / "demo"
+    result = subprocess.run([*KEYSPLIT, "demo", "--out", str(out)], capture_output=True, text=True, timeout=900,
+                            env={**os.environ, "KEYSPLIT_HOME": str(tmp_path / "home")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    comparison = json.loads((out / "compare" / "comparison.json").read_text())
+    assert [row["grouping"] for row in comparison["rows"]] == ["kg", "sg", "pkg"]
+    assert all(row["counts_equal"] for row in comparison["rows"])
+    assert {p.name for p in (out / "compare").glob("*.png")} == {"throughput_latency.png", "loads.png",
+                                                                  "imbalance.png"}
+    assert (out / "simulate.png").stat().st_size > 10_000

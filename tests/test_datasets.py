@@ -127,3 +127,13 @@ def test_written_dataset_reads_back_record_for_record(tmp_path):
 def test_records_encode_and_decode():
     for record in [(None, ["a", "b c"]), (12.5, ["x"])]:
         assert decode_record(encode_record(record)) == record
+
+
+def test_a_generator_written_as_text_reads_back_the_same_keys(tmp_path):
+    gen = open_dataset("zipf:z=1.1,keys=300,messages=1005,seed=4")
+    spec, lines = write_dataset(gen, str(tmp_path / "z.txt"), words_per_line=10)
+    assert (spec, lines) == (f"text:{tmp_path / 'z.txt'}", 101)
+    back = [k for _, keys in open_dataset(spec).records() for k in keys]
+    assert back == [k for _, keys in gen.records() for k in keys]
+    with pytest.raises(DatasetError, match="not one lower-case word"):
+        write_dataset(open_dataset("country-skew:messages=10"), str(tmp_path / "c.txt"), words_per_line=5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from keysplit.commands.common import print_json
+from keysplit.commands.common import positive_int, print_json
 from keysplit.datasets import GENERATORS, READERS, open_dataset, require_records, write_dataset
 
 
@@ -28,6 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         epilog=dataset_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     g.add_argument("spec", metavar="SPEC", help="generator spec, e.g. zipf:z=1.2,keys=1000,messages=100000")
     g.add_argument("--out", required=True, metavar="FILE", help="output file (.csv, or .csv.gz to gzip)")
+    g.add_argument("--words-per-line", type=positive_int, metavar="N",
+                   help="write a text corpus instead, N keys a line (one line = one spout tuple in the topology)")
     g.set_defaults(func=generate)
     s = dsub.add_parser("stats", help="messages, distinct keys and p1 of a dataset")
     s.add_argument("spec", metavar="SPEC", help="any dataset spec")
@@ -36,8 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def generate(args: argparse.Namespace) -> int:
-    spec, count = write_dataset(open_dataset(args.spec), args.out)
-    print(f"wrote {count:,} records to {args.out}; read it back with --dataset {spec}")
+    spec, count = write_dataset(open_dataset(args.spec), args.out, args.words_per_line)
+    print(f"wrote {count:,} {'lines' if args.words_per_line else 'records'} to {args.out}; "
+          f"read it back with --dataset {spec}")
     return 0
 
 

@@ -1,39 +1,72 @@
-"""``keysplit demo`` (what ``make demo`` runs): the groupings compared on a skewed dataset, end to end."""
+"""``keysplit demo`` (what ``make demo`` runs): the whole product on one skewed dataset, end to end.
+
+It is the sequence of commands a user would type, each printed before it runs: write a Zipf corpus,
+simulate every grouping on it, run the word-count topology with KG, SG and PKG, replay the same file in
+Spark, and compare the runs with the replay. Everything lands under ``.keysplit/demo/``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import time
+from pathlib import Path
 
-from keysplit.commands.common import print_table
-from keysplit.datasets import open_dataset
+from keysplit.errors import KeysplitError
 from keysplit.groupings import available
-from keysplit.simulate import simulate
 
-DEMO_SIMULATION = "zipf:z=1.1,keys=10000,messages=300000,seed=42"
+DEMO_DATA = "zipf:z=1.1,keys=5000,messages=30000,seed=42"
+TOPOLOGY_GROUPINGS = ("kg", "sg", "pkg")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="compare every grouping on a skewed dataset (what `make demo` runs)",
-                       description="Simulate every available grouping on a skewed Zipf dataset and print "
-                       "a comparison table.")
-    p.add_argument("--workers", "-W", type=int, default=10, help="workers (default 10)")
-    p.add_argument("--sources", "-S", type=int, default=5, help="sources (default 5)")
+    p = sub.add_parser(
+        "demo", help="the whole product on a skewed dataset: simulate, run the topology, replay, compare",
+        description="Write a skewed Zipf corpus, simulate every grouping on it, run the word-count topology "
+        "with KG, SG and PKG, replay the same file in Spark and compare the runs with the replay. "
+        "Outputs go to DIR (default .keysplit/demo).",
+    )
+    p.add_argument("--out", default=".keysplit/demo", metavar="DIR", help="output directory")
+    p.add_argument("--workers", "-W", type=int, default=8, help="workers (default 8)")
+    p.add_argument("--sources", "-S", type=int, default=4, help="sources (default 4)")
+    p.add_argument("--cpu-delay", type=float, default=1.0, metavar="MS",
+                   help="per-word work at the counters, ms (default 1: enough to saturate KG's hot worker)")
+    p.add_argument("--simulate-only", action="store_true", help="stop after the simulation (no Redis, no Spark)")
     p.set_defaults(func=run)
 
 
+def step(title: str, *argv: str) -> None:
+    """Print the command like a shell session, then run it through the same entry point as the shell."""
+    from keysplit.cli import main
+
+    print(f"\n== {title}\n$ keysplit {shlex.join(argv)}", flush=True)
+    status = main(list(argv))
+    if status:
+        raise KeysplitError(f"demo step failed: keysplit {shlex.join(argv)} (exit {status})")
+
+
 def run(args: argparse.Namespace) -> int:
-    dataset = open_dataset(DEMO_SIMULATION)
-    stats = dataset.stats()
-    print(f"== 1. simulation: {DEMO_SIMULATION} (p1 = {stats['p1']:.3f}), W={args.workers}, S={args.sources}")
-    rows = []
-    for name in available():
-        result = simulate(dataset, name, args.workers, args.sources, messages_hint=stats["messages"])
-        rows.append(result.summary())
-    print_table(rows, [
-        ("grouping", "grouping", str),
-        ("avg imbalance", "avg_imbalance_fraction", lambda v: f"{v:.2e}"),
-        ("final imbalance", "final_imbalance_fraction", lambda v: f"{v:.2e}"),
-        ("load std-dev %", "load_stddev", lambda v: f"{v:.3f}"),
-        ("dist_cost (memory vs KG)", "dist_cost", lambda v: f"{v:.2f}"),
-    ])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = out / "zipf.txt"
+    dataset = f"text:{corpus}"
+    shape = ["-W", str(args.workers), "-S", str(args.sources)]
+    step("1. a skewed corpus: Zipf z=1.1 over 5,000 words, 10 words a line",
+         "datasets", "generate", DEMO_DATA, "--out", str(corpus), "--words-per-line", "10")
+    step("2. every grouping in the simulator (imbalance and memory)",
+         "simulate", "--dataset", dataset, *shape, "-g", ",".join(available()), "--plot", str(out / "simulate.png"))
+    if args.simulate_only:
+        return 0
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    runs = [f"demo-{stamp}-{g}" for g in TOPOLOGY_GROUPINGS]
+    for grouping, run_id in zip(TOPOLOGY_GROUPINGS, runs):
+        step(f"3. the word-count topology with {grouping.upper()} (real multi-lang subprocesses, Redis feed)",
+             "run", "wordcount", "--grouping", grouping, "--dataset", dataset, *shape, "-A", "2",
+             "--cpu-delay", f"{args.cpu_delay:g}", "--max-pending", "4000", "--run-id", run_id)
+    step("4. the same file replayed in Spark, with a queueing estimate of throughput and latency",
+         "replay", "--dataset", dataset, "-g", ",".join(TOPOLOGY_GROUPINGS), *shape,
+         "--cpu-delay", f"{args.cpu_delay:g}", "--out", str(out / "replay"))
+    step("5. measured runs next to the replay",
+         "compare", "--run", ",".join(runs), "--replay", str(out / "replay"), "--out", str(out / "compare"))
+    print(f"\nplots: {out / 'simulate.png'} and {out / 'compare'}/*.png")
     return 0

@@ -20,7 +20,7 @@ from keysplit.datasets.base import (
     require_records,
 )
 from keysplit.datasets.generators import GENERATORS, Generator
-from keysplit.datasets.readers import READERS, FileDataset
+from keysplit.datasets.readers import READERS, WORD, FileDataset
 from keysplit.errors import DatasetError, SpecError
 from keysplit.specs import bind_params, parse_spec
 
@@ -52,12 +52,16 @@ def open_dataset(spec: str) -> Dataset:
     raise SpecError(f"unknown dataset {spec!r}; valid kinds: {valid}")
 
 
-def write_dataset(dataset: Dataset, out: str) -> tuple[str, int]:
+def write_dataset(dataset: Dataset, out: str, words_per_line: int | None = None) -> tuple[str, int]:
     """Write ``dataset`` as CSV (``key`` column, plus ``time`` when records carry timestamps; gzip if
     ``out`` ends in .gz). Returns the spec that reads it back record for record, and the record count.
 
-    Multi-key records (text lines) are written one row per key: use their own file instead.
+    With ``words_per_line`` the keys are written instead as a text file, that many per line (a corpus for
+    the word-count topology, where one line is one spout tuple); ``text:OUT`` reads the same keys back.
+    Multi-key records (text lines) cannot be written: they are already a file.
     """
+    if words_per_line is not None:
+        return _write_text(dataset, out, words_per_line)
     records = iter(dataset.records())
     first = next(records, None)
     if first is None:
@@ -80,6 +84,34 @@ def write_dataset(dataset: Dataset, out: str) -> tuple[str, int]:
     except OSError as exc:
         raise DatasetError(f"cannot write {out}: {exc.strerror or exc}") from None
     return f"csv:{out},key=key" + (",time=time" if timed else ""), count
+
+
+def _write_text(dataset: Dataset, out: str, words_per_line: int) -> tuple[str, int]:
+    if words_per_line < 1:
+        raise DatasetError(f"words per line must be at least 1, got {words_per_line}")
+    opener = gzip.open if out.endswith(".gz") else open
+    lines = 0
+    line: list[str] = []
+    try:
+        with opener(out, "wt", encoding="utf-8") as fh:
+            for _, keys in dataset.records():
+                for key in keys:
+                    if WORD.fullmatch(key) is None or key != key.lower():
+                        raise DatasetError(f"key {key!r} is not one lower-case word, so a text file would not "
+                                           "read it back as one key; write CSV instead")
+                    line.append(key)
+                    if len(line) == words_per_line:
+                        fh.write(" ".join(line) + "\n")
+                        lines += 1
+                        line.clear()
+            if line:
+                fh.write(" ".join(line) + "\n")
+                lines += 1
+    except OSError as exc:
+        raise DatasetError(f"cannot write {out}: {exc.strerror or exc}") from None
+    if not lines:
+        raise DatasetError(f"dataset {dataset.spec!r} has no records to write")
+    return f"text:{out}", lines
 
 
 def _chain(first: Record, rest):
