@@ -40,25 +40,33 @@ def checkpoint_loads(seq: np.ndarray, workers: np.ndarray, n_workers: int, every
     return np.cumsum(cells.reshape(rows, n_workers), axis=0)
 
 
-def key_masks(key_ids: np.ndarray, workers: np.ndarray, vocab: list[str], n_workers: int) -> Iterator[tuple[str, int]]:
-    """``(key, mask)`` with bit w set when the key went to worker w in this partition."""
-    if not len(key_ids):
-        return
+def distinct_pairs(
+    key_ids: np.ndarray, workers: np.ndarray, n_keys: int, n_workers: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (key, worker) pairs of a partition, sorted by key: ``(kid, wid, starts)`` with ``starts``
+    the index of each key's first pair. A bitmap when keys x workers is small, else a sort."""
     cells = key_ids.astype(np.int64) * n_workers + workers
-    if len(vocab) * n_workers <= _BITMAP_CELLS:
-        seen = np.zeros(len(vocab) * n_workers, dtype=bool)
+    if n_keys * n_workers <= _BITMAP_CELLS:
+        seen = np.zeros(n_keys * n_workers, dtype=bool)
         seen[cells] = True
         pairs = np.flatnonzero(seen)
     else:
         pairs = np.unique(cells)
     kid = pairs // n_workers
-    wid = pairs % n_workers
     starts = np.concatenate(([0], np.flatnonzero(np.diff(kid)) + 1))
+    return kid, pairs % n_workers, starts
+
+
+def key_masks(key_ids: np.ndarray, workers: np.ndarray, vocab: list[str], n_workers: int) -> Iterator[tuple[str, int]]:
+    """``(key, mask)`` with bit w set when the key went to worker w in this partition."""
+    if not len(key_ids):
+        return
+    kid, wid, starts = distinct_pairs(key_ids, workers, len(vocab), n_workers)
     if n_workers <= 63:
         bits = np.left_shift(np.uint64(1), wid.astype(np.uint64))
         masks = np.bitwise_or.reduceat(bits, starts).tolist()
     else:
-        ends = np.append(starts[1:], len(pairs))
+        ends = np.append(starts[1:], len(kid))
         wl = wid.tolist()
         masks = []
         for a, b in zip(starts.tolist(), ends.tolist()):
@@ -77,16 +85,7 @@ def hashed_masks(
     of the workers it reached (``masks[:, w // 64]`` bit ``w % 64``), split into ``buckets`` by hash."""
     if not len(key_ids):
         return
-    cells = key_ids.astype(np.int64) * n_workers + workers
-    if len(key_hash) * n_workers <= _BITMAP_CELLS:
-        seen = np.zeros(len(key_hash) * n_workers, dtype=bool)
-        seen[cells] = True
-        pairs = np.flatnonzero(seen)
-    else:
-        pairs = np.unique(cells)
-    kid = pairs // n_workers
-    wid = pairs % n_workers
-    starts = np.concatenate(([0], np.flatnonzero(np.diff(kid)) + 1))
+    kid, wid, starts = distinct_pairs(key_ids, workers, len(key_hash), n_workers)
     words = (n_workers + 63) // 64
     masks = np.zeros((len(starts), words), dtype=np.uint64)
     for j in range(words):

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from keysplit.groupings import BaseGrouping, build_grouping
+from keysplit.simulate import prepare_groupings
 from spark_replay.fastpath import route_fast
 from spark_replay.ingest import SubStream
 
@@ -63,13 +64,7 @@ def prepare(
     capacities: Sequence[float] | None,
 ) -> list[BaseGrouping]:
     """``simulate.prepare_groupings`` without the dataset: the frequencies come from the replay's counts."""
-    groupings = build_grouping(spec, workers, sources)
-    for g in groupings:
-        if g.needs_full_pass:
-            g.fit(frequencies or {})  # type: ignore[attr-defined]
-        if capacities is not None and hasattr(g, "set_capacities"):
-            g.set_capacities(list(capacities))
-    return groupings
+    return prepare_groupings(spec, workers, sources, capacities=capacities, frequencies=frequencies or {})
 
 
 def route_source(

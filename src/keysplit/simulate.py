@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import mmh3
@@ -97,18 +97,25 @@ def prepare_groupings(
     spec: str,
     workers: int,
     sources: int,
-    dataset: Dataset,
-    true_loads: Callable[[], Sequence[int]],
+    dataset: Dataset | None = None,
+    true_loads: Callable[[], Sequence[int]] | None = None,
     capacities: Sequence[float] | None = None,
+    *,
+    frequencies: Mapping[str, int] | None = None,
 ) -> list[BaseGrouping]:
-    """Build one grouping per source and connect the optional hooks to the simulator's model."""
+    """Build one grouping per source and connect the optional hooks to the host's model: offline groupings
+    get ``frequencies`` (or the exact counts of ``dataset``, computed only when one needs them), probing
+    groupings read ``true_loads``, FISH gets ``capacities``."""
     groupings = build_grouping(spec, workers, sources)
     if any(g.needs_full_pass for g in groupings):
-        frequencies = count_keys(dataset)
+        if frequencies is None:
+            if dataset is None:
+                raise ValueError(f"{spec} needs the whole dataset first: pass the dataset or its frequencies")
+            frequencies = count_keys(dataset)
         for g in groupings:
             g.fit(frequencies)  # type: ignore[attr-defined]
     for g in groupings:
-        if hasattr(g, "attach_probe"):
+        if true_loads is not None and hasattr(g, "attach_probe"):
             g.attach_probe(true_loads)
         if capacities is not None and hasattr(g, "set_capacities"):
             g.set_capacities(list(capacities))

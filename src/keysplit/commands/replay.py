@@ -16,7 +16,7 @@ from keysplit.commands.common import (
     print_table,
     spec_list,
 )
-from keysplit.errors import SpecError
+from keysplit.commands.simulate import parse_capacities
 from keysplit.simulate import DEFAULT_RATE, SPLITS
 
 _DEFAULT_CPU_DELAY_MS = 1.0  # keep equal to spark_replay.job.DEFAULT_CPU_DELAY_MS (not imported: fast --help)
@@ -59,20 +59,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _capacities(text: str | None, workers: int) -> list[float] | None:
-    if text is None:
-        return None
-    try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
-        raise SpecError(f"--capacities: expected numbers, got {text!r}") from None
-    if len(values) == 1:
-        values *= workers
-    if len(values) != workers or any(v <= 0 for v in values):
-        raise SpecError(f"--capacities needs 1 or {workers} positive values, got {len(values)}")
-    return values
-
-
 def run(args: argparse.Namespace) -> int:
     from spark_replay.job import ReplayOptions, run_replay, validate
     from spark_replay.session import get_session
@@ -80,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     opts = ReplayOptions(
         dataset=args.dataset, groupings=args.groupings, workers=args.workers, sources=args.sources,
         cpu_delay_ms=args.cpu_delay, rate=args.rate, split=args.split, checkpoint=args.checkpoint,
-        top_k=args.top, out=args.out, capacities=_capacities(args.capacities, args.workers),
+        top_k=args.top, out=args.out, capacities=parse_capacities(args.capacities, args.workers),
         partitions=args.partitions, fast=args.engine == "auto",
     )
     validate(opts)  # bad groupings and numbers fail before the JVM starts
