@@ -86,3 +86,13 @@ def test_describe_round_trips_to_the_same_grouping():
     assert g.describe() == "pkg:d=4,load=global"
     [again] = build_grouping(g.describe(), 8)
     assert again.describe() == g.describe()
+
+
+def test_probing_from_a_unix_clock_jumps_to_the_next_probe_instead_of_walking():
+    """A Storm router passes wall-clock time: the first probe must not step through 10^8 intervals."""
+    [g] = build_grouping("pkg:probe=10", 3)
+    g.attach_probe(lambda: [0, 0, 0])
+    g.choose("k", 1.7e9 + 3.0)
+    assert g._next_probe == 1.7e9 + 10.0
+    g.choose("k", 1.7e9 + 25.0)
+    assert g._next_probe == 1.7e9 + 30.0

@@ -96,8 +96,12 @@ def _route_chunk(
                 if t >= next_probe[s]:  # PartialKeyGrouping._maybe_probe
                     for j in range(workers):
                         local[s, j] = loads[j] * probe_mul
-                    while next_probe[s] <= t:
-                        next_probe[s] += probe_interval
+                    # pkg.next_probe_after, operation for operation
+                    nxt = next_probe[s]
+                    nxt += np.floor((t - nxt) / probe_interval) * probe_interval
+                    while nxt <= t:
+                        nxt += probe_interval
+                    next_probe[s] = nxt
             w = cand[k, 0]
             best = local[row, w]
             for j in range(1, d):

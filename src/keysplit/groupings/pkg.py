@@ -18,6 +18,7 @@ loads (``probe_scale=share``, the default): the sources together correct exactly
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -27,6 +28,20 @@ from keysplit.errors import SpecError
 from keysplit.groupings.base import BaseGrouping
 from keysplit.hashing import BASE_SEED
 from keysplit.specs import Param, choice, optional_float
+
+
+def next_probe_after(next_probe: float, now: float, interval: float) -> float:
+    """The first time after ``now`` on the grid ``next_probe + k * interval``.
+
+    A jump rather than a step-by-step walk, so a host whose clock starts at Unix time (a Storm router)
+    does not loop 10^8 times on its first tuple; the final steps make it exact whatever the rounding.
+    ``keysplit.fast`` repeats these very operations, so both paths probe at the same instants.
+    """
+    if next_probe <= now and interval < float("inf"):
+        next_probe += math.floor((now - next_probe) / interval) * interval
+    while next_probe <= now:
+        next_probe += interval
+    return next_probe
 
 
 class PartialKeyGrouping(BaseGrouping):
@@ -93,9 +108,7 @@ class PartialKeyGrouping(BaseGrouping):
     def _maybe_probe(self, now: float) -> None:
         if self._probe is not None:
             self.set_loads(self._probe())
-        interval = self.probe_interval or float("inf")
-        while self._next_probe <= now:
-            self._next_probe += interval
+        self._next_probe = next_probe_after(self._next_probe, now, self.probe_interval or float("inf"))
 
     def candidates(self, key: str) -> list[int]:
         """H_1(k) .. H_d(k); the first is key grouping's choice."""
