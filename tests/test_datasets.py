@@ -6,10 +6,14 @@ import gzip
 import logging
 import tracemalloc
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from keysplit.datasets import open_dataset, write_dataset
 from keysplit.datasets.base import decode_record, encode_record
+from keysplit.datasets.generators import guide_table, inverse_cdf, zipf_cdf
 from keysplit.errors import DatasetError, SpecError
 
 
@@ -137,3 +141,13 @@ def test_a_generator_written_as_text_reads_back_the_same_keys(tmp_path):
     assert back == [k for _, keys in gen.records() for k in keys]
     with pytest.raises(DatasetError, match="not one lower-case word"):
         write_dataset(open_dataset("country-skew:messages=10"), str(tmp_path / "c.txt"), words_per_line=5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(z=st.floats(0, 3), keys=st.integers(1, 5000), seed=st.integers(0, 2**32 - 1))
+def test_zipf_guide_table_sampling_is_exactly_the_inverse_cdf(z, keys, seed):
+    """The fast sampler returns what np.searchsorted(cdf, u, side="right") returns, for every u."""
+    cdf = zipf_cdf(z, keys)
+    u = np.random.default_rng(seed).random(5000)
+    u[:3] = [0.0, np.nextafter(1.0, 0.0), cdf[0]]
+    assert np.array_equal(inverse_cdf(cdf, guide_table(cdf), u), np.searchsorted(cdf, u, side="right"))
