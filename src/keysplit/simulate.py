@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 import mmh3
 
 from keysplit.datasets import Dataset
-from keysplit.errors import SpecError
+from keysplit.errors import KeysplitError, SpecError
 from keysplit.groupings import BaseGrouping, build_grouping
 from keysplit.hashing import BASE_SEED
 from keysplit.metrics import (
@@ -101,16 +101,19 @@ def prepare_groupings(
     true_loads: Callable[[], Sequence[int]] | None = None,
     capacities: Sequence[float] | None = None,
     *,
-    frequencies: Mapping[str, int] | None = None,
+    frequencies: Mapping[str, int] | Callable[[], Mapping[str, int]] | None = None,
 ) -> list[BaseGrouping]:
     """Build one grouping per source and connect the optional hooks to the host's model: offline groupings
-    get ``frequencies`` (or the exact counts of ``dataset``, computed only when one needs them), probing
-    groupings read ``true_loads``, FISH gets ``capacities``."""
+    get ``frequencies`` (a mapping, or a function called only when one needs them; by default the exact
+    counts of ``dataset``), probing groupings read ``true_loads``, FISH gets ``capacities``. The simulator,
+    the replay and the Storm router all prepare their groupings here."""
     groupings = build_grouping(spec, workers, sources)
     if any(g.needs_full_pass for g in groupings):
-        if frequencies is None:
+        if callable(frequencies):
+            frequencies = frequencies()
+        elif frequencies is None:
             if dataset is None:
-                raise ValueError(f"{spec} needs the whole dataset first: pass the dataset or its frequencies")
+                raise KeysplitError(f"grouping {spec!r} needs the dataset's key frequencies first")
             frequencies = count_keys(dataset)
         for g in groupings:
             g.fit(frequencies)  # type: ignore[attr-defined]

@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from keysplit.datasets import decode_record
 from keysplit.errors import KeysplitError
-from keysplit.groupings import BaseGrouping, build_grouping
+from keysplit.groupings import BaseGrouping
+from keysplit.simulate import prepare_groupings
 
 
 def component_tasks(context: Mapping, component: str) -> list[int]:
@@ -51,16 +52,9 @@ class Router:
         if workers > len(counter_task_ids):
             raise KeysplitError(f"W={workers} workers is more than the {len(counter_task_ids)} counter tasks")
         self.tasks = list(counter_task_ids[:workers])
-        self.grouping: BaseGrouping = build_grouping(spec, workers, sources)[source]
-        g = self.grouping
-        if g.needs_full_pass:
-            if frequencies is None:
-                raise KeysplitError(f"grouping {spec!r} needs the dataset's key frequencies first")
-            g.fit(frequencies())  # type: ignore[attr-defined]
-        if probe is not None and hasattr(g, "attach_probe"):
-            g.attach_probe(probe)
-        if capacities is not None and hasattr(g, "set_capacities"):
-            g.set_capacities(list(capacities))
+        self.grouping: BaseGrouping = prepare_groupings(
+            spec, workers, sources, true_loads=probe, capacities=capacities, frequencies=frequencies
+        )[source]
         self.routed = 0
         self.t0 = time.time()
 
