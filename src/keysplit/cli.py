@@ -38,13 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"keysplit.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"keysplit.commands.{name}":
-                raise
-            continue
-        module.add_parser(sub)
+        importlib.import_module(f"keysplit.commands.{name}").add_parser(sub)
     return parser
 
 
