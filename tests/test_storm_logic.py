@@ -3,6 +3,7 @@ histogram, the router's decisions (identical to the simulator's), counting and t
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections import Counter
@@ -18,7 +19,7 @@ from keysplit.storm.counting import PartialCounts, Totals, merge_top, top_items
 from keysplit.storm.feed import StreamFeed, create_group, feed_done
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.latency import LatencyHistogram
-from keysplit.storm.routing import Router
+from keysplit.storm.routing import GroupingChannel, Router
 from keysplit.storm.settings import WordCountSettings
 
 
@@ -193,3 +194,73 @@ def test_settings_from_env_and_conf_and_w_larger_than_counter_tasks():
         WordCountSettings(workers=8, counter_tasks=4)
     with pytest.raises(KeysplitError, match="not a valid int"):
         WordCountSettings.from_env({"KEYSPLIT_SOURCES": "many"})
+
+
+def _route_dealt(routers, dataset, rate: float = 10_000.0) -> float:
+    """Deal records round-robin to the routers (shuffle) with event time seq / rate; returns the last time."""
+    seq, now = 0, 0.0
+    for index, record in enumerate(dataset.records()):
+        now = seq / rate
+        routers[index % len(routers)].route(encode_record(record), now)
+        seq += len(record[1])
+    return now
+
+
+def test_gedik_routers_agree_on_every_key_once_followers_install_the_leaders_rebuild(conn):
+    """Issue 4 + 5: separate router processes cannot share one partitioner, so router 0 rebuilds and publishes
+    the function to Redis and the others install it: then every router sends every key to the same worker."""
+    keys = RunKeys("gedik-sync")
+    dataset = open_dataset("zipf:z=1.2,keys=400,messages=30000,seed=4")
+    tasks = [21, 22, 23, 24]
+    # each router its own channel, as in separate processes; followers poll once at the start, then only on demand
+    routers = [Router("gedik:period=1,window=4000", 4, s, 3, tasks,
+                      channel=GroupingChannel(conn, keys, poll_secs=0.0 if s == 0 else 3600.0)) for s in range(3)]
+    leader, followers = routers[0], routers[1:]
+    assert [r.role for r in routers] == ["leader", "follower", "follower"]
+    now = _route_dealt(routers, dataset)
+    assert now > 2.0 and leader.grouping.rebuilds >= 2
+    words = sorted({w for _, ws in dataset.records() for w in ws})
+
+    def placement(router: Router) -> list[int]:
+        return [router.grouping.function.lookup(w) for w in words]
+
+    # before syncing, the followers still use the initial function (the consistent hash): hot keys differ
+    assert all(placement(f) != placement(leader) for f in followers)
+    assert all(f.sync(force=True) for f in followers)
+    assert all(placement(f) == placement(leader) for f in followers)
+    assert all(f.version == leader.version == leader.grouping.state_version for f in followers)
+    # and routing through each router now gives the same counter task for every word
+    record = encode_record((None, words))
+    assert followers[0].route(record, now) == followers[1].route(record, now) == leader.route(record, now)
+    # followers never rebuilt nor counted anything themselves
+    assert all(f.grouping.rebuilds == 0 and f.grouping.partitioner.total == 0 for f in followers)
+    # a router (re)started now begins with the published function
+    late = Router("gedik:period=1,window=4000", 4, 2, 3, tasks, channel=GroupingChannel(conn, keys))
+    assert placement(late) == placement(leader)
+    # the leader's stats (rebuilds, migration) are in Redis for the run's summary
+    leader.report(force=True)
+    stats = GroupingChannel(conn, keys).read_stats()
+    assert stats == json.loads(json.dumps(leader.grouping.stats()))
+    assert stats["rebuilds"] == leader.grouping.rebuilds and stats["migrated_keys"] > 0
+
+
+def test_a_gedik_follower_never_rebuilds_on_its_own(conn):
+    keys = RunKeys("gedik-lonely-follower")
+    follower = Router("gedik:period=0.1,window=2000", 3, 1, 2, [1, 2, 3], channel=GroupingChannel(conn, keys, 0.0))
+    ring = follower.grouping.function.ring
+    dataset = open_dataset("zipf:z=1.4,keys=100,messages=5000,seed=2")
+    got = [t for i, (_, ws) in enumerate(dataset.records())  # 0.05 s per record: many periods pass
+           for _, t in follower.route(encode_record((None, ws)), i * 0.05)]
+    assert follower.grouping.rebuilds == 0 and follower.version == 0 and not follower.grouping.function.explicit_hash
+    assert got == [[1, 2, 3][ring.lookup(w)] for _, ws in dataset.records() for w in ws]  # the consistent hash
+    assert GroupingChannel(conn, keys).read_stats() is None  # only the leader reports
+    follower.grouping.resize(4)
+    assert follower.grouping.rebuilds == 0
+
+
+def test_without_a_channel_the_router_keeps_the_in_process_semantics():
+    router = Router("gedik:period=1", 3, 1, 2, [1, 2, 3])
+    assert router.role is None and not router.reports
+    router.route(encode_record((None, ["a"] * 10)), 0.0)
+    router.route(encode_record((None, ["a"])), 1.5)
+    assert router.grouping.rebuilds == 1  # every source rebuilds its (process-local) shared partitioner

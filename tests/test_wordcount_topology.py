@@ -221,3 +221,25 @@ def test_load_submit_collect_the_cluster_workflow(home, redis_url, text, capsys)
     assert summary["run_id"] == run_id and summary["workers"] == 3
     assert read_counts(conn, RunKeys(run_id)) == dict(exact_counts(path))
     assert summary["top_k"][0][1] == max(exact_counts(path).values())
+
+
+def test_gedik_routers_follow_one_leader_and_the_summary_reports_its_rebuilds(home, redis_url, tmp_path, capsys):
+    """Gedik across 3 router processes: router 0 rebuilds every second and publishes the function, the others
+    install it; the run's summary carries the leader's grouping stats (rebuilds, migration) and exact totals.
+    max-pending 300 of 600 lines: the second half is routed after the first is acked, > 1 s after the start."""
+    from keysplit.commands.run import print_summary
+
+    path = tmp_path / "gedik.txt"
+    write_text(path, 600, seed=5)
+    assert main(["run", "wordcount", "--grouping", "gedik:period=1", "--dataset", f"text:{path}", "-S", "3",
+                 "-W", "4", "-A", "2", "--max-pending", "300", "--redis", redis_url, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    stats = summary["grouping_stats"]
+    assert stats["rebuilds"] >= 1 and stats["explicit"] > 0 and stats["migrated_keys"] >= 0
+    conn = redis_server.connect(redis_url)
+    keys = RunKeys(summary["run_id"])
+    assert int(conn.get(keys.grouping_version)) == stats["rebuilds"]  # one published version per rebuild
+    assert read_counts(conn, keys) == dict(exact_counts(path))
+    assert summary["replayed"] == 0
+    print_summary(summary)
+    assert f"grouping stats: rebuilds {stats['rebuilds']}, " in capsys.readouterr().out

@@ -155,7 +155,11 @@ def print_summary(s: dict) -> None:
               f"p99 {lat['p99']:.1f}\n")
     out.write(f"replayed lines: {s['replayed']}  task restarts: {s.get('restarts', 0)}\n")
     out.write(f"imbalance I(m)/m: {s['final_imbalance_fraction']:.4f}  load std-dev: {s['load_stddev']:.2f}%  "
-              f"dist_cost (memory vs KG): {s['dist_cost']:.2f}\n\n")
+              f"dist_cost (memory vs KG): {s['dist_cost']:.2f}\n")
+    if s.get("grouping_stats"):
+        out.write("grouping stats: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                                 for k, v in s["grouping_stats"].items() if v != []) + "\n")
+    out.write("\n")
     total = sum(s["loads"]) or 1
     rows = [{"worker": i, "load": load, "share": 100.0 * load / total, "distinct": d}
             for i, (load, d) in enumerate(zip(s["loads"], s["distinct_per_worker"]))]

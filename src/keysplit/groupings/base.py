@@ -10,7 +10,13 @@ Optional hooks, plain numbers in and out so Storm can feed them from Redis and t
 - ``probe_interval`` (seconds or None) and ``set_loads(loads)``: periodic probing of the true loads;
 - ``needs_full_pass`` and ``fit(frequencies)``: offline algorithms that see the whole dataset first;
 - ``set_capacities(capacities)``: per-worker service rates (tuples per second);
-- ``resize(workers)``: the worker count changed mid-stream.
+- ``resize(workers)``: the worker count changed mid-stream;
+- ``stats()``: a dict of the grouping's own statistics (``grouping_stats`` in the simulator's and the
+  topology's summaries);
+- ``set_role(role)``, ``state_version``, ``export_state()`` and ``import_state(state)``: groupings whose sources
+  share state in process (``build`` hands them one object) when the sources are separate processes (the Storm
+  routers): the ``"leader"`` (source 0) keeps the state up to date and exports it as JSON-able data whenever
+  ``state_version`` grows; a ``"follower"`` never changes it and routes with the last state it imported.
 """
 
 from __future__ import annotations

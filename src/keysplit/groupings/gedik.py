@@ -7,6 +7,16 @@ event time from the sliding lossy counter's frequencies (Fig. 2), and again when
 utility ``utility`` (§4.3). Each rebuild's migration is recorded (``history``, ``migrated_keys``,
 ``migration_cost``). All sources of one grouping share one partitioner (one counter, one function), as the
 paper's single splitter does: separate functions per source would send a key to several workers.
+
+When the sources are separate processes (the Storm routers) they cannot share an object, so they take roles
+(``set_role``): the **leader** (source 0) counts, rebuilds every ``period`` as above and, after each rebuild,
+its ``export_state()`` (the explicit hash, the worker count and the ring's virtual nodes, which rebuild
+``lookup`` exactly, and a ``state_version``) is published; **followers** never count or rebuild, they route
+with the last state they ``import_state``-ed, so a key has one worker everywhere up to the followers' sync
+lag. The leader's frequencies come from its own sub-stream only; under shuffle grouping of lines to the
+routers that sub-stream is an unbiased 1/S sample of the whole stream, so the lossy counter's relative
+frequencies, the threshold delta (eq. 14-17) and the construction see the same distribution the single
+splitter would (the ``window`` then spans S times as many messages of the whole stream).
 The logic lives in :mod:`keysplit.partitioning`; this class is the Grouping-protocol face of it.
 """
 
@@ -32,6 +42,9 @@ def _resources(text: str) -> str:
 
 
 _resources.__name__ = "resource triple (e.g. LCL)"
+
+#: ``set_role`` values for sources in separate processes (see the module docstring).
+ROLES = ("leader", "follower")
 
 
 class GedikPartitioning(BaseGrouping):
@@ -89,6 +102,9 @@ class GedikPartitioning(BaseGrouping):
         except SpecError as exc:
             raise SpecError(f"gedik: {exc}") from None
         self.partitioner: AdaptivePartitioner | None = None
+        self.role: str | None = None
+        self._follower = False
+        self._version_base = 0  # state_version = this + rebuilds (a restarted leader continues the numbering)
 
     def prepare(self, workers: int, source: int = 0, sources: int = 1) -> None:
         super().prepare(workers, source, sources)
@@ -113,15 +129,51 @@ class GedikPartitioning(BaseGrouping):
         return instances
 
     def choose(self, key: str, now: float) -> int:
-        w = self.partitioner.route(key, now)  # type: ignore[union-attr]
+        if self._follower:  # Alg. 1's lookup with the leader's function: no counting, never a rebuild
+            w = self.partitioner.function.lookup(key)  # type: ignore[union-attr]
+        else:
+            w = self.partitioner.route(key, now)  # type: ignore[union-attr]
         self.local_loads[w] += 1
         return w
 
     def resize(self, workers: int) -> None:
-        """The worker count changed: rebuild for ``workers`` channels (once for all sources)."""
+        """The worker count changed: rebuild for ``workers`` channels (once for all sources; a follower
+        keeps its function until it imports the leader's rebuild)."""
         if workers < 1:
             raise SpecError(f"gedik: the number of workers must be at least 1, got {workers}")
-        self.partitioner.resize(workers)  # type: ignore[union-attr]
+        if not self._follower:
+            self.partitioner.resize(workers)  # type: ignore[union-attr]
+        if workers > len(self.local_loads):
+            self.local_loads.extend([0] * (workers - len(self.local_loads)))
+        self.workers = workers
+
+    def set_role(self, role: str | None) -> None:
+        """Cross-process sharing: ``"leader"`` rebuilds and exports, ``"follower"`` only imports, ``None``
+        (the default, in process) shares the partitioner object instead."""
+        if role not in (None, *ROLES):
+            raise SpecError(f"gedik: role must be one of {', '.join(ROLES)}, got {role!r}")
+        self.role = role
+        self._follower = role == "follower"
+
+    @property
+    def state_version(self) -> int:
+        """Grows by one with every rebuild of the function (the leader's; a follower's is the imported one)."""
+        return self._version_base + self.rebuilds
+
+    def export_state(self) -> dict:
+        """The function as JSON-able data: everything ``lookup`` depends on, and its version."""
+        f = self.function
+        return {"version": self.state_version, "workers": f.workers, "vnodes": f.vnodes,
+                "explicit": dict(f.explicit_hash)}
+
+    def import_state(self, state: Mapping[str, Any]) -> None:
+        """Install an exported function (the ring is rebuilt only when its shape differs)."""
+        old = self.function
+        workers, vnodes = int(state["workers"]), int(state["vnodes"])
+        ring = old.ring if (workers, vnodes) == (old.workers, old.vnodes) else None
+        self.partitioner.function = PartitioningFunction(  # type: ignore[union-attr]
+            workers, {k: int(v) for k, v in state["explicit"].items()}, vnodes=vnodes, ring=ring)
+        self._version_base = int(state["version"]) - self.rebuilds
         if workers > len(self.local_loads):
             self.local_loads.extend([0] * (workers - len(self.local_loads)))
         self.workers = workers

@@ -17,7 +17,7 @@ from streamparse import Bolt, Stream
 from keysplit.redis_server import client
 from keysplit.storm.counting import PartialCounts, Totals, merge_top
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.routing import Router, component_tasks
+from keysplit.storm.routing import GroupingChannel, Router, component_tasks
 from keysplit.storm.settings import WordCountSettings
 
 #: Component names in the topology (the router needs the counter's to find its task ids).
@@ -52,6 +52,7 @@ class RouterBolt(Bolt):
         self.router = Router(
             settings.grouping, workers, index, len(component_tasks(context, self.component_name)),
             component_tasks(context, COUNTER), probe=probe, capacities=capacities, frequencies=frequencies,
+            channel=GroupingChannel(conn, keys, poll_secs=settings.stats_secs),
         )
 
     def process(self, tup):

@@ -2,22 +2,25 @@
 
 ``keysplit compare`` and the Spark helper read runs through these names; keep them stable.
 
-======================  =====================================================================
-key                     content
-======================  =====================================================================
-``keysplit:runs``       sorted set: run id -> start time (Unix seconds)
-``...:summary``         string: JSON object of ``keysplit run --json``
-``...:config``          string: JSON of the run's settings (what the topology was told)
-``...:counts``          hash: word -> final total (HINCRBY by the aggregators before they ack)
-``...:topk``            string: JSON ``[[word, count], ...]`` written by the top-k bolt
-``...:topk_meta``       hash: ``words`` (sum of counts seen by top-k), ``updated`` (Unix time)
-``...:feed``            stream: one entry per dataset record, fields ``r`` (encoded record), ``n`` (index)
-``...:frequencies``     hash: word -> exact count (only for groupings that need a full pass)
-``...:loads``           hash: counter index -> words processed (what PKG's probe reads)
-``...:counter:{i}``     hash: metrics of counter ``i`` (processed, distinct, rate, busy_s, task, pid)
-``...:keys:{i}``        set: the distinct words counter ``i`` has held (memory, DistCost)
-``...:spout:{i}``       hash: emitted, acked, replayed, first_emit, last_ack, histogram (JSON)
-======================  =====================================================================
+==========================  =====================================================================
+key                         content
+==========================  =====================================================================
+``keysplit:runs``           sorted set: run id -> start time (Unix seconds)
+``...:summary``             string: JSON object of ``keysplit run --json``
+``...:config``              string: JSON of the run's settings (what the topology was told)
+``...:counts``              hash: word -> final total (HINCRBY by the aggregators before they ack)
+``...:topk``                string: JSON ``[[word, count], ...]`` written by the top-k bolt
+``...:topk_meta``           hash: ``words`` (sum of counts seen by top-k), ``updated`` (Unix time)
+``...:feed``                stream: one entry per dataset record, fields ``r`` (encoded record), ``n`` (index)
+``...:frequencies``         hash: word -> exact count (only for groupings that need a full pass)
+``...:loads``               hash: counter index -> words processed (what PKG's probe reads)
+``...:counter:{i}``         hash: metrics of counter ``i`` (processed, distinct, rate, busy_s, task, pid)
+``...:keys:{i}``            set: the distinct words counter ``i`` has held (memory, DistCost)
+``...:spout:{i}``           hash: emitted, acked, replayed, first_emit, last_ack, histogram (JSON)
+``...:grouping_state``      string: JSON of the leader router's ``export_state()`` (groupings sharing state)
+``...:grouping_version``    string: the ``version`` of ``grouping_state`` (what followers poll)
+``...:grouping_stats``      string: JSON of the leader router's grouping ``stats()`` (summary's grouping_stats)
+==========================  =====================================================================
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ class RunKeys:
         self.feed = p + "feed"
         self.frequencies = p + "frequencies"
         self.loads = p + "loads"
+        self.grouping_state = p + "grouping_state"
+        self.grouping_version = p + "grouping_version"
+        self.grouping_stats = p + "grouping_stats"
 
     def counter(self, index: int) -> str:
         return f"{self.prefix}counter:{index}"

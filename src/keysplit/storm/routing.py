@@ -10,10 +10,19 @@ Event time ``now`` in Storm is the wall clock (DESIGN.md), measured from the rou
 (:meth:`Router.elapsed`) so that it begins near 0 as the simulator's ``sequence / rate`` does: groupings with
 periods (PKG's probe interval, FISH's epochs, Gedik's windows) count their periods from 0, and a Unix time
 of ~1.8e9 s would make them catch up through hundreds of millions of periods at the first message.
+
+Groupings whose sources share state in process (Gedik's one partitioning function: the ``export_state`` hook
+of ``groupings/base.py``) cannot share an object across router processes; given a :class:`GroupingChannel`
+(Redis), router 0 is the **leader**: it alone updates the state and publishes it after every change, and the
+other routers are **followers** that poll the published version at most every ``poll_secs`` of wall clock and
+install a newer state, so a key has one worker at every router up to that lag. The leader also writes its
+grouping's ``stats()`` (rebuilds, migration) for the run's summary: after every state change and at most every
+``poll_secs`` otherwise.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +31,7 @@ from keysplit.datasets import decode_record
 from keysplit.errors import KeysplitError
 from keysplit.groupings import BaseGrouping
 from keysplit.simulate import prepare_groupings
+from keysplit.storm.keys import RunKeys
 
 
 def component_tasks(context: Mapping, component: str) -> list[int]:
@@ -32,6 +42,39 @@ def component_tasks(context: Mapping, component: str) -> list[int]:
     """
     mapping = context.get("task->component", {})
     return sorted(int(task) for task, name in mapping.items() if name == component)
+
+
+class GroupingChannel:
+    """The routers' Redis channel for a grouping's shared state (``export_state``) and its ``stats()``."""
+
+    def __init__(self, conn, keys: RunKeys, poll_secs: float = 1.0) -> None:
+        self.conn = conn
+        self.keys = keys
+        self.poll_secs = poll_secs
+
+    def publish(self, state: dict, stats: dict | None = None) -> None:
+        """Store ``state`` (with its ``version``) and, atomically with it, the version followers poll."""
+        pipe = self.conn.pipeline(transaction=True)
+        pipe.set(self.keys.grouping_state, json.dumps(state))
+        pipe.set(self.keys.grouping_version, int(state["version"]))
+        if stats is not None:
+            pipe.set(self.keys.grouping_stats, json.dumps(stats))
+        pipe.execute()
+
+    def version(self) -> int:
+        """The published state's version (0 when nothing is published yet): one cheap GET."""
+        return int(self.conn.get(self.keys.grouping_version) or 0)
+
+    def state(self) -> dict | None:
+        raw = self.conn.get(self.keys.grouping_state)
+        return json.loads(raw) if raw else None
+
+    def write_stats(self, stats: dict) -> None:
+        self.conn.set(self.keys.grouping_stats, json.dumps(stats))
+
+    def read_stats(self) -> dict | None:
+        raw = self.conn.get(self.keys.grouping_stats)
+        return json.loads(raw) if raw else None
 
 
 class Router:
@@ -48,6 +91,7 @@ class Router:
         probe: Callable[[], Sequence[int]] | None = None,
         capacities: Sequence[float] | None = None,
         frequencies: Callable[[], Counter] | None = None,
+        channel: GroupingChannel | None = None,
     ) -> None:
         if workers > len(counter_task_ids):
             raise KeysplitError(f"W={workers} workers is more than the {len(counter_task_ids)} counter tasks")
@@ -57,6 +101,18 @@ class Router:
         )[source]
         self.routed = 0
         self.t0 = time.time()
+        self.channel = channel
+        g = self.grouping
+        self.role: str | None = None
+        if channel is not None and hasattr(g, "export_state"):
+            self.role = "leader" if source == 0 else "follower"
+            g.set_role(self.role)  # type: ignore[attr-defined]
+            published = channel.state()
+            if published is not None:  # a restarted router continues from the published state
+                g.import_state(published)  # type: ignore[attr-defined]
+        self.reports = channel is not None and source == 0 and hasattr(g, "stats")
+        self.version = g.state_version if self.role else 0  # type: ignore[attr-defined]
+        self.next_sync = 0.0  # monotonic time of the next follower poll / periodic stats write
 
     def elapsed(self) -> float:
         """Wall-clock seconds since this router started: the ``now`` a Storm router passes to ``choose``."""
@@ -65,7 +121,41 @@ class Router:
     def route(self, encoded_record: str, now: float) -> list[tuple[str, int]]:
         """``(word, counter task id)`` for every word of the record; ``now`` is wall-clock time (DESIGN.md)."""
         _, words = decode_record(encoded_record)
+        if self.role == "follower":
+            self.sync()
         choose, tasks = self.grouping.choose, self.tasks
         out = [(w, tasks[choose(w, now)]) for w in words]
         self.routed += len(out)
+        if self.reports:
+            self.report()
         return out
+
+    def sync(self, force: bool = False) -> bool:
+        """Follower: install the leader's state if a newer version is published (at most every
+        ``poll_secs`` unless ``force``); True when it installed one."""
+        clock = time.monotonic()
+        if not force and clock < self.next_sync:
+            return False
+        self.next_sync = clock + self.channel.poll_secs  # type: ignore[union-attr]
+        if self.channel.version() <= self.version:  # type: ignore[union-attr]
+            return False
+        state = self.channel.state()  # type: ignore[union-attr]
+        if state is None or int(state["version"]) <= self.version:
+            return False
+        self.grouping.import_state(state)  # type: ignore[attr-defined]
+        self.version = int(state["version"])
+        return True
+
+    def report(self, force: bool = False) -> None:
+        """Leader: publish the state when its version grew (with the stats), else write the stats at most
+        every ``poll_secs`` unless ``force``."""
+        g = self.grouping
+        clock = time.monotonic()
+        if self.role == "leader" and g.state_version != self.version:  # type: ignore[attr-defined]
+            self.channel.publish(g.export_state(), g.stats())  # type: ignore[attr-defined,union-attr]
+            self.version = g.state_version  # type: ignore[attr-defined]
+        elif force or clock >= self.next_sync:
+            self.channel.write_stats(g.stats())  # type: ignore[attr-defined,union-attr]
+        else:
+            return
+        self.next_sync = clock + self.channel.poll_secs  # type: ignore[union-attr]

@@ -164,6 +164,7 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
     duration = max(spouts["last_ack"] - spouts["first_emit"], 1e-9)
     latency = spouts["histogram"].summary()
     top = json.loads(conn.get(keys.topk) or "[]")
+    grouping_stats = conn.get(keys.grouping_stats)  # the leader router's grouping stats(), when it has them
     return {
         **base,
         "words_per_second": base["messages"] / duration,
@@ -178,6 +179,7 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
         "replayed": spouts["replayed"],
         "top_k": top,
         "duration_s": duration,
+        **({"grouping_stats": json.loads(grouping_stats)} if grouping_stats else {}),
     }
 
 
