@@ -92,6 +92,17 @@ def test_compare_puts_runs_next_to_the_replay_and_checks_the_counts(redis_conn, 
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_compare_json_is_the_comparison_object(redis_conn, replay_dir, text_spec, tmp_path, capsys):
+    conn, url = redis_conn
+    store_run(conn, "j-kg", text_spec, "kg", exact_counts(text_spec))
+    out = tmp_path / "cmp"
+    assert cli_main(["compare", "--run", "j-kg", "--replay", str(replay_dir), "--out", str(out), "--redis", url,
+                     "--no-plots", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((out / "comparison.json").read_text())
+    assert [r["run_id"] for r in printed["rows"]] == ["j-kg"] and printed["rows"][0]["counts_equal"]
+
+
 def test_a_run_of_another_dataset_is_refused(redis_conn, replay_dir, text_spec, capsys):
     conn, url = redis_conn
     store_run(conn, "c-other", text_spec, "kg", exact_counts(text_spec), sha="0" * 64)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from keysplit.commands.common import print_table
+from keysplit.commands.common import print_json, print_table
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="DIR", help="where to write comparison.json and the plots (default DIR/compare)")
     p.add_argument("--redis", metavar="URL", help="Redis holding the runs (default: the project-managed server)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--json", action="store_true", help="print the comparison (comparison.json's object) instead")
     p.set_defaults(func=run)
 
 
@@ -39,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
         result = compare.compare(conn, run_ids, args.replay)
     path = compare.write(result, out)
     plots = [] if args.no_plots else compare.plot(result, args.replay, out)
+    if args.json:
+        print_json(result)
+        return 0
     num = lambda v: f"{v:,.0f}"  # noqa: E731
     ms = lambda v: f"{v:,.2f}"  # noqa: E731
     sci = lambda v: f"{v:.2e}"  # noqa: E731
