@@ -143,12 +143,12 @@ def compare(conn: Any, run_ids: Sequence[str], replay_dir: str) -> dict:
 
 def plot(result: dict, replay_dir: str, out: str) -> list[str]:
     """PNG plots: throughput and latency by grouping, load per worker, imbalance over time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
     import pyarrow.parquet as pq
+
+    from keysplit.plots import pyplot
+
+    plt = pyplot()
 
     rows = result["rows"]
     # Tick labels name the grouping only (run ids are long); the loads panels' titles carry the run id.
@@ -214,12 +214,9 @@ def plot(result: dict, replay_dir: str, out: str) -> list[str]:
 
 
 def _save(fig: Any, out: str, name: str) -> str:
-    import matplotlib.pyplot as plt
+    from keysplit.plots import save_figure
 
-    path = os.path.join(out, name)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, os.path.join(out, name))
 
 
 def write(result: dict, out: str) -> str:

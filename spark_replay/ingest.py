@@ -183,15 +183,8 @@ def parse_slice(reader: Any, piece: Slice) -> Chunk:
 
 
 def _parquet_records(dataset: ParquetDataset, groups: tuple[int, ...]) -> Iterator:
-    columns = [dataset.key_column] + ([dataset.time_column] if dataset.time_column else [])
     for g in groups:
-        table = dataset._file.read_row_group(g, columns=columns)
-        keys = table.column(0).to_pylist()
-        times = table.column(1).to_pylist() if dataset.time_column else [None] * len(keys)
-        for key, ts in zip(keys, times):
-            record = dataset.make_record("" if key is None else str(key), ts, dataset.path)
-            if record is not None:
-                yield record
+        yield from dataset.table_records(dataset._file.read_row_group(g, columns=dataset.columns))
 
 
 # ------------------------------------------------------------------------------------- sources and order

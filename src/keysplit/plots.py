@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from keysplit.errors import KeysplitError
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend (imported on first use: it is slow)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -20,7 +21,7 @@ def imbalance_over_time(runs: Sequence, path: str, title: str = "") -> None:
     """The running average of I(t_j)/t_j up to t, for each run: the PKG paper's Fig. 5 view ("fraction of
     average imbalance through time"). Its last point is the run's ``avg_imbalance_fraction``. The y axis is
     logarithmic down to 1e-6 and linear below, so a perfectly balanced run (exactly 0) still shows."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for run in runs:
         xs, ys, total = run.series_t, [], 0.0
@@ -34,6 +35,12 @@ def imbalance_over_time(runs: Sequence, path: str, title: str = "") -> None:
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
+    save_figure(fig, path)
+
+
+def save_figure(fig, path: str) -> str:
+    """Lay out, write and close ``fig``; an unwritable path is a one-line KeysplitError."""
+    plt = pyplot()
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=120)
@@ -41,3 +48,4 @@ def imbalance_over_time(runs: Sequence, path: str, title: str = "") -> None:
         raise KeysplitError(f"cannot write plot {path}: {exc.strerror or exc}") from None
     finally:
         plt.close(fig)
+    return path

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from keysplit.commands.common import positive_int, print_json, print_table, progress_bar
-from keysplit.errors import KeysplitError, SpecError
+from keysplit.errors import SpecError
 from keysplit.partitioning.experiment import (
     APPROACHES,
     ExperimentConfig,
@@ -18,6 +18,7 @@ from keysplit.partitioning.experiment import (
 )
 from keysplit.partitioning.resources import Resources
 from keysplit.partitioning.utility import utility
+from keysplit.plots import pyplot, save_figure
 
 
 def approach_list(text: str) -> tuple[str, ...]:
@@ -135,11 +136,7 @@ def print_tables(result: ExperimentResult) -> None:
 
 def plot(result: ExperimentResult, path: str) -> None:
     """Two panels against N: relative migration cost m (log scale) and relative load imbalance b."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     cfg = result.config
     fig, (ax_m, ax_b) = plt.subplots(1, 2, figsize=(10, 4))
     markers = dict(zip(APPROACHES, "osv^D"))
@@ -158,10 +155,4 @@ def plot(result: ExperimentResult, path: str) -> None:
         ax.grid(alpha=0.3)
     ax_b.legend()
     fig.suptitle(f"Zipf z={cfg.z:g}, |D|={cfg.domain:,}, {cfg.resources}, alpha={cfg.alpha:g}, sigma={cfg.sigma:g}")
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as exc:
-        raise KeysplitError(f"cannot write the plot to {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+    save_figure(fig, path)

@@ -201,16 +201,24 @@ class ParquetDataset(_ColumnDataset):
             if wanted not in names:
                 raise DatasetError(f"{path}: no column {wanted!r} in the Parquet schema (columns: {', '.join(names)})")
 
+    @property
+    def columns(self) -> list[str]:
+        """The columns a record needs: the key, then the time if there is one."""
+        return [self.key_column] + ([self.time_column] if self.time_column else [])
+
+    def table_records(self, table) -> Iterator[Record]:
+        """The records of a pyarrow batch or table holding :attr:`columns` (whole file or one row group)."""
+        keys = table.column(0).to_pylist()
+        times = table.column(1).to_pylist() if self.time_column else [None] * len(keys)
+        for key, ts in zip(keys, times):
+            record = self.make_record("" if key is None else str(key), ts, self.path)
+            if record is not None:
+                yield record
+
     def records(self) -> Iterator[Record]:
         self.empty_keys = 0
-        columns = [self.key_column] + ([self.time_column] if self.time_column else [])
-        for batch in self._file.iter_batches(columns=columns, batch_size=65536):
-            keys = batch.column(0).to_pylist()
-            times = batch.column(1).to_pylist() if self.time_column else [None] * len(keys)
-            for key, ts in zip(keys, times):
-                record = self.make_record("" if key is None else str(key), ts, self.path)
-                if record is not None:
-                    yield record
+        for batch in self._file.iter_batches(columns=self.columns, batch_size=65536):
+            yield from self.table_records(batch)
         self.report()
 
 
