@@ -10,14 +10,11 @@ import sys
 
 from keysplit.commands.common import (
     non_negative_float,
-    positive_float,
     positive_int,
     print_json,
     print_table,
-    spec_list,
 )
-from keysplit.commands.simulate import parse_capacities
-from keysplit.simulate import DEFAULT_RATE, SPLITS
+from keysplit.commands.simulate import add_routing_options, parse_capacities
 
 _DEFAULT_CPU_DELAY_MS = 1.0  # keep equal to spark_replay.job.DEFAULT_CPU_DELAY_MS (not imported: fast --help)
 _DEFAULT_OUT = ".keysplit/replay"
@@ -33,20 +30,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec (text:, edges:, csv:, "
                    "parquet: or a generator, which is written to OUT/dataset.csv first)")
-    p.add_argument("--groupings", "-g", type=spec_list, default=["kg", "sg", "pkg"], metavar="G[,G...]",
-                   help="grouping specs (default kg,sg,pkg)")
     p.add_argument("--workers", "-W", type=positive_int, default=10, metavar="W", help="workers (default 10)")
-    p.add_argument("--sources", "-S", type=positive_int, default=5, metavar="S", help="sources (default 5)")
+    add_routing_options(p)
     p.add_argument("--cpu-delay", type=non_negative_float, default=_DEFAULT_CPU_DELAY_MS, metavar="MS",
                    help=f"service time of one tuple at a worker, ms (default {_DEFAULT_CPU_DELAY_MS:g})")
-    p.add_argument("--rate", type=positive_float, default=DEFAULT_RATE, metavar="MSGS_PER_S",
-                   help=f"arrival rate of messages without timestamps (default {DEFAULT_RATE:g})")
-    p.add_argument("--split", choices=SPLITS, default="shuffle",
-                   help="how records reach sources: round-robin (shuffle) or by key hash (key)")
-    p.add_argument("--checkpoint", type=positive_int, metavar="N",
-                   help="messages between imbalance checkpoints (default m/1000)")
-    p.add_argument("--capacities", metavar="C[,C...]",
-                   help="per-worker service rates (tuples/s) for groupings that use them (FISH)")
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="top-k size (default 10)")
     p.add_argument("--master", metavar="URL", help="Spark master (default local[*]; kept from spark-submit)")
     p.add_argument("--driver-memory", default="2g", metavar="MEM", help="Spark driver memory (default 2g)")

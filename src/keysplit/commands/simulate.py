@@ -46,6 +46,23 @@ def resize_list(text: str) -> list[Resize]:
     return out
 
 
+def add_routing_options(p: argparse.ArgumentParser) -> None:
+    """The options that decide every routing decision, shared with `keysplit replay`: the same values give
+    the same decisions in both."""
+    p.add_argument("--sources", "-S", type=positive_int, default=5, metavar="S", help="sources (default 5)")
+    p.add_argument("--groupings", "-g", type=spec_list, default=["kg", "sg", "pkg"], metavar="G[,G...]",
+                   help="grouping specs (default kg,sg,pkg)")
+    p.add_argument("--rate", type=positive_float, default=DEFAULT_RATE, metavar="MSGS_PER_S",
+                   help=f"event-time rate for records without timestamps (default {DEFAULT_RATE:g})")
+    p.add_argument("--split", choices=SPLITS, default="shuffle",
+                   help="how records reach sources: round-robin (shuffle) or by key hash (key)")
+    p.add_argument("--checkpoint", type=positive_int, metavar="N",
+                   help="messages between imbalance checkpoints (default m/1000)")
+    p.add_argument("--capacities", metavar="C[,C...]",
+                   help="per-worker service rates in tuples/s for groupings that use them (FISH); "
+                   "a single value is used for every worker")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "simulate",
@@ -59,18 +76,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "messages=1000000,seed=1 or text:book.txt (see `keysplit datasets --help`)")
     p.add_argument("--workers", "-W", type=int_list, default=[10], metavar="W[,W...]",
                    help="worker counts (default 10)")
-    p.add_argument("--sources", "-S", type=positive_int, default=5, metavar="S", help="sources (default 5)")
-    p.add_argument("--groupings", "-g", type=spec_list, default=["kg", "sg", "pkg"], metavar="G[,G...]",
-                   help="grouping specs (default kg,sg,pkg)")
-    p.add_argument("--rate", type=positive_float, default=DEFAULT_RATE, metavar="MSGS_PER_S",
-                   help=f"event-time rate for records without timestamps (default {DEFAULT_RATE:g})")
-    p.add_argument("--split", choices=SPLITS, default="shuffle",
-                   help="how records reach sources: round-robin (shuffle) or by key hash (key)")
-    p.add_argument("--checkpoint", type=positive_int, metavar="N",
-                   help="messages between imbalance checkpoints (default m/1000)")
-    p.add_argument("--capacities", metavar="C[,C...]",
-                   help="per-worker service rates in tuples/s for groupings that use them (FISH); "
-                   "a single value is used for every worker")
+    add_routing_options(p)
     p.add_argument("--resize", type=resize_list, default=[], metavar="AT:W[,AT:W]",
                    help="change the worker count to W before message AT (groupings with resize support)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
