@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -98,6 +100,27 @@ def test_head_holds_the_keys_above_theta():
     assert g.theta == pytest.approx(1 / 50)
 
 
+def test_a_sketch_smaller_than_1_over_theta_cannot_tell_the_head_from_the_tail():
+    """SpaceSaving overestimates by at most n/capacity. With 100 counters and theta = 1/(5*64) < 1/100 the least
+    counter passes theta*n, so keys that appear once or twice enter the head; ``capacity=auto`` (ceil(1/theta) =
+    320 counters) keeps them out while still holding every key clearly above theta."""
+    stream = [k for _, k in zipf(1.0, messages=50_000).messages()]
+    heads = {}
+    for spec in ("wchoices", "wchoices:capacity=auto"):
+        [g] = build_grouping(spec, workers=64)
+        for i, key in enumerate(stream):
+            g.choose(key, i / 10_000)
+        g.refresh_head()
+        heads[spec] = g.head_keys
+    [auto] = build_grouping("wchoices:capacity=auto", workers=64)
+    assert auto.capacity == 320
+    freq = {k: c / len(stream) for k, c in Counter(stream).items()}
+    theta = 1 / 320
+    assert any(freq[k] < theta / 4 for k in heads["wchoices"])  # rare keys counted as hot
+    assert all(freq[k] > theta / 4 for k in heads["wchoices:capacity=auto"])
+    assert {k for k, f in freq.items() if f > 2 * theta} <= heads["wchoices:capacity=auto"]
+
+
 skewed_keys = st.lists(
     st.one_of(st.just("hot"), st.just("warm"), st.sampled_from([f"t{i}" for i in range(40)])), min_size=1,
     max_size=300,
@@ -125,6 +148,7 @@ def test_every_worker_is_one_of_the_keys_candidates(stream, workers, spec):
         ("dchoices:theta=0", "out of range"),
         ("wchoices:theta=1.5", "out of range"),
         ("dchoices:capacity=0", "out of range"),
+        ("wchoices:capacity=many", "not a valid integer \\(or auto\\)"),
         ("dchoices:eps=-1", "out of range"),
         ("dchoices:eps=2", "every d acceptable"),
         ("wchoices:eps=0.1", "no parameter 'eps'"),

@@ -239,29 +239,65 @@ def test_resize_keeps_most_keys_on_their_ring_successors():
 # -- the paper's claims on time-evolving data (§6.2, §6.3) ----------------------------------------------------
 
 
+# D-Choices and W-Choices as in the paper's main comparison (Figs. 10, 11): a SpaceSaving sketch that can resolve
+# their threshold theta = 1/(5W), i.e. ceil(1/theta) counters. With the issue's default of 100 counters the sketch
+# cannot tell hot from cold once theta < 1/100 (W > 20) and W-Choices becomes shuffle grouping: the paper's
+# motivating "W-C100", tested separately below.
+WC, DC = "wchoices:capacity=auto", "dchoices:capacity=auto"
+DRIFT_AT = 80_000  # the ranking rotates after 80% of DRIFT's 100,000 messages
+
+
+def imbalance_between(result, start: int, end: int) -> float:
+    """Mean I(t)/t over the checkpoints with start < t <= end."""
+    points = [i / t for t, i in zip(result.series_t, result.series_imbalance) if start < t <= end]
+    return sum(points) / len(points)
+
+
 @pytest.mark.parametrize("workers", [16, 32, 64, 128])
-def test_fish_balances_a_drifting_stream_as_well_as_the_choices_baselines(workers):
-    """Fig. 10: FISH's average imbalance is below D-Choices' and at W-Choices' level (within the discreteness
-    floor that SG, the perfectly balanced round robin, also sits on); PKG collapses once W > 2/p1."""
-    fish, dch, wch, pkg, sg = (run(g, workers).avg_imbalance_fraction
-                               for g in ("fish", "dchoices", "wchoices", "pkg", "sg"))
-    assert fish <= dch
-    assert fish <= 1.5 * wch
-    assert fish <= 1.5 * sg
+def test_fig10_fish_is_at_or_below_d_choices_and_w_choices_on_a_drifting_stream(workers):
+    """Fig. 10: over the whole stream FISH's average imbalance is at or below D-Choices' and W-Choices';
+    PKG, with two choices for every key, collapses once W > 2/p1."""
+    fish, dch, wch, pkg = (run(g, workers).avg_imbalance_fraction for g in ("fish", DC, WC, "pkg"))
+    assert fish <= dch and fish <= wch, (fish, dch, wch)
     if workers >= 32:
         assert fish * 20 <= pkg
 
 
 @pytest.mark.parametrize("workers", [16, 32, 64, 128])
-def test_fish_memory_stays_near_key_grouping(workers):
-    """Fig. 11: FISH's dist_cost (replication relative to KG) is well below SG's at every scale and at most
-    W-Choices' (far below once W-Choices' SpaceSaving head fills with tail keys, W > capacity*5 = 20)."""
-    fish, wch, sg = (run(g, workers).dist_cost for g in ("fish", "wchoices", "sg"))
+def test_after_the_hot_keys_change_lifetime_counting_lags_and_fish_does_not(workers):
+    """§2.3/Fig. 14: D-C and W-C count over the stream's lifetime, so the keys that turn hot at the drift reach
+    their threshold late and go out on two choices meanwhile; FISH's decayed epochs see them within an epoch.
+    In the 10,000 messages after the drift FISH is clearly better balanced than both."""
+    after = {g: imbalance_between(run(g, workers), DRIFT_AT, DRIFT_AT + 10_000) for g in ("fish", DC, WC)}
+    assert after["fish"] * 1.4 <= after[WC], after
+    assert after["fish"] * 3 <= after[DC], after
+
+
+@pytest.mark.parametrize("workers", [32, 64, 128])
+def test_fig3_w_c100_is_shuffle_grouping_once_theta_drops_below_its_sketch(workers):
+    """Fig. 3: "D-C100 and W-C100 are similar to SG". With 100 counters and theta = 1/(5W) < 1/100 every key that
+    enters the sketch looks hot: W-C100 balances like SG and replicates like SG. FISH stays within 1.5x of SG's
+    imbalance (the paper: "comparable load balance effect to SG with the worst case of 1.32x"), which at this
+    size is about one message of max-minus-mean."""
+    wc100, sg, fish = (run(g, workers) for g in ("wchoices", "sg", "fish"))
+    assert wc100.dist_cost >= 0.95 * sg.dist_cost
+    assert wc100.avg_imbalance_fraction <= 1.05 * sg.avg_imbalance_fraction
+    assert fish.avg_imbalance_fraction <= 1.5 * sg.avg_imbalance_fraction
+
+
+@pytest.mark.parametrize("workers", [16, 32, 64, 128])
+def test_fig11_fig15_fish_memory_stays_near_key_grouping(workers):
+    """Fig. 11: FISH's dist_cost (replication relative to KG) is well below SG's at every scale. Fig. 15: giving
+    a hot key d_k workers (CHK) instead of all W (W-C's rule) saves memory, more so as W grows; against W-C100,
+    whose sketch marks every key hot past W = 20, FISH needs less than 0.4x the memory."""
+    fish, wch, wc100, sg = (run(g, workers).dist_cost for g in ("fish", WC, "wchoices", "sg"))
     assert fish <= 0.5 * sg
-    assert fish <= 1.02 * wch
-    if workers >= 32:
-        assert fish <= 0.4 * wch
+    assert fish <= wch
     assert fish < 2.0
+    if workers >= 32:
+        assert fish <= 0.4 * wc100
+    if workers == 128:
+        assert fish <= 0.75 * wch
 
 
 def test_decay_is_what_keeps_fish_balanced_after_the_drift():

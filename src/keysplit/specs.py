@@ -86,3 +86,13 @@ def optional_float(text: str) -> float | None:
 
 
 optional_float.__name__ = "number (or none)"
+
+
+def int_or_auto(text: str) -> int | str:
+    """An integer, or ``auto`` (the grouping derives the value from its other parameters)."""
+    if text.lower() == "auto":
+        return "auto"
+    return int(text)
+
+
+int_or_auto.__name__ = "integer (or auto)"

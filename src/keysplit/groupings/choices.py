@@ -11,6 +11,14 @@ in the head H when its estimated frequency in this source's sub-stream, ``count 
   [2, W] for which the paper's expected-imbalance conditions hold (:func:`choose_d`). d is one number per
   source, recomputed only when the head set changes.
 
+The sketch's size decides what "head" can mean. SpaceSaving with c counters overestimates a count by at most
+n/c, so it can only tell keys above theta from the tail when c >= 1/theta. With the default 100 counters and
+theta = 1/(5W) that holds up to W = 20; beyond it the least counter exceeds theta*n, every key that enters the
+sketch is "hot", and W-Choices spreads nearly every key over all W workers: shuffle grouping's balance and
+memory. That is the FISH paper's motivating W-C100 ("similar to SG", its Fig. 3). ``capacity=auto`` sizes
+the sketch to the threshold, c = ceil(1/theta), which is the reading behind FISH's main comparison (Fig. 10,
+11), where W-C's memory stays close to key grouping's.
+
 Decisions where the issue/paper is silent:
 
 - The head is tracked incrementally: after each update the routed key's own membership (count > theta*n) is
@@ -25,6 +33,7 @@ Decisions where the issue/paper is silent:
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import mmh3
@@ -33,7 +42,7 @@ from keysplit.errors import SpecError
 from keysplit.groupings.base import BaseGrouping
 from keysplit.hashing import BASE_SEED
 from keysplit.sketches.spacesaving import SpaceSaving
-from keysplit.specs import Param, optional_float
+from keysplit.specs import Param, int_or_auto, optional_float
 
 #: The tail's choices: PKG's two.
 TAIL_CHOICES = 2
@@ -74,23 +83,39 @@ def _theta_ok(v: float | None) -> bool:
     return v is None or 0 < v <= 1
 
 
+def _capacity_ok(v: int | str) -> bool:
+    return v == "auto" or v >= 1
+
+
+def sketch_capacity(capacity: int | str, theta: float) -> int:
+    """The SpaceSaving counters: ``capacity``, or for ``auto`` the fewest that resolve theta, ceil(1/theta).
+
+    >>> sketch_capacity(100, 1 / 160), sketch_capacity("auto", 1 / 160), sketch_capacity("auto", 0.3)
+    (100, 160, 4)
+    """
+    if capacity == "auto":
+        return math.ceil(1.0 / theta - 1e-9)  # 1/(1/160) is 160.00000000000003 in floating point
+    return int(capacity)
+
+
 class _HeadTailGrouping(BaseGrouping):
     """Shared machinery: the per-source sketch, the head set, and PKG's two choices for the tail."""
 
     PARAMS: ClassVar[dict[str, Param]] = {
-        "capacity": Param(int, 100, "SpaceSaving counters per source", lambda v: v >= 1, "at least 1"),
+        "capacity": Param(int_or_auto, 100, "SpaceSaving counters per source (auto = ceil(1/theta))", _capacity_ok,
+                          "at least 1, or auto"),
         "theta": Param(optional_float, None, "head threshold on a key's estimated frequency (none = 1/(5W))",
                        _theta_ok, "a frequency in (0, 1], or none"),
     }
 
-    def __init__(self, capacity: int = 100, theta: float | None = None, **extra) -> None:
+    def __init__(self, capacity: int | str = 100, theta: float | None = None, **extra) -> None:
         super().__init__(capacity=capacity, theta=theta, **extra)
-        self.capacity = capacity
 
     def prepare(self, workers: int, source: int = 0, sources: int = 1) -> None:
         super().prepare(workers, source, sources)
         theta = self.params["theta"]
         self.theta = theta if theta is not None else 1.0 / (5 * workers)
+        self.capacity = sketch_capacity(self.params["capacity"], self.theta)
         self.sketch = SpaceSaving(self.capacity)
         #: keys whose estimated frequency exceeded theta at the last recomputation (H in the paper)
         self.head_keys: set[str] = set()
@@ -185,7 +210,7 @@ class DChoices(_HeadTailGrouping):
                      "at least 0"),
     }
 
-    def __init__(self, capacity: int = 100, theta: float | None = None, eps: float = 1e-4) -> None:
+    def __init__(self, capacity: int | str = 100, theta: float | None = None, eps: float = 1e-4) -> None:
         super().__init__(capacity=capacity, theta=theta, eps=eps)
         self.eps = eps
 
