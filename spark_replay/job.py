@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ from keysplit.metrics import (
     imbalance_fraction,
     load_stddev,
 )
-from keysplit.simulate import DEFAULT_RATE, SPLITS
+from keysplit.simulate import DEFAULT_RATE, SPLITS, Resize, check_resizes
 from spark_replay import aggregates, routing
 from spark_replay.ingest import Ingested, ingest, materialise
 from spark_replay.queueing import throughput_estimate
@@ -56,6 +56,7 @@ class ReplayOptions:
     capacities: list[float] | None = None
     partitions: int | None = None  # input partitions (default: by file size and cores)
     fast: bool = True  # route kg/sg/pkg with keysplit.fast's proven kernel
+    resizes: list[Resize] = field(default_factory=list)  # worker changes mid-stream, as simulate's --resize
 
 
 @dataclass
@@ -97,6 +98,7 @@ def validate(opts: ReplayOptions) -> list[str]:
         raise SpecError("no grouping to replay")
     if opts.capacities is not None and len(opts.capacities) != opts.workers:
         raise SpecError(f"--capacities needs {opts.workers} values, got {len(opts.capacities)}")
+    check_resizes(opts.groupings, opts.workers, opts.resizes)
     return [routing.routing_mode(spec, opts.workers, opts.sources) for spec in opts.groupings]
 
 
@@ -152,6 +154,7 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
     ingest_s = time.perf_counter() - t0
     say(f"read {ing.messages:,} messages in {ing.records:,} records from {ing.partitions} partition(s) "
         f"into {opts.sources} sub-stream(s) in {ingest_s:.1f} s")
+    check_resizes(opts.groupings, opts.workers, opts.resizes, ing.messages)
     counts_path = os.path.join(out, "counts.parquet")
     counts_info = write_counts(spark, ing, counts_path, opts.top_k)
     say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")
@@ -194,10 +197,12 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
                     frequencies: Any) -> GroupingResult:
     """Route every sub-stream with ``spec`` and measure it (loads, I(t), memory, queueing)."""
     W, S = opts.workers, opts.sources
+    changes = sorted((r.at, r.workers) for r in opts.resizes)
+    n_workers = max([W] + [w for _, w in changes])  # every worker that ever exists
     rows = ing.messages // every
     service = opts.cpu_delay_ms / 1000.0
     params = {"spec": spec, "workers": W, "sources": S, "rate": opts.rate, "mode": mode,
-              "capacities": opts.capacities, "fast": opts.fast, "split": opts.split}
+              "capacities": opts.capacities, "fast": opts.fast, "split": opts.split, "resizes": changes}
 
     def route(part: Any) -> Any:
         p = dict(params, frequencies=frequencies.value if frequencies is not None else None)
@@ -211,9 +216,9 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
     rate = opts.rate
     reducers = max(2, spark.sparkContext.defaultParallelism)
     partial = (
-        routed.flatMap(lambda r: aggregates.tag_partition(r, W, every, rows, rate, service > 0, reducers))
+        routed.flatMap(lambda r: aggregates.tag_partition(r, n_workers, every, rows, rate, service > 0, reducers))
         .reduceByKey(aggregates.merge_values, numPartitions=reducers)
-        .mapPartitions(lambda it: [aggregates.finish_partition(it, W, service)])
+        .mapPartitions(lambda it: [aggregates.finish_partition(it, n_workers, service)])
         .reduce(lambda a, b: a.merge(b))
     )
     matrix, loads_arr, fast = partial.agg
@@ -226,14 +231,16 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
     series = ImbalanceSeries(every)
     series_loads = []
     for j in range(rows):
-        row = [int(x) for x in matrix[j].tolist()]
-        series.record((j + 1) * every, row)
+        t = (j + 1) * every
+        present = workers_at(t, W, changes)
+        row = [int(x) for x in matrix[j].tolist()][:present]
+        series.record(t, row)
         series_loads.append(row)
     per_worker = [int(x) for x in distinct.tolist()]
     m = ing.messages
     summary = {
         "grouping": routing.describe(spec, W, S),
-        "workers": W,
+        "workers": workers_at(m, W, changes),
         "sources": S,
         "avg_imbalance_fraction": series.avg_fraction,
         "final_imbalance_fraction": imbalance_fraction(loads),
@@ -259,6 +266,19 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
         "seconds": elapsed,
     }
     return GroupingResult(summary, series.times, series.values, series_loads)
+
+
+def workers_at(t: int, workers: int, changes: list[tuple[int, int]]) -> int:
+    """The worker count at checkpoint ``t`` (after t messages): the changes before message t-1 took effect,
+    as in the simulator, which records a checkpoint before applying a change due at the same message.
+
+    >>> workers_at(100, 10, [(100, 12), (200, 8)]), workers_at(101, 10, [(100, 12), (200, 8)])
+    (10, 12)
+    """
+    for at, w in changes:
+        if at < t:
+            workers = w
+    return workers
 
 
 def write_timeseries(path: str, results: list[GroupingResult]) -> None:

@@ -67,6 +67,23 @@ def prepare(
     return prepare_groupings(spec, workers, sources, capacities=capacities, frequencies=frequencies or {})
 
 
+class WorkerChanges:
+    """The simulator's ``--resize AT:W``: each change takes effect just before message AT. A source's instance
+    only acts on its own messages, so applying a change lazily, before the source's first message at or after
+    AT, makes the same decisions."""
+
+    def __init__(self, groupings: Sequence[BaseGrouping], resizes: Sequence[tuple[int, int]], workers: int) -> None:
+        self.groupings = groupings
+        self.pending = sorted(resizes)
+        self.current = workers  #: the worker count in effect
+
+    def before(self, seq: int) -> None:
+        while self.pending and self.pending[0][0] <= seq:
+            _, self.current = self.pending.pop(0)
+            for g in self.groupings:
+                g.resize(self.current)  # type: ignore[attr-defined]
+
+
 def route_source(
     sub: SubStream,
     spec: str,
@@ -75,12 +92,21 @@ def route_source(
     rate: float,
     frequencies: Mapping[str, int] | None = None,
     capacities: Sequence[float] | None = None,
+    resizes: Sequence[tuple[int, int]] = (),
 ) -> np.ndarray:
     """The worker of every message of source ``sub.source``, by its own grouping's reference ``choose``."""
     g = prepare(spec, workers, sources, frequencies, capacities)[sub.source]
     vocab = sub.vocab
     choose = g.choose
-    chosen = [choose(vocab[k], t) for k, t in zip(sub.key_ids.tolist(), sub.now(rate).tolist())]
+    keys, times = sub.key_ids.tolist(), sub.now(rate).tolist()
+    if not resizes:
+        chosen = [choose(vocab[k], t) for k, t in zip(keys, times)]
+    else:
+        changes = WorkerChanges([g], resizes, workers)
+        chosen = []
+        for k, t, seq in zip(keys, times, sub.seq.tolist()):
+            changes.before(seq)
+            chosen.append(choose(vocab[k], t))
     return np.asarray(chosen, dtype=np.int32)
 
 
@@ -92,19 +118,22 @@ def route_merged(
     rate: float,
     frequencies: Mapping[str, int] | None = None,
     capacities: Sequence[float] | None = None,
+    resizes: Sequence[tuple[int, int]] = (),
 ) -> np.ndarray:
     """Every message of the whole stream in sequence order, each by its own source's grouping, with the probe
     reading the true loads so far (the simulator's ``route`` loop)."""
-    loads = [0] * workers
+    loads = [0] * max([workers] + [w for _, w in resizes])
     groupings = prepare(spec, workers, sources, frequencies, capacities)
+    changes = WorkerChanges(groupings, resizes, workers)
     for g in groupings:
         if hasattr(g, "attach_probe"):
-            g.attach_probe(lambda: loads[:workers])
+            g.attach_probe(lambda: loads[:changes.current])
     out = np.empty(len(merged), dtype=np.int32)
     vocab = merged.vocab
     assert merged.sources is not None
-    for n, (k, s, t) in enumerate(zip(merged.key_ids.tolist(), merged.sources.tolist(),
-                                      merged.now(rate).tolist())):
+    for n, (k, s, t, seq) in enumerate(zip(merged.key_ids.tolist(), merged.sources.tolist(),
+                                           merged.now(rate).tolist(), merged.seq.tolist())):
+        changes.before(seq)
         w = groupings[s].choose(vocab[k], t)
         loads[w] += 1
         out[n] = w
@@ -133,4 +162,6 @@ def run_partition(sub_or_subs: Any, params: dict) -> tuple[SubStream, np.ndarray
         if chosen is not None:
             return sub, chosen, True
     route = route_merged if params["mode"] == GLOBAL else route_source
-    return sub, route(sub, spec, workers, sources, rate, params.get("frequencies"), params.get("capacities")), False
+    chosen = route(sub, spec, workers, sources, rate, params.get("frequencies"), params.get("capacities"),
+                   params.get("resizes", ()))
+    return sub, chosen, False

@@ -226,6 +226,26 @@ def test_simulate_resize_runs_fish():
     assert r.workers == 12 and len(r.loads) == 12 and min(r.loads[10:]) > 0
 
 
+def test_simulate_refuses_a_resize_it_could_not_honour():
+    """One line each, before any routing: a grouping without resize, two changes at one message, a change past
+    the end (which would silently never happen)."""
+    ds = open_dataset("drift:keys=200,messages=2000,seed=5")
+    with pytest.raises(SpecError, match="pkg cannot change its worker count mid-stream; --resize works with: "
+                                        "fish, gedik"):
+        simulate(ds, "pkg", 10, 2, resizes=[Resize(100, 12)])
+    with pytest.raises(SpecError, match="two changes at the same message"):
+        simulate(ds, "fish", 10, 2, resizes=[Resize(100, 12), Resize(100, 9)])
+    assert main(["simulate", "--dataset", "drift:keys=200,messages=2000,seed=5", "-g", "fish",
+                 "--resize", "2000:12"]) == 2
+
+
+def test_a_removed_worker_keeps_its_load_in_the_final_vector():
+    ds = open_dataset("drift:keys=500,messages=9000,seed=2")
+    r = simulate(ds, "fish", 4, 2, resizes=[Resize(3000, 6), Resize(6000, 5)], engine="reference")
+    assert r.workers == 5 and len(r.loads) == 6 and sum(r.loads) == 9000
+    assert r.loads[5] > 0 and len(r.distinct_per_worker) == 6
+
+
 def test_resize_keeps_most_keys_on_their_ring_successors():
     keys = [f"k{i}" for i in range(5000)]
     [g] = build_grouping("fish", workers=20)

@@ -22,7 +22,7 @@ from keysplit.cli import main as cli_main
 from keysplit.datasets import open_dataset
 from keysplit.groupings import REGISTRY
 from keysplit.metrics import default_checkpoint
-from keysplit.simulate import route, simulate
+from keysplit.simulate import Resize, route, simulate
 from spark_replay.job import ReplayOptions, run_replay
 
 #: The groupings the issue names, plus the global-oracle and probing PKG variants (one partition each).
@@ -144,6 +144,29 @@ def test_fish_with_worker_capacities_matches_the_simulator(spark, tmp_path, zipf
     assert run["loads"] == sim.loads and run["avg_imbalance_fraction"] == sim.avg_imbalance_fraction
     uniform = simulate(open_dataset(zipf_spec), "fish", 4, 2, engine="reference")
     assert sim.loads != uniform.loads  # the capacities really reached the groupings
+
+
+def test_worker_changes_mid_stream_make_the_simulators_decisions(spark, tmp_path, zipf_spec):
+    """``--resize``: FISH grows from 4 to 6 workers then loses one, Gedik's function shrinks then grows; the
+    replay applies each change before the same message as the simulator (partitioned and global mode)."""
+    changes = [Resize(2000, 6), Resize(4000, 5)]
+    opts = ReplayOptions(dataset=zipf_spec, groupings=["fish", "gedik:period=0.05"], workers=4, sources=3,
+                         out=str(tmp_path), resizes=changes)
+    summary = run_replay(spark, opts)
+    dataset = open_dataset(zipf_spec)
+    for run in summary["runs"]:
+        sim = simulate(dataset, run["grouping"], 4, 3, resizes=changes, engine="reference")
+        assert {k: run[k] for k in SIMULATED_FIELDS} == {k: sim.summary()[k] for k in SIMULATED_FIELDS}
+        assert run["workers"] == 5 and len(run["loads"]) == 6 and min(run["loads"][4:]) > 0
+    series = pq.read_table(tmp_path / "timeseries.parquet").to_pydict()
+    widths = {t: len(row) for g, t, row in zip(series["grouping"], series["t"], series["loads"]) if g == "fish"}
+    assert widths[1998] == 4 and widths[2004] == 6 and widths[6000] == 5  # I(t) over the workers present
+
+
+def test_a_worker_change_the_grouping_cannot_make_is_refused_before_spark(capsys):
+    assert cli_main(["replay", "--dataset", "zipf:messages=100", "-g", "kg", "--resize", "50:6"]) == 2
+    err = capsys.readouterr().err
+    assert "kg cannot change its worker count" in err and "fish, gedik" in err and err.count("\n") == 1
 
 
 def explicit_latencies(dataset_spec: str, spec: str, workers: int, sources: int, rate: float, delay: float):

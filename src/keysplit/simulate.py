@@ -18,7 +18,7 @@ import mmh3
 
 from keysplit.datasets import Dataset
 from keysplit.errors import KeysplitError, SpecError
-from keysplit.groupings import BaseGrouping, build_grouping
+from keysplit.groupings import REGISTRY, BaseGrouping, build_grouping
 from keysplit.hashing import BASE_SEED
 from keysplit.metrics import (
     ImbalanceSeries,
@@ -54,6 +54,32 @@ class Resize:
 
     at: int
     workers: int
+
+
+def supports_resize(spec: str, workers: int = 2) -> bool:
+    """Whether the grouping implements ``resize(workers)`` (a worker change mid-stream)."""
+    return callable(getattr(build_grouping(spec, workers)[0], "resize", None))
+
+
+def resizable_groupings() -> list[str]:
+    """The registered groupings that support ``--resize``."""
+    return [name for name in REGISTRY if supports_resize(name)]
+
+
+def check_resizes(specs: Sequence[str], workers: int, resizes: Sequence[Resize], messages: int | None = None) -> None:
+    """Refuse, in one line each, what ``--resize`` cannot do: a grouping without resize support, two changes
+    at one message, or a change at or after the stream's last message (it would silently never happen)."""
+    if not resizes:
+        return
+    for spec in specs:
+        if not supports_resize(spec, workers):
+            raise SpecError(f"{spec} cannot change its worker count mid-stream; --resize works with: "
+                            + ", ".join(resizable_groupings()))
+    ats = [r.at for r in resizes]
+    if len(set(ats)) != len(ats):
+        raise SpecError(f"--resize: two changes at the same message ({', '.join(map(str, sorted(ats)))})")
+    if messages is not None and max(ats) >= messages:
+        raise SpecError(f"--resize at message {max(ats):,} is past the stream's last message ({messages:,} messages)")
 
 
 @dataclass
@@ -164,7 +190,8 @@ def simulate(
 
     ``checkpoint`` defaults to m/1000 messages; pass ``messages_hint`` (m) when it is known, otherwise the
     dataset is counted first. ``resizes`` change the worker count mid-stream (groupings that support it
-    implement ``resize(workers)``); loads of removed workers stay in the final load vector.
+    implement ``resize(workers)``); the final load vector has every worker that ever existed, so a removed
+    worker's load stays in it, while each checkpoint's I(t) is over the workers present at that time.
 
     ``engine``: ``reference`` runs the Python loop below; ``fast`` runs ``keysplit.fast`` (kg, sg, pkg and
     its variants; the same decisions, proven by tests/test_fast.py) or raises; ``auto`` (default) takes the
@@ -191,6 +218,7 @@ def simulate(
     if checkpoint is None:
         m = messages_hint if messages_hint is not None else sum(len(k) for _, k in dataset.records())
         checkpoint = default_checkpoint(m)
+    check_resizes([spec], workers, resizes)
     max_workers = max([workers] + [r.workers for r in resizes])
     loads = [0] * max_workers
     current = workers
@@ -215,20 +243,20 @@ def simulate(
             for g in groupings:
                 g.resize(current)  # type: ignore[attr-defined]
     elapsed = time.perf_counter() - started
-    final_loads = loads[: max(current, workers)]
     distinct = len(set().union(*worker_keys))
     return RunResult(
         grouping=groupings[0].describe(),
         workers=current,
         sources=sources,
         avg_imbalance_fraction=series.avg_fraction,
-        final_imbalance_fraction=imbalance_fraction(final_loads),
-        load_stddev=load_stddev(final_loads),
+        # over every worker that ever existed: a removed worker's load is work it did
+        final_imbalance_fraction=imbalance_fraction(loads),
+        load_stddev=load_stddev(loads),
         dist_cost=dist_cost([len(s) for s in worker_keys], distinct),
-        loads=final_loads,
+        loads=loads,
         messages_per_second=n / elapsed if elapsed > 0 else 0.0,
         messages=n,
-        distinct_per_worker=[len(s) for s in worker_keys[: len(final_loads)]],
+        distinct_per_worker=[len(s) for s in worker_keys],
         series_t=series.times,
         series_imbalance=series.values,
         grouping_stats=groupings[0].stats() if hasattr(groupings[0], "stats") else {},

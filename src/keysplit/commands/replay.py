@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         dataset=args.dataset, groupings=args.groupings, workers=args.workers, sources=args.sources,
         cpu_delay_ms=args.cpu_delay, rate=args.rate, split=args.split, checkpoint=args.checkpoint,
         top_k=args.top, out=args.out, capacities=parse_capacities(args.capacities, args.workers),
-        partitions=args.partitions, fast=args.engine == "auto",
+        partitions=args.partitions, fast=args.engine == "auto", resizes=args.resize,
     )
     validate(opts)  # bad groupings and numbers fail before the JVM starts
     from keysplit.datasets import open_dataset

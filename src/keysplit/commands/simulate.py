@@ -18,7 +18,7 @@ from keysplit.datasets import Dataset, open_dataset, require_records
 from keysplit.errors import SpecError
 from keysplit.groupings import REGISTRY, check_grouping, grouping_class
 from keysplit.plots import imbalance_over_time
-from keysplit.simulate import DEFAULT_RATE, ENGINES, SPLITS, Resize, simulate
+from keysplit.simulate import DEFAULT_RATE, ENGINES, SPLITS, Resize, check_resizes, simulate
 
 
 def grouping_help() -> str:
@@ -61,6 +61,9 @@ def add_routing_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacities", metavar="C[,C...]",
                    help="per-worker service rates in tuples/s for groupings that use them (FISH); "
                    "a single value is used for every worker")
+    p.add_argument("--resize", type=resize_list, default=[], metavar="AT:W[,AT:W]",
+                   help="change the worker count to W just before message AT (0-based); only groupings "
+                   "that support it (fish, gedik)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -77,8 +80,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", "-W", type=int_list, default=[10], metavar="W[,W...]",
                    help="worker counts (default 10)")
     add_routing_options(p)
-    p.add_argument("--resize", type=resize_list, default=[], metavar="AT:W[,AT:W]",
-                   help="change the worker count to W before message AT (groupings with resize support)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="auto: the numba fast path for kg, sg and pkg (same decisions as the reference), else "
@@ -108,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
             check_grouping(spec, w, args.sources)
     require_records(dataset)
     stats = dataset.stats()
+    for w in args.workers:
+        check_resizes(args.groupings, w, args.resize, stats["messages"])
     runs = []
     for w in args.workers:
         capacities = parse_capacities(args.capacities, w)
