@@ -42,6 +42,19 @@ def test_all_sources_share_one_function_so_a_key_has_one_worker_at_a_time():
     assert len({s for _, s, *_ in decisions}) == 3
 
 
+def test_the_migration_audit_holds_only_the_sliding_windows_keys():
+    """Millions of distinct keys must not grow the router: the audit's exact counts span the lossy counter's
+    window (W to 1.5 W messages with 3 counters), so a resize counts the keys of that window, not of the past."""
+    [g] = build_grouping("gedik:window=1000,period=1000", workers=4)
+    for i in range(50_000):
+        g.choose(f"k{i}", i / RATE)  # every key new
+    counts = g.partitioner.window_counts()
+    assert 1000 <= len(counts) <= 1500 and set(counts) == {f"k{i}" for i in range(50_000 - len(counts), 50_000)}
+    g.resize(5)
+    [record] = g.history
+    assert record.reason == "resize" and 0 < record.migrated_keys <= len(counts)
+
+
 def test_rebuilt_every_period_of_event_time_with_migration_counted():
     groupings, _ = run("gedik:period=0.5,window=5000", "zipf:z=1.0,keys=5000,messages=40000,seed=1", 8)
     g = groupings[0]

@@ -5,15 +5,19 @@ function (O(1) lookup). Every ``period`` seconds of event time, and whenever the
 the function is rebuilt from the counter's frequent items (plan + activate), and the migration that rebuild
 causes is recorded.
 
-Migration is audited over the keys seen so far (an exact count per key, kept for measurement only: the
+Migration is audited over the keys of the sliding window, the same horizon the lossy counter's frequencies
+cover (the last W to (1 + 1/(x-1)) W messages), with exact counts kept for measurement only (the
 partitioning function itself uses nothing but the lossy counter): eq. 9's M with f(d) = the key's share of
-the messages seen, and eq. 12's m = M / (sum beta_s(f) / N^(t+1)). Without a change in N only the items
-tracked before or after (D_a) can move, so only those are checked; after a resize every seen key is.
+the window, and eq. 12's m = M / (sum beta_s(f) / N^(t+1)). Keys that left the window hold no state worth
+moving in the paper's model, and forgetting them bounds the audit's memory by the window's distinct keys, not
+the stream's. Without a change in N only the items tracked before or after (D_a) can move, so only those are
+checked; after a resize every key of the window is.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 from keysplit.partitioning.construct import Config, construct
@@ -54,8 +58,10 @@ class AdaptivePartitioner:
         self.fixed_epsilon = epsilon
         self.function = PartitioningFunction(workers, vnodes=config.vnodes)
         self.counter = SlidingLossyCounter(self._epsilon(workers), window, counters)
-        self.seen: dict[str, int] = {}
-        self.total = 0
+        # the audit's exact counts: ``counters`` buckets of the lossy counters' stagger W/(x-1) messages each
+        self._bucket_size = math.ceil(window / (counters - 1))
+        self._buckets: deque[dict[str, int]] = deque([{}], maxlen=counters)
+        self._bucket_fill = 0
         self.now = 0.0
         self.next_rebuild = period
         self.history: list[RebuildRecord] = []
@@ -77,9 +83,23 @@ class AdaptivePartitioner:
             self.next_rebuild = self.period * (math.floor(now / self.period) + 1)  # the next boundary after now
         self.now = now
         self.counter.add(key)
-        self.seen[key] = self.seen.get(key, 0) + 1
-        self.total += 1
+        if self._bucket_fill == self._bucket_size:
+            self._buckets.append({})  # the oldest bucket falls out of the window
+            self._bucket_fill = 0
+        bucket = self._buckets[-1]
+        bucket[key] = bucket.get(key, 0) + 1
+        self._bucket_fill += 1
         return self.function.lookup(key)
+
+    def window_counts(self) -> dict[str, int]:
+        """Exact counts of the keys in the sliding window (the audit's view of the state)."""
+        if len(self._buckets) == 1:
+            return self._buckets[0]
+        counts: dict[str, int] = {}
+        for bucket in self._buckets:
+            for k, c in bucket.items():
+                counts[k] = counts.get(k, 0) + c
+        return counts
 
     def resize(self, workers: int) -> None:
         """Rebuild for a new number of channels (a no-op when it is unchanged)."""
@@ -105,12 +125,10 @@ class AdaptivePartitioner:
         slack = min(self.counter.epsilon, delta / 2)
         step = construct(old, self.frequencies(workers), workers, self.config, slack=slack)
         new = step.function
-        if workers == old.workers:
-            candidates = set(old.explicit_hash) | set(new.explicit_hash)
-        else:
-            candidates = set(self.seen)
-        moved = [k for k in candidates if k in self.seen and old.lookup(k) != new.lookup(k)]
-        cost, ideal = self._migration(moved, workers)
+        seen = self.window_counts()
+        candidates = set(old.explicit_hash) | set(new.explicit_hash) if workers == old.workers else seen
+        moved = [k for k in candidates if k in seen and old.lookup(k) != new.lookup(k)]
+        cost, ideal = self._migration(seen, moved, workers)
         record = RebuildRecord(now, reason, old.workers, workers, step.delta, len(new), len(self.counter),
                                len(moved), cost, cost / ideal if ideal > 0 else 0.0, step.seconds)
         self.history.append(record)
@@ -121,18 +139,18 @@ class AdaptivePartitioner:
             self.counter = SlidingLossyCounter(self._epsilon(workers), self.window, self.counters)
         return record
 
-    def _migration(self, moved: list[str], workers: int) -> tuple[float, float]:
-        """(M, ideal) of eqs. 9-10 over the keys seen so far."""
-        if not self.total:
+    def _migration(self, seen: dict[str, int], moved: list[str], workers: int) -> tuple[float, float]:
+        """(M, ideal) of eqs. 9-10 over the keys of the window, ``seen`` (key -> count)."""
+        total = sum(seen.values())
+        if not total:
             return 0.0, 0.0
         state = self.config.resources.state
-        total = self.total
-        cost = sum(float(state(self.seen[k] / total)) for k in moved)
+        cost = sum(float(state(seen[k] / total)) for k in moved)
         kind = self.config.resources.kinds[0]
         if kind == "l":
             mass = 1.0
         elif kind == "c":
-            mass = float(len(self.seen))
+            mass = float(len(seen))
         else:
-            mass = sum(float(state(c / total)) for c in self.seen.values())
+            mass = sum(float(state(c / total)) for c in seen.values())
         return cost, mass / workers
