@@ -161,6 +161,15 @@ def test_same_decisions_with_many_workers(spec):
     assert_same_decisions(open_dataset(ZIPF), spec, 150, 4, "shuffle", checkpoint=7)
 
 
+def test_a_probe_interval_finer_than_the_timestamps_resolution_probes_every_instant(tmp_path):
+    """Nanosecond epoch timestamps with probe=1: 1.7e18 + 1 == 1.7e18 in floating point, so the probe grid
+    cannot be walked step by step (it used to hang). Both paths then probe at every later instant, alike."""
+    path = tmp_path / "ns.csv"
+    rows = [f"k{i % 7},{1_700_000_000_000_000_000 + 37 * i}" for i in range(3000)]
+    path.write_text("key,time\n" + "\n".join(rows) + "\n")
+    assert_same_decisions(open_dataset(f"csv:{path},key=key,time=time"), "pkg:probe=1", 4, 3, "shuffle")
+
+
 def test_probing_changes_decisions_so_the_probe_tests_are_not_vacuous():
     ds = open_dataset(ZIPF)
     local = fast_route(ds, "pkg", WORKERS, 5, rate=RATE)

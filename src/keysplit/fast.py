@@ -100,7 +100,11 @@ def _route_chunk(
                     nxt = next_probe[s]
                     nxt += np.floor((t - nxt) / probe_interval) * probe_interval
                     while nxt <= t:
-                        nxt += probe_interval
+                        stepped = nxt + probe_interval
+                        if stepped == nxt:  # interval below the float resolution at t
+                            nxt = np.nextafter(t, np.inf)
+                            break
+                        nxt = stepped
                     next_probe[s] = nxt
             w = cand[k, 0]
             best = local[row, w]
