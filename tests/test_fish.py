@@ -43,7 +43,8 @@ def test_spec_parameters_and_defaults():
 
 
 @pytest.mark.parametrize("spec", ["fish:alpha=1.5", "fish:epoch=0", "fish:assign=fastest", "fish:placement=x",
-                                  "fish:theta=0", "fish:interval=0", "fish:vnodes=0", "fish:d=3"])
+                                  "fish:theta=0", "fish:interval=0", "fish:vnodes=0", "fish:d=3",
+                                  "fish:hot=some"])
 def test_bad_parameters_are_one_line_spec_errors(spec):
     with pytest.raises(SpecError):
         build_grouping(spec, workers=8)
@@ -306,7 +307,7 @@ def test_fig3_w_c100_is_shuffle_grouping_once_theta_drops_below_its_sketch(worke
 
 
 @pytest.mark.parametrize("workers", [16, 32, 64, 128])
-def test_fig11_fig15_fish_memory_stays_near_key_grouping(workers):
+def test_fig11_fish_memory_stays_near_key_grouping(workers):
     """Fig. 11: FISH's dist_cost (replication relative to KG) is well below SG's at every scale. Fig. 15: giving
     a hot key d_k workers (CHK) instead of all W (W-C's rule) saves memory, more so as W grows; against W-C100,
     whose sketch marks every key hot past W = 20, FISH needs less than 0.4x the memory."""
@@ -318,6 +319,18 @@ def test_fig11_fig15_fish_memory_stays_near_key_grouping(workers):
         assert fish <= 0.4 * wc100
     if workers == 128:
         assert fish <= 0.75 * wch
+
+
+def test_fig15_chk_saves_memory_over_giving_hot_keys_all_workers_more_so_as_w_grows():
+    """Fig. 15: "FISH w/ W-C" (the same recent hot keys, each on all W workers) against CHK's d_k: CHK holds
+    fewer copies at every W, the saving grows with W, and the balance stays close."""
+    saved = []
+    for workers in (16, 32, 64, 128):
+        chk, all_w = run("fish", workers), run("fish:hot=all", workers)
+        assert chk.dist_cost < all_w.dist_cost
+        assert chk.avg_imbalance_fraction <= 1.15 * all_w.avg_imbalance_fraction
+        saved.append(all_w.dist_cost - chk.dist_cost)
+    assert saved == sorted(saved) and saved[-1] > 10 * saved[0]
 
 
 def test_decay_is_what_keeps_fish_balanced_after_the_drift():

@@ -18,6 +18,8 @@ copy; the formulas below are the FISH issue's reading, each with the algorithm l
   when a key turns hot or cools down), and a worker change moves their state as little as a hot key's.
   ``placement=mod`` puts the workers on a ring of W buckets by ``hash mod W`` instead (candidates
   ``h, h+1, ...`` mod W; the first is key grouping's worker): the paper's "FISH without CH" (Fig. 17).
+- ``hot=all`` gives every hot key all W workers, W-Choices' rule on FISH's own hot-key identification: the
+  paper's "FISH w/ W-C" (Fig. 15), which CHK is measured against.
 
 *Which candidate gets the tuple* (the target selector, §4.2, Alg. 3 lines 12-18):
 
@@ -84,6 +86,8 @@ class Fish(BaseGrouping):
                         "shortest estimated wait (backlog+assigned)/capacity, or least local load"),
         "placement": Param(choice("ring", "mod"), "ring",
                            "candidates from the consistent-hash ring, or from hash mod W (no CH)"),
+        "hot": Param(choice("chk", "all"), "chk",
+                     "workers of a hot key: CHK's d_k, or all W (W-Choices' rule, the paper's FISH w/ W-C)"),
     }
 
     def __init__(
@@ -97,10 +101,12 @@ class Fish(BaseGrouping):
         interval: float = 10.0,
         assign: str = "wait",
         placement: str = "ring",
+        hot: str = "chk",
     ) -> None:
         super().__init__(epoch=epoch, capacity=capacity, alpha=alpha, theta=theta, d_min=d_min,
-                         vnodes=vnodes, interval=interval, assign=assign, placement=placement)
+                         vnodes=vnodes, interval=interval, assign=assign, placement=placement, hot=hot)
         self.interval = interval
+        self._hot_to_all = hot == "all"
         self.epoch_counts = EpochCounter(epoch, capacity, alpha)
         #: d_k given to each key that is hot now (CHK's set M); ordinary keys are absent.
         self.hot_workers: dict[str, int] = {}
@@ -238,8 +244,11 @@ class Fish(BaseGrouping):
         score = self._score
         if c >= self.theta * counts.total:  # CHK: f_k >= theta (Alg. 2)
             workers = self.workers
-            d = math.ceil(workers * c / counts.max_count)  # d_k = ceil(W f_k / f_max)
-            d = self.d_min if d < self.d_min else (workers if d > workers else d)
+            if self._hot_to_all:
+                d = workers
+            else:
+                d = math.ceil(workers * c / counts.max_count)  # d_k = ceil(W f_k / f_max)
+                d = self.d_min if d < self.d_min else (workers if d > workers else d)
             cands = self._hot_candidates.get(key)
             if cands is None or d > len(cands):  # a hot key keeps the largest d_k it was given
                 d = max(d, self.hot_workers.get(key, 0))
