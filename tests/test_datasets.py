@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import logging
 import tracemalloc
 
@@ -11,10 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from keysplit.cli import main
 from keysplit.datasets import open_dataset, write_dataset
 from keysplit.datasets.base import decode_record, encode_record
-from keysplit.datasets.generators import guide_table, inverse_cdf, zipf_cdf
+from keysplit.datasets.generators import GENERATORS, Drift, guide_table, inverse_cdf, zipf_cdf
 from keysplit.errors import DatasetError, SpecError
+from spark_replay.ingest import executor_dataset, parse_slice, plan_slices
 
 
 def keys_of(spec: str) -> list[str]:
@@ -109,6 +112,15 @@ def test_csv_reader_with_time_column(tmp_path):
         (None, "zipf:z=-1", "z=-1 is out of range"),
         (None, "zipf:keys=0", "keys=0 is out of range"),
         (None, "zipf:bogus=1", "zipf has no parameter 'bogus'"),
+        (None, "drift:phases=1000000000,messages=10,keys=5", "drift: phases=1000000000 exceeds messages=10"),
+        (None, "zipf:keys=1000000000000", "zipf: keys=1000000000000 is out of range (1 to 100,000,000"),
+        (None, "drift:keys=100000001", "drift: keys=100000001 is out of range (1 to 100,000,000"),
+        (None, "lognormal:mu=nan", "lognormal: mu=nan is out of range (a finite number)"),
+        (None, "lognormal:sigma=inf", "lognormal: sigma=inf is out of range (a finite number above 0)"),
+        (None, "zipf:z=nan", "zipf: z=nan is out of range (a finite number at least 0)"),
+        (None, "zipf:z=inf", "zipf: z=inf is out of range"),
+        (None, "drift:change=-inf", "drift: change=-inf is out of range"),
+        (None, "country-skew:ratio=nan", "country-skew: ratio=nan is out of range"),
     ],
 )
 def test_bad_datasets_fail_with_one_clear_line(tmp_path, make, spec, message):
@@ -151,3 +163,124 @@ def test_zipf_guide_table_sampling_is_exactly_the_inverse_cdf(z, keys, seed):
     u = np.random.default_rng(seed).random(5000)
     u[:3] = [0.0, np.nextafter(1.0, 0.0), cdf[0]]
     assert np.array_equal(inverse_cdf(cdf, guide_table(cdf), u), np.searchsorted(cdf, u, side="right"))
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_every_generator_refuses_a_negative_seed(name, capsys):
+    assert main(["datasets", "stats", f"{name}:seed=-1"]) == 2
+    assert f"keysplit: error: {name}: seed=-1 is out of range (at least 0)" in capsys.readouterr().err
+
+
+def test_drift_with_as_many_phases_as_messages_streams_at_once():
+    """Only the phases a chunk touches are computed, so a billion phases cost nothing up front."""
+    spec = "drift:keys=5,messages=1000000000,phases=1000000000,shift=100000000000000000000"
+    assert len(list(itertools.islice(open_dataset(spec).records(), 10))) == 10
+
+
+@settings(max_examples=80, deadline=None)
+@given(messages=st.integers(2, 3000), phases=st.integers(2, 3000), change=st.floats(0.001, 0.999),
+       start=st.integers(0, 2999), n=st.integers(1, 300))
+def test_drift_phase_of_a_message_is_the_last_phase_started_before_it(messages, phases, change, start, n):
+    phases = min(phases, messages)
+    drift = Drift(z=1.0, keys=10, messages=messages, seed=1, change=change, phases=phases, shift=0)
+    starts = [drift._phase_start(p) for p in range(phases)]
+    for i in range(start % messages, min(start % messages + n, messages)):
+        assert drift._phase_of(i) == int(np.searchsorted(starts, i, side="right")) - 1
+
+
+@pytest.mark.parametrize("words_per_line", [None, 4])
+def test_generate_refuses_to_overwrite_the_dataset_it_reads(tmp_path, monkeypatch, capsys, words_per_line):
+    monkeypatch.chdir(tmp_path)
+    name = "big.txt" if words_per_line else "big.csv"
+    write_dataset(open_dataset("zipf:keys=50,messages=20000"), name, words_per_line)
+    before = (tmp_path / name).read_bytes()
+    (tmp_path / "link").symlink_to(name)
+    spec = f"text:{name}" if words_per_line else f"csv:{name},key=key"
+    extra = ["--words-per-line", str(words_per_line)] if words_per_line else []
+    for out in (name, f"./{name}", str(tmp_path / "link")):
+        assert main(["datasets", "generate", spec, "--out", out, *extra]) == 2
+        assert f"keysplit: error: --out {out} is the dataset being read; choose another output file" \
+            in capsys.readouterr().err
+    assert (tmp_path / name).read_bytes() == before
+    assert main(["datasets", "generate", spec, "--out", "copy", *extra]) == 0
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e999"])
+def test_csv_time_column_must_be_finite(tmp_path, capsys, value):
+    path = tmp_path / "events.csv"
+    path.write_text("key,time\n" + "".join(f"k{i},{i}\n" for i in range(5)) + f"k5,{value}\n")
+    assert main(["datasets", "stats", f"csv:{path},key=key,time=time"]) == 2
+    assert f"keysplit: error: {path} line 7: time column 'time' holds {value}, not a finite number" \
+        in capsys.readouterr().err
+
+
+def test_parquet_time_column_must_be_finite_and_the_row_is_named(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "events.parquet"
+    pq.write_table(pa.table({"key": ["a", "b", "c"], "time": [1.0, 2.0, float("nan")]}), path, row_group_size=2)
+    with pytest.raises(DatasetError, match=r"events.parquet row 3: time column 'time' holds nan, not a finite"):
+        list(open_dataset(f"parquet:{path},key=key,time=time").records())
+
+
+def test_corrupt_gzip_data_is_one_line(tmp_path, capsys):
+    path = tmp_path / "words.txt.gz"
+    data = bytearray(gzip.compress(b"hello world line\n" * 2000))
+    data[20:40] = b"\xff" * 20
+    path.write_bytes(bytes(data))
+    assert main(["datasets", "stats", f"text:{path}"]) == 2
+    assert f"keysplit: error: cannot read dataset file {path}: corrupt gzip data (" in capsys.readouterr().err
+
+
+def test_corrupt_parquet_pages_under_a_valid_footer_are_one_line(tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "keys.parquet"
+    pq.write_table(pa.table({"key": [f"key{i * 7919 % 100003}" for i in range(50000)]}), path,
+                   compression="snappy")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+    assert main(["datasets", "stats", f"parquet:{path},key=key"]) == 2
+    assert f"keysplit: error: cannot read Parquet file {path}: Corrupt snappy compressed data" \
+        in capsys.readouterr().err
+
+
+def test_csv_fields_longer_than_the_csv_modules_default_limit_are_read(tmp_path):
+    path = tmp_path / "blobs.csv"
+    path.write_text("key,blob\na," + "x" * 200_000 + "\nb,y\n")
+    assert keys_of(f"csv:{path},key=key") == ["a", "b"]
+
+
+def test_a_csv_field_over_16_mib_is_refused_with_its_line(tmp_path, capsys):
+    path = tmp_path / "blobs.csv"
+    path.write_text("key,blob\na,x\nb," + "y" * (16 << 20 | 1) + "\n")
+    assert main(["datasets", "stats", f"csv:{path},key=key"]) == 2
+    assert f"keysplit: error: {path} line 3: not a CSV row (field larger than field limit (16777216))" \
+        in capsys.readouterr().err
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_line(tmp_path):
+    csv_path, text_path, edge_path = tmp_path / "b.csv", tmp_path / "b.txt", tmp_path / "b.edges"
+    csv_path.write_text("key,time\na,1\nb,2\n", encoding="utf-8-sig")
+    text_path.write_text("hello world\n", encoding="utf-8-sig")
+    edge_path.write_text("# FromNodeId ToNodeId\n1 2\n", encoding="utf-8-sig")
+    assert list(open_dataset(f"csv:{csv_path},key=key,time=time").records()) == [(1.0, ["a"]), (2.0, ["b"])]
+    assert keys_of(f"text:{text_path}") == ["hello", "world"]
+    assert keys_of(f"edges:{edge_path}") == ["2"]  # the comment line is still a comment
+
+
+def test_a_quoted_csv_field_spanning_lines_is_refused_here_and_in_the_replay(tmp_path, capsys):
+    path = tmp_path / "notes.csv"
+    path.write_text('key,note\na,"one, ""quoted"""\nb,"line one\nline two"\nc,x\n')
+    assert main(["datasets", "stats", f"csv:{path},key=key"]) == 2
+    assert f"keysplit: error: {path} line 3: a quoted field spans lines, which keysplit's line-by-line CSV " \
+        "reader does not support" in capsys.readouterr().err
+    # The replay parses its byte ranges with the same parse_line: the same error, without a line number.
+    dataset = open_dataset(f"csv:{path},key=key")
+    with pytest.raises(DatasetError, match=f"^{path}: a quoted field spans lines"):
+        for piece in plan_slices(dataset, 2, 2):
+            parse_slice(executor_dataset(dataset), piece)
+    path.write_text('key,"a\nb\n')
+    with pytest.raises(DatasetError, match="line 1: a quoted field spans lines"):
+        open_dataset(f"csv:{path},key=key")

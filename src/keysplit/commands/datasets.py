@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from keysplit.commands.common import positive_int, print_json
-from keysplit.datasets import GENERATORS, READERS, open_dataset, require_records, write_dataset
+from keysplit.datasets import GENERATORS, READERS, FileDataset, open_dataset, require_records, write_dataset
+from keysplit.errors import DatasetError
 
 
 def dataset_help() -> str:
@@ -38,7 +40,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def generate(args: argparse.Namespace) -> int:
-    spec, count = write_dataset(open_dataset(args.spec), args.out, args.words_per_line)
+    dataset = open_dataset(args.spec)
+    # Opening --out truncates it, and the records are streamed from the input while they are written.
+    if isinstance(dataset, FileDataset) and same_file(dataset.path, args.out):
+        raise DatasetError(f"--out {args.out} is the dataset being read; choose another output file")
+    spec, count = write_dataset(dataset, args.out, args.words_per_line)
     print(f"wrote {count:,} {'lines' if args.words_per_line else 'records'} to {args.out}; "
           f"read it back with --dataset {spec}")
     return 0
@@ -54,3 +60,11 @@ def stats(args: argparse.Namespace) -> int:
         print(f"{st['spec']}\n  records   {st['records']:,}\n  messages  {st['messages']:,}\n"
               f"  keys      {st['keys']:,}\n  p1        {st['p1']:.4f}")
     return 0
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether the two paths name one file (also through a symlink, a hard link or another spelling)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): not the same file
+        return False

@@ -6,23 +6,36 @@ the same spec yields the same stream on every machine.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from keysplit.datasets.base import Dataset, Record
 from keysplit.datasets.countries import COUNTRIES
+from keysplit.errors import SpecError
 from keysplit.specs import Param
 
 _CHUNK = 1 << 16
 
-
-def _positive(v: float) -> bool:
-    return v > 0
+#: Most distinct keys of a Zipf or drift stream: the CDF table is held in memory, 8 bytes a key (800 MB here,
+#: and about three times that while it is built), so a larger ``keys`` would exhaust memory, not stream.
+MAX_ZIPF_KEYS = 100_000_000
 
 
 def _count(help_: str, default: int) -> Param:
     return Param(int, default, help_, lambda v: v >= 1, "at least 1")
+
+
+def _seed() -> Param:
+    # numpy's SeedSequence takes only non-negative integers.
+    return Param(int, 1, "random seed", lambda v: v >= 0, "at least 0")
+
+
+def _real(default: float, help_: str, check: Callable[[float], bool] = lambda v: True, rule: str = "") -> Param:
+    """A float parameter. float() accepts nan and inf, which no generator can sample with, so every float
+    parameter must also be finite."""
+    return Param(float, default, help_, lambda v: math.isfinite(v) and check(v), f"a finite number {rule}".strip())
 
 
 class Generator(Dataset):
@@ -94,10 +107,11 @@ class Zipf(Generator):
     name = "zipf"
     summary = "Zipf: rank r has probability proportional to 1/r^z (PKG's ZF)"
     PARAMS = {
-        "z": Param(float, 1.0, "Zipf exponent", lambda v: v >= 0, "at least 0"),
-        "keys": _count("distinct keys", 10_000),
+        "z": _real(1.0, "Zipf exponent", lambda v: v >= 0, "at least 0"),
+        "keys": Param(int, 10_000, "distinct keys", lambda v: 1 <= v <= MAX_ZIPF_KEYS,
+                      f"1 to {MAX_ZIPF_KEYS:,}: the CDF table is held in memory, 8 bytes a key"),
         "messages": _count("messages", 1_000_000),
-        "seed": Param(int, 1, "random seed"),
+        "seed": _seed(),
     }
 
     def __init__(self, **params) -> None:
@@ -122,26 +136,42 @@ class Drift(Zipf):
     summary = "time-evolving Zipf: the hot keys change part-way through (FISH)"
     PARAMS = {
         **Zipf.PARAMS,
-        "change": Param(float, 0.8, "fraction of messages before the ranking changes (2 phases)",
-                        lambda v: 0 < v < 1, "strictly between 0 and 1"),
+        "change": _real(0.8, "fraction of messages before the ranking changes (2 phases)", lambda v: 0 < v < 1,
+                        "strictly between 0 and 1"),
         "phases": Param(int, 2, "number of rankings over the stream", lambda v: v >= 2, "at least 2"),
         "shift": Param(int, 0, "rotation of the ranking at each change (0 = keys/2)", lambda v: v >= 0,
                        "at least 0"),
     }
 
-    def _phase_starts(self) -> list[int]:
+    def __init__(self, **params) -> None:
+        if params["phases"] > params["messages"]:
+            raise SpecError(f"drift: phases={params['phases']} exceeds messages={params['messages']}")
+        super().__init__(**params)
+
+    def _phase_start(self, p: int) -> int:
+        """The first message of phase ``p``."""
         m, phases = self.params["messages"], self.params["phases"]
         if phases == 2:
-            return [0, int(m * self.params["change"])]
-        return [m * p // phases for p in range(phases)]
+            return int(m * self.params["change"]) if p else 0
+        return m * p // phases
+
+    def _phase_of(self, i: int) -> int:
+        """The phase of message ``i``: the last p with ``_phase_start(p) <= i`` (solved for p, not searched)."""
+        m, phases = self.params["messages"], self.params["phases"]
+        if phases == 2:
+            return int(i >= self._phase_start(1))
+        return ((i + 1) * phases - 1) // m
 
     def key_indices(self, rng: np.random.Generator, n: int, start: int) -> np.ndarray:
         ranks = super().key_indices(rng, n, start) - 1
         keys = self.params["keys"]
-        shift = self.params["shift"] or keys // 2
-        positions = np.arange(start, start + n)
-        phase = np.searchsorted(np.asarray(self._phase_starts()), positions, side="right") - 1
-        return (ranks + phase * shift) % keys + 1
+        shift = (self.params["shift"] or keys // 2) % keys
+        # Only the phases this chunk touches (at most n of them), so any ``phases`` costs O(n) per chunk.
+        first, last = self._phase_of(start), self._phase_of(start + n - 1)
+        starts = np.asarray([self._phase_start(p) for p in range(first + 1, last + 1)], dtype=np.int64)
+        phase = first + np.searchsorted(starts, np.arange(start, start + n), side="right")
+        # Reduced mod keys first, so the product stays far inside int64 (keys <= MAX_ZIPF_KEYS).
+        return (ranks + (phase % keys) * shift) % keys + 1
 
 
 class LogNormal(Generator):
@@ -154,10 +184,10 @@ class LogNormal(Generator):
     name = "lognormal"
     summary = "log-normal: key = round(exp(N(mu, sigma))) (PKG's LN1 mu=1.789 sigma=2.366, LN2 mu=2.245 sigma=1.133)"
     PARAMS = {
-        "mu": Param(float, 1.789, "mean of the underlying normal"),
-        "sigma": Param(float, 2.366, "standard deviation of the underlying normal", _positive, "positive"),
+        "mu": _real(1.789, "mean of the underlying normal"),
+        "sigma": _real(2.366, "standard deviation of the underlying normal", lambda v: v > 0, "above 0"),
         "messages": _count("messages", 1_000_000),
-        "seed": Param(int, 1, "random seed"),
+        "seed": _seed(),
     }
 
     def key_indices(self, rng: np.random.Generator, n: int, start: int) -> np.ndarray:
@@ -175,10 +205,9 @@ class CountrySkew(Generator):
     name = "country-skew"
     summary = "DKG's 204 countries: `ratio` of messages carry one hot country, the rest uniform"
     PARAMS = {
-        "ratio": Param(float, 0.8, "share of messages with the hot country", lambda v: 0 <= v <= 1,
-                       "between 0 and 1"),
+        "ratio": _real(0.8, "share of messages with the hot country", lambda v: 0 <= v <= 1, "between 0 and 1"),
         "messages": _count("messages", 1_000_000),
-        "seed": Param(int, 1, "random seed"),
+        "seed": _seed(),
         "hot": Param(str, "United States", "the hot country", lambda v: v in COUNTRIES, "one of the 204 names"),
     }
 

@@ -2,7 +2,9 @@
 ``parquet:PATH,key=COL[,time=COL]``. Gzip input is detected by its magic bytes and read transparently.
 
 Each reader parses one line at a time with a pure ``parse_line`` (the Spark replay calls the same
-function on its partitions), so a file and its replay agree record for record. Lines that are not valid
+function on its partitions), so a file and its replay agree record for record. A line ``parse_line``
+cannot take raises a DatasetError naming the file (``PATH: problem``); it cannot know the line number, which
+:meth:`FileDataset.records` adds (``PATH line N: problem``). Lines that are not valid
 UTF-8 are decoded with U+FFFD replacements and counted; the count is reported as a warning when the
 stream ends, together with the count of records skipped (no key, or an empty key).
 """
@@ -11,9 +13,10 @@ from __future__ import annotations
 
 import csv
 import gzip
-import io
+import math
 import os
 import re
+import zlib
 from collections.abc import Iterator
 from typing import IO
 
@@ -22,6 +25,14 @@ from keysplit.errors import DatasetError
 
 # A word: letters and digits, with inner apostrophes ("don't", "l'homme"); underscores split words.
 WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
+
+#: A UTF-8 byte-order mark, which some editors put at the start of a file: not part of the first line's text.
+BOM = "\ufeff"
+
+# The csv module refuses fields over 128 KiB, a guard against a stray quote swallowing the rest of a file. Rows
+# here are parsed one line at a time, so the line bounds a field anyway; the limit only refused long but
+# legitimate fields (a JSON payload column). Set at import, so Spark executors parse with the same limit.
+csv.field_size_limit(max(csv.field_size_limit(), 16 << 20))
 
 
 def check_file(path: str) -> None:
@@ -72,17 +83,26 @@ class FileDataset(Dataset):
                     yield line.rstrip("\r\n")
         except (OSError, EOFError, gzip.BadGzipFile) as exc:
             raise DatasetError(f"cannot read dataset file {self.path}: {exc}") from None
+        except zlib.error as exc:  # bad deflate data inside a valid gzip header
+            raise DatasetError(f"cannot read dataset file {self.path}: corrupt gzip data ({exc})") from None
 
     def parse_line(self, line: str) -> Record | None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def at(self, exc: DatasetError, place: str) -> DatasetError:
+        """``exc``, raised by ``parse_line`` or ``make_record`` as ``PATH: problem``, as ``PATH place: problem``."""
+        return DatasetError(str(exc).replace(f"{self.path}: ", f"{self.path} {place}: ", 1))
 
     def records(self) -> Iterator[Record]:
         self.skipped_lines = 0
         lines = self.lines()
         if self.skip_header:
             next(lines, None)
-        for line in lines:
-            record = self.parse_line(line)
+        for number, line in enumerate(lines, start=2 if self.skip_header else 1):
+            try:
+                record = self.parse_line(line)
+            except DatasetError as exc:
+                raise self.at(exc, f"line {number}") from None
             if record is None:
                 self.skipped_lines += 1
             else:
@@ -111,6 +131,7 @@ class EdgeDataset(FileDataset):
     kind = "edges"
 
     def parse_line(self, line: str) -> Record | None:
+        line = line.removeprefix(BOM)  # else a first "# comment" line would not be one
         if not line or line.startswith("#"):
             return None
         fields = line.split()
@@ -135,7 +156,7 @@ class _ColumnDataset(FileDataset):
         self.spec = f"{self.kind}:{path},key={key}" + (f",time={time}" if time else "")
         self.empty_keys = 0
 
-    def make_record(self, key: str, ts: object, where: str) -> Record | None:
+    def make_record(self, key: str, ts: object) -> Record | None:
         key = clean_key(key)
         if not key:
             self.empty_keys += 1
@@ -143,9 +164,12 @@ class _ColumnDataset(FileDataset):
         if self.time_column is None or ts in (None, ""):
             return None, [key]
         try:
-            return float(ts), [key]  # type: ignore[arg-type]
+            stamp = float(ts)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise DatasetError(f"{where}: time column {self.time_column!r} holds {ts!r}, not a number") from None
+            raise DatasetError(f"{self.path}: time column {self.time_column!r} holds {ts!r}, not a number") from None
+        if not math.isfinite(stamp):  # inf and nan parse as floats but order no events
+            raise DatasetError(f"{self.path}: time column {self.time_column!r} holds {ts}, not a finite number")
+        return stamp, [key]
 
     def report(self) -> None:
         super().report()
@@ -162,8 +186,10 @@ class CsvDataset(_ColumnDataset):
 
     def __init__(self, path: str, key: str, time: str | None = None) -> None:
         super().__init__(path, key, time)
-        header = next(self.lines(), "")
-        columns = next(csv.reader([header]), [])
+        try:
+            columns = self.parse_row(next(self.lines(), "").removeprefix(BOM))
+        except DatasetError as exc:
+            raise self.at(exc, "line 1") from None
         for wanted in filter(None, (key, time)):
             if wanted not in columns:
                 raise DatasetError(
@@ -172,15 +198,29 @@ class CsvDataset(_ColumnDataset):
         self.key_index = columns.index(key)
         self.time_index = columns.index(time) if time else None
 
+    def parse_row(self, line: str) -> list[str]:
+        """The fields of one CSV line. A quoted field cannot span lines: files are read (and cut into byte
+        ranges for the Spark replay) line by line, so its continuation would be parsed as rows of its own."""
+        # The csv reader asks for the next line only when this one ends inside quotes.
+        reader = csv.reader((line, ""))
+        try:
+            row = next(reader, [])
+        except csv.Error as exc:
+            raise DatasetError(f"{self.path}: not a CSV row ({exc})") from None
+        if reader.line_num > 1:
+            raise DatasetError(f"{self.path}: a quoted field spans lines, which keysplit's line-by-line CSV reader "
+                               "does not support")
+        return row
+
     def parse_line(self, line: str) -> Record | None:
         if not line.strip():
             return None
-        row = next(csv.reader(io.StringIO(line)), [])
+        row = self.parse_row(line)
         if len(row) <= self.key_index:
             self.empty_keys += 1
             return None
         ts = row[self.time_index] if self.time_index is not None and self.time_index < len(row) else None
-        return self.make_record(row[self.key_index], ts, self.path)
+        return self.make_record(row[self.key_index], ts)
 
 
 class ParquetDataset(_ColumnDataset):
@@ -206,19 +246,42 @@ class ParquetDataset(_ColumnDataset):
         """The columns a record needs: the key, then the time if there is one."""
         return [self.key_column] + ([self.time_column] if self.time_column else [])
 
-    def table_records(self, table) -> Iterator[Record]:
-        """The records of a pyarrow batch or table holding :attr:`columns` (whole file or one row group)."""
+    def table_records(self, table, first_row: int | None = None) -> Iterator[Record]:
+        """The records of a pyarrow batch or table holding :attr:`columns` (whole file or one row group).
+        ``first_row``, the file's row number (from 1) of the table's first row, places errors in the file."""
         keys = table.column(0).to_pylist()
         times = table.column(1).to_pylist() if self.time_column else [None] * len(keys)
-        for key, ts in zip(keys, times):
-            record = self.make_record("" if key is None else str(key), ts, self.path)
+        for i, (key, ts) in enumerate(zip(keys, times)):
+            try:
+                record = self.make_record("" if key is None else str(key), ts)
+            except DatasetError as exc:
+                if first_row is None:
+                    raise
+                raise self.at(exc, f"row {first_row + i}") from None
             if record is not None:
                 yield record
 
+    def batches(self) -> Iterator:
+        """The file's :attr:`columns` in batches; pages that do not decode (corrupt data under a valid footer)
+        end in a DatasetError."""
+        import pyarrow as pa
+
+        batches = self._file.iter_batches(columns=self.columns, batch_size=65536)
+        while True:
+            try:
+                batch = next(batches, None)
+            except (OSError, pa.ArrowException) as exc:
+                raise DatasetError(f"cannot read Parquet file {self.path}: {exc}") from None
+            if batch is None:
+                return
+            yield batch
+
     def records(self) -> Iterator[Record]:
         self.empty_keys = 0
-        for batch in self._file.iter_batches(columns=self.columns, batch_size=65536):
-            yield from self.table_records(batch)
+        row = 1
+        for batch in self.batches():
+            yield from self.table_records(batch, row)
+            row += batch.num_rows
         self.report()
 
 
