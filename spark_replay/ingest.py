@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -102,9 +103,12 @@ def read_range(path: str, start: int, end: int) -> Iterator[str]:
 
 
 def read_gzip(path: str) -> Iterator[str]:
-    with open_binary(path) as raw:
-        for data in raw:
-            yield decode_line(data)
+    try:
+        with open_binary(path) as raw:
+            for data in raw:
+                yield decode_line(data)
+    except (OSError, EOFError, zlib.error) as exc:  # as FileDataset.lines: truncated, bad CRC, bad deflate data
+        raise DatasetError(f"cannot read dataset file {path}: corrupt gzip data ({exc})") from None
 
 
 @dataclass
@@ -183,8 +187,14 @@ def parse_slice(reader: Any, piece: Slice) -> Chunk:
 
 
 def _parquet_records(dataset: ParquetDataset, groups: tuple[int, ...]) -> Iterator:
+    import pyarrow as pa
+
     for g in groups:
-        yield from dataset.table_records(dataset._file.read_row_group(g, columns=dataset.columns))
+        try:
+            table = dataset._file.read_row_group(g, columns=dataset.columns)
+        except (OSError, pa.ArrowException) as exc:  # pages that do not decode under a valid footer
+            raise DatasetError(f"cannot read Parquet file {dataset.path}: {exc}") from None
+        yield from dataset.table_records(table)
 
 
 # ------------------------------------------------------------------------------------- sources and order

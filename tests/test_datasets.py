@@ -233,8 +233,9 @@ def test_corrupt_gzip_data_is_one_line(tmp_path, capsys):
 
 
 def test_corrupt_parquet_pages_under_a_valid_footer_are_one_line(tmp_path, capsys):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     path = tmp_path / "keys.parquet"
     pq.write_table(pa.table({"key": [f"key{i * 7919 % 100003}" for i in range(50000)]}), path,
                    compression="snappy")
