@@ -22,6 +22,38 @@ from keysplit.groupings import check_grouping
 RUN_PREFIX = "keysplit:run:"
 
 
+# What the comparison reads from summary.json (spark_replay.job writes all of it): section -> (JSON type, keys).
+_SUMMARY_SHAPE: dict[str, tuple[type, tuple[str, ...]]] = {
+    "dataset": (dict, ("spec", "sha256")),
+    "replay": (dict, ("counts",)),
+    "runs": (list, ()),
+}
+_RUN_KEYS = ("grouping", "workers", "sources")
+_JSON_NAMES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+               float: "a number", type(None): "null"}
+
+
+def _summary_problem(summary: Any) -> str | None:
+    """What keeps ``summary`` (parsed JSON) from being a replay summary the comparison can read, or None."""
+    if not isinstance(summary, dict):
+        return f"it holds {_JSON_NAMES[type(summary)]}, not an object"
+    for section, (kind, keys) in _SUMMARY_SHAPE.items():
+        if section not in summary:
+            return f'no "{section}"'
+        if not isinstance(summary[section], kind):
+            return f'"{section}" is {_JSON_NAMES[type(summary[section])]}, not {_JSON_NAMES[kind]}'
+        missing = [k for k in keys if k not in summary[section]]
+        if missing:
+            return f'no "{missing[0]}" in "{section}"'
+    for n, run in enumerate(summary["runs"]):
+        if not isinstance(run, dict):
+            return f'"runs" entry {n} is {_JSON_NAMES[type(run)]}, not an object'
+        missing = [k for k in _RUN_KEYS if k not in run]
+        if missing:
+            return f'"runs" entry {n} has no "{missing[0]}"'
+    return None
+
+
 def load_replay(directory: str) -> dict:
     """The replay's ``summary.json`` (with ``dir`` added); a KeysplitError when it is not a replay directory."""
     path = os.path.join(directory, "summary.json")
@@ -31,10 +63,15 @@ def load_replay(directory: str) -> dict:
     except FileNotFoundError:
         raise KeysplitError(f"no replay in {directory}: {path} not found (run `keysplit replay --out DIR` first)") \
             from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise KeysplitError(f"cannot read the replay summary {path}: {exc}") from None
-    if "runs" not in summary or "dataset" not in summary:
-        raise KeysplitError(f"{path} is not a keysplit replay summary")
+    except UnicodeDecodeError:
+        raise KeysplitError(f"{path} is not a keysplit replay summary (not UTF-8 text)") from None
+    except json.JSONDecodeError as exc:
+        raise KeysplitError(f"{path} is not a keysplit replay summary (not JSON: {exc})") from None
+    except OSError as exc:
+        raise KeysplitError(f"cannot read the replay summary {path}: {exc.strerror or exc}") from None
+    problem = _summary_problem(summary)
+    if problem is not None:
+        raise KeysplitError(f"{path} is not a keysplit replay summary ({problem})")
     summary["dir"] = directory
     return summary
 

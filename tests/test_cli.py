@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from keysplit.cli import main as cli_main
+
 KEYSPLIT = [sys.executable, "-m", "keysplit.cli"]
 DATASET = "zipf:z=1.0,keys=1000,messages=20000,seed=3"
 
@@ -105,3 +107,142 @@ def test_the_demo_runs_end_to_end(tmp_path):
     assert {p.name for p in (out / "compare").glob("*.png")} == {"throughput_latency.png", "loads.png",
                                                                   "imbalance.png"}
     assert (out / "simulate.png").stat().st_size > 10_000
+
+
+# --- bad inputs refused in one line, before the long work (in process: `main` is what the shell runs) ---
+
+SMALL = "zipf:keys=100,messages=6000,seed=1"
+PARTITION = ("partition-experiment", "--domain", "1000", "--runs", "1", "--max-workers", "3", "--stream", "0")
+
+
+def one_line_error(capsys, *argv: str) -> str:
+    """stderr of a command refused by a KeysplitError: status 2 and exactly one `keysplit: error:` line."""
+    assert cli_main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keysplit: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def usage_error(capsys, *argv: str) -> str:
+    """The error line of a command that argparse refuses (an option's type): status 2, usage, one error line."""
+    with pytest.raises(SystemExit) as exited:
+        cli_main(list(argv))
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "Traceback" not in err
+    return err.splitlines()[-1]
+
+
+@pytest.mark.parametrize("command", [("simulate", "--dataset", "text:/no/such/file"), PARTITION])
+@pytest.mark.parametrize(("plot", "message"), [
+    ("out.xyz", "--plot out.xyz: format .xyz is not supported; use one of: "),
+    ("noext", "--plot noext has no extension (matplotlib would write noext.png)"),
+    ("somedir", "--plot somedir is a directory"),
+    ("missing/x.png", "--plot missing/x.png: directory missing does not exist"),
+    ("", "--plot is an empty path"),
+])
+def test_a_plot_path_matplotlib_would_refuse_or_rename_is_refused_before_the_runs(capsys, tmp_path, monkeypatch,
+                                                                                  command, plot, message):
+    # simulate's missing dataset would be reported first if the plot were checked only after the runs
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "somedir").mkdir()
+    assert message in one_line_error(capsys, *command, "--plot", plot)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["somedir"]
+
+
+@pytest.mark.parametrize(("command", "name"), [(("simulate", "--dataset", SMALL, "-W", "2", "-g", "kg"), "imb.svg"),
+                                               (PARTITION, "fig6.pdf")])
+def test_the_plot_is_written_exactly_where_the_message_says(capsys, tmp_path, command, name):
+    path = tmp_path / name
+    assert cli_main([*command, "--plot", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"plot written to {path}"
+    assert path.stat().st_size > 1000 and [p.name for p in tmp_path.iterdir()] == [name]
+
+
+@pytest.mark.parametrize("command", [("replay", "--dataset", SMALL, "-g", "kg"), ("demo", "--simulate-only")])
+@pytest.mark.parametrize(("out", "message"), [
+    ("t.txt", "cannot create output directory t.txt: File exists"),
+    ("t.txt/sub", "cannot create output directory t.txt/sub: Not a directory"),
+])
+def test_an_output_directory_that_cannot_be_created_is_refused_before_the_work(capsys, tmp_path, monkeypatch,
+                                                                                command, out, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.txt").write_text("a file\n")
+    assert message in one_line_error(capsys, *command, "--out", out)
+    assert [p.name for p in tmp_path.iterdir()] == ["t.txt"]
+
+
+def test_demo_refuses_an_empty_output_path(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # Path("") is the current directory: the demo would write there
+    assert "--out is an empty path" in one_line_error(capsys, "demo", "--out", "", "--simulate-only")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_demo_refuses_too_few_workers_before_writing_the_corpus(capsys, tmp_path):
+    out = tmp_path / "demo"
+    err = one_line_error(capsys, "demo", "-W", "1", "--out", str(out), "--simulate-only")
+    assert "demo -W 1 -S 4: pkg: d=2 exceeds the number of workers (1)" in err
+    assert not out.exists()
+    assert "must be at least 1, got 0" in usage_error(capsys, "demo", "-W", "0")
+
+
+@pytest.mark.parametrize("argv", [
+    ("simulate", "--dataset", SMALL, "--rate", "nan"),
+    ("simulate", "--dataset", SMALL, "--rate", "inf"),
+    ("replay", "--dataset", SMALL, "--rate", "nan"),
+    ("partition-experiment", "--z", "nan"),
+    ("partition-experiment", "--alpha", "inf"),
+    ("demo", "--cpu-delay", "nan"),
+])
+def test_nan_and_inf_are_not_numbers_an_option_accepts(capsys, argv):
+    assert "expected a finite number, got " in usage_error(capsys, *argv)
+
+
+def test_a_checkpoint_past_the_end_is_refused_instead_of_an_average_of_zero(capsys):
+    err = one_line_error(capsys, "simulate", "--dataset", SMALL, "-g", "kg", "--checkpoint", "100000000")
+    assert "--checkpoint 100000000 exceeds the dataset's 6,000 messages" in err
+    assert cli_main(["simulate", "--dataset", SMALL, "-W", "2", "-g", "kg", "--checkpoint", "6000", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["avg_imbalance_fraction"] > 0
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    (("--checkpoint", "6001"), "--checkpoint 6001 exceeds the dataset's 6,000 messages"),
+    (("--resize", "6000:5"), "--resize at message 6,000 is past the stream's last message (6,000 messages)"),
+])
+def test_replay_of_a_generator_checks_its_length_before_spark(capsys, tmp_path, option, message):
+    out = tmp_path / "replay"
+    assert message in one_line_error(capsys, "replay", "--dataset", SMALL, "-W", "3", "-g", "fish", *option,
+                                     "--out", str(out))
+    assert not out.exists()  # the replay writes the generator to OUT/dataset.csv once Spark has started
+
+
+def test_a_spec_parameter_given_twice_is_refused(capsys):
+    assert "pkg:d=2,d=3 sets d twice" in one_line_error(capsys, "simulate", "--dataset", SMALL, "-g", "pkg:d=2,d=3")
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("-W", "4,", "empty item in '4,'"),
+    ("-W", "2,,4", "empty item in '2,,4'"),
+    ("-g", "kg,", "empty item in 'kg,'"),
+    ("-g", "", "expected at least one value, got ''"),
+])
+def test_an_empty_item_in_a_list_option_is_refused(capsys, option, value, message):
+    assert message in usage_error(capsys, "simulate", "--dataset", SMALL, option, value)
+
+
+def test_capacities_are_checked_for_every_worker_count_before_the_first_run(capsys, tmp_path):
+    nowords = tmp_path / "punct.txt"  # its emptiness shows only when read: this error must come first
+    nowords.write_text("... !!!\n")
+    err = one_line_error(capsys, "simulate", "--dataset", f"text:{nowords}", "-W", "3,4", "-g", "fish",
+                         "--capacities", "1,2,3")
+    assert "--capacities needs 1 or 4 positive values, got 3" in err
+
+
+def test_a_reader_closing_the_pipe_ends_the_command_quietly_with_141():
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `| head` having exited: every write to stdout fails with EPIPE
+    try:
+        result = subprocess.run([*KEYSPLIT, "datasets", "stats", SMALL, "--json"], stdout=write_end,
+                                stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (141, "")

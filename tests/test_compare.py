@@ -124,3 +124,45 @@ def test_a_grouping_the_replay_did_not_run_is_named(redis_conn, replay_dir, text
     store_run(conn, "c-sg", text_spec, "sg", exact_counts(text_spec))
     assert cli_main(["compare", "--run", "c-sg", "--replay", str(replay_dir), "--redis", url]) == 2
     assert "has no grouping 'sg' (it has: kg, pkg)" in capsys.readouterr().err
+
+
+NO_REDIS = "redis://127.0.0.1:1"  # never reached: these mistakes are refused before Redis
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (b"3", "(it holds a number, not an object)"),
+    (b"null", "(it holds null, not an object)"),
+    (b'"runs dataset"', "(it holds a string, not an object)"),
+    (b"[]", "(it holds an array, not an object)"),
+    (b"\xff\xfe{}", "(not UTF-8 text)"),
+    (b'{"runs": [', "(not JSON: Expecting value: line 1 column 11"),
+    (b'{"runs": []}', '(no "dataset")'),
+    (b'{"dataset": {"spec": "x", "sha256": "y"}, "replay": {"counts": "c"}}', '(no "runs")'),
+    (b'{"dataset": 1, "replay": {}, "runs": []}', '("dataset" is a number, not an object)'),
+    (b'{"dataset": {"spec": "x", "sha256": "y"}, "replay": {"counts": "c"}, "runs": [{"grouping": "kg"}]}',
+     '("runs" entry 0 has no "workers")'),
+])
+def test_a_malformed_replay_summary_is_named_in_one_line(tmp_path, capsys, content, problem):
+    (tmp_path / "summary.json").write_bytes(content)
+    assert cli_main(["compare", "--run", "r", "--replay", str(tmp_path), "--redis", NO_REDIS]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path}/summary.json is not a keysplit replay summary {problem}" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("out", "message"), [("t.txt", "File exists"), ("t.txt/sub", "Not a directory")])
+def test_an_output_directory_that_cannot_be_created_is_refused_before_redis(replay_dir, tmp_path, capsys, out,
+                                                                             message):
+    (tmp_path / "t.txt").write_text("a file\n")
+    path = tmp_path / out
+    assert cli_main(["compare", "--run", "r", "--replay", str(replay_dir), "--out", str(path),
+                     "--redis", NO_REDIS]) == 2
+    err = capsys.readouterr().err
+    assert err == f"keysplit: error: cannot create output directory {path}: {message}\n"
+
+
+@pytest.mark.parametrize(("runs", "message"), [("", "expected at least one value, got ''"),
+                                               ("a,,b", "empty item in 'a,,b'")])
+def test_an_empty_run_id_is_refused(tmp_path, capsys, runs, message):
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["compare", "--run", runs, "--replay", str(tmp_path)])
+    assert exited.value.code == 2 and capsys.readouterr().err.splitlines()[-1].endswith(message)

@@ -361,6 +361,39 @@ def test_execution_command_runs_as_a_module():
     assert bad.returncode == 2 and bad.stderr.startswith("keysplit: error:")
 
 
+@pytest.mark.parametrize(("dataset", "message"), [
+    ("text:{tmp}/none.txt", "dataset file not found: {tmp}/none.txt"),
+    ("text:{tmp}", "dataset path is a directory, not a file: {tmp}"),
+    ("text:{tmp}/empty.txt", "dataset file is empty: {tmp}/empty.txt"),
+    ("csv:{tmp}/ab.csv,key=zz", "no column 'zz' in the CSV header (columns: a, b)"),
+    ("text:{tmp}/punct.txt", "has no records"),  # it used to print a table of zeros and exit 0
+])
+def test_execution_module_reports_a_bad_dataset_in_one_line(tmp_path, capsys, dataset, message):
+    """`python -m keysplit.execution` runs this ``main``: every KeysplitError is one line and status 2."""
+    from keysplit.execution import main as execution_main
+
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "ab.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "punct.txt").write_text("... !!!\n")
+    assert execution_main(["--dataset", dataset.format(tmp=tmp_path), "-W", "2", "-g", "sg"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keysplit: error: ") and message.format(tmp=tmp_path) in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    (("--rate", "nan"), "argument --rate: expected a finite number, got 'nan'"),
+    (("--capacities", "inf"), "keysplit: error: capacities 'inf': need 1 or 2 positive, finite values"),
+])
+def test_execution_module_refuses_nan_and_inf(capsys, option, message):
+    from keysplit.execution import main as execution_main
+
+    try:
+        status = execution_main(["--dataset", "zipf:keys=10,messages=100", "-W", "2", "-g", "sg", *option])
+    except SystemExit as exited:  # argparse's refusal of an option's type
+        status = exited.code
+    assert status == 2 and capsys.readouterr().err.splitlines()[-1].endswith(message)
+
+
 def test_resize_with_capacities_gives_a_joining_worker_the_mean_capacity_and_an_empty_queue():
     [g] = build_grouping("fish:interval=1", workers=4)
     g.set_capacities([10.0, 10.0, 20.0, 40.0])

@@ -85,3 +85,15 @@ def test_cli_rebalance_errors_are_one_line(capsys, argv, message):
     assert main(["rebalance", "--dataset", "drift:keys=500,messages=6000", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("keysplit: error:") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("rate", "message"), [
+    ("nan", "expected a finite number, got 'nan'"),
+    ("inf", "expected a finite number, got 'inf'"),
+    ("-1", "must not be negative, got -1.0"),
+])
+def test_cli_rebalance_refuses_a_rate_that_is_not_a_positive_number(capsys, rate, message):
+    with pytest.raises(SystemExit) as exited:
+        main(["rebalance", "--dataset", "drift:keys=500,messages=6000", "--to", "11", f"--rate={rate}"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.splitlines()[-1].endswith(f"argument --rate: {message}")

@@ -1,8 +1,9 @@
 """The ``keysplit`` command. Each subcommand lives in ``keysplit.commands.<name>`` and exposes
 ``add_parser(subparsers)`` (which sets ``func``) so that this file stays a table of contents.
 
-User mistakes (``KeysplitError``) print one line, ``keysplit: error: ...``, and exit 2; nothing else is
-caught, so a real bug still shows its traceback.
+User mistakes (``KeysplitError``) print one line, ``keysplit: error: ...``, and exit 2; a reader that
+closes the pipe early (``keysplit simulate --json | head``) ends the command quietly with 141; nothing else
+is caught, so a real bug still shows its traceback.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from keysplit import __version__
@@ -54,7 +56,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # so that a closed pipe shows up here, not in the interpreter's exit flush
+        return status
+    except BrokenPipeError:
+        # The reader stopped early, which is its right (`| head`): no traceback, and stdout goes to devnull so
+        # that the exit flush does not fail again (Python's documented recipe). 141 = 128 + SIGPIPE is what a
+        # shell reports for `cat` or `yes` in the same pipe, so `set -o pipefail` scripts see the usual status.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeysplitError as exc:
         print(f"keysplit: error: {exc}", file=sys.stderr)
         return 2

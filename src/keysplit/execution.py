@@ -17,13 +17,14 @@ counts loses to one that balances waiting times.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from keysplit.datasets import Dataset
-from keysplit.errors import SpecError
+from keysplit.errors import KeysplitError, SpecError
 from keysplit.simulate import DEFAULT_RATE, SPLITS, event_time, prepare_groupings, source_of
 
 
@@ -111,8 +112,8 @@ def parse_capacities(text: str, workers: int, rate: float) -> list[float]:
     except ValueError:
         raise SpecError(f"capacities {text!r}: expected half-fast, equal, or numbers separated by commas") from None
     values = values * workers if len(values) == 1 else values
-    if len(values) != workers or any(not v > 0 for v in values):
-        raise SpecError(f"capacities {text!r}: need 1 or {workers} positive values")
+    if len(values) != workers or any(not (v > 0 and math.isfinite(v)) for v in values):
+        raise SpecError(f"capacities {text!r}: need 1 or {workers} positive, finite values")
     return values
 
 
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from keysplit.commands.common import int_list, positive_float, positive_int, print_table, spec_list
-    from keysplit.datasets import open_dataset
+    from keysplit.datasets import open_dataset, require_records
 
     p = argparse.ArgumentParser(prog="python -m keysplit.execution", description=__doc__.splitlines()[0])
     p.add_argument("--dataset", required=True, metavar="SPEC")
@@ -135,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         dataset = open_dataset(args.dataset)
+        require_records(dataset)  # an empty stream would print a table of zeros
         rows = []
         for w in args.workers:
             caps = parse_capacities(args.capacities, w, args.rate)
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 r = execution(dataset, spec, w, caps, args.sources, rate=args.rate)
                 rows.append({"grouping": r.grouping, "W": w, "exec": r.execution_time, "stream": r.stream_time,
                              "mean": r.mean_latency, "p99": r.p99_latency})
-    except SpecError as exc:
+    except KeysplitError as exc:  # a bad spec, and also a missing, empty or wrongly shaped dataset file
         print(f"keysplit: error: {exc}", file=sys.stderr)
         return 2
     print(f"dataset {dataset.spec}; capacities {args.capacities} (total {args.rate:g} tuples/s where derived); "

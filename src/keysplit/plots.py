@@ -1,10 +1,12 @@
-"""PNG figures drawn with matplotlib's non-interactive Agg backend (no display needed)."""
+"""Figures (PNG, or any format matplotlib writes) drawn with the non-interactive Agg backend (no display needed)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Sequence
 
-from keysplit.errors import KeysplitError
+from keysplit.errors import KeysplitError, SpecError
 
 
 def pyplot():
@@ -17,7 +19,32 @@ def pyplot():
     return plt
 
 
-def imbalance_over_time(runs: Sequence, path: str, title: str = "") -> None:
+def check_plot_path(path: str, option: str = "--plot") -> None:
+    """Refuse, before any long run, a plot path matplotlib would reject or silently change: an empty path,
+    a directory, a missing extension (savefig would append .png), a format it cannot write, or a parent
+    directory that does not exist. A path that passes is exactly where the figure is written."""
+    from matplotlib import rcParams
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    if not path.strip():
+        raise SpecError(f"{option} is an empty path; name a file such as imbalance.png")
+    if os.path.isdir(path):
+        raise SpecError(f"{option} {path} is a directory; name a file in it, such as {os.path.join(path, 'plot.png')}")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    if not ext:
+        raise SpecError(f"{option} {path} has no extension (matplotlib would write {path}.png); add one of: "
+                        + ", ".join(sorted(formats)))
+    if ext not in formats:
+        raise SpecError(f"{option} {path}: format .{ext} is not supported; use one of: {', '.join(sorted(formats))}")
+    if ext == "pgf" and shutil.which(rcParams["pgf.texsystem"]) is None:  # pgf typesets with TeX when saving
+        raise SpecError(f"{option} {path}: the pgf format needs {rcParams['pgf.texsystem']}, which is not installed")
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        raise SpecError(f"{option} {path}: directory {parent} does not exist")
+
+
+def imbalance_over_time(runs: Sequence, path: str, title: str = "") -> str:
     """The running average of I(t_j)/t_j up to t, for each run: the PKG paper's Fig. 5 view ("fraction of
     average imbalance through time"). Its last point is the run's ``avg_imbalance_fraction``. The y axis is
     logarithmic down to 1e-6 and linear below, so a perfectly balanced run (exactly 0) still shows."""
@@ -35,7 +62,7 @@ def imbalance_over_time(runs: Sequence, path: str, title: str = "") -> None:
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    save_figure(fig, path)
+    return save_figure(fig, path)
 
 
 def save_figure(fig, path: str) -> str:

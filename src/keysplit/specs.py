@@ -36,9 +36,12 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     if rest.strip():
         for item in rest.split(","):
             k, eq, v = item.partition("=")
-            if not eq or not k.strip():
+            key = k.strip().lower()
+            if not eq or not key:
                 raise SpecError(f"bad parameter {item!r} in {spec!r}: expected key=value")
-            params[k.strip().lower()] = v.strip()
+            if key in params:  # keeping the last value would hide a typo in a long spec
+                raise SpecError(f"{spec} sets {key} twice")
+            params[key] = v.strip()
     return name, params
 
 

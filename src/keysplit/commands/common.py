@@ -1,21 +1,37 @@
-"""Argument helpers shared by the subcommands: lists, positive numbers, JSON output, progress bars."""
+"""Argument helpers shared by the subcommands: lists, positive numbers, output directories, JSON output,
+progress bars."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from keysplit.errors import KeysplitError, SpecError
+
+
+def comma_list(text: str) -> list[str]:
+    """``a,b`` -> ["a", "b"]; an empty item (``a,``, ``a,,b``, ``""``) is refused, not skipped: it is
+    usually a value that went missing."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected at least one value, got ''")
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"empty item in {text!r}")
+    return items
 
 
 def int_list(text: str) -> list[int]:
     """``10`` or ``5,10,20`` -> [5, 10, 20]; every value at least 1."""
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in comma_list(text)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}") from None
-    if not values or any(v < 1 for v in values):
+    if any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"every value must be at least 1, got {text!r}")
     return values
 
@@ -30,11 +46,20 @@ def positive_int(text: str) -> int:
     return value
 
 
-def non_negative_float(text: str) -> float:
+def finite_float(text: str) -> float:
+    """A number; ``nan`` and ``inf``, which float() accepts, are refused: every comparison with nan is false,
+    so it would slip past the range checks after it."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = finite_float(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
     return value
@@ -51,17 +76,24 @@ def spec_list(text: str) -> list[str]:
     """Comma-separated grouping specs, where a spec's own parameters also use commas:
     ``pkg:d=4,load=global,kg`` -> ["pkg:d=4,load=global", "kg"] (an item with '=' continues a spec)."""
     specs: list[str] = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
+    for item in comma_list(text):
         if "=" in item and ":" not in item and specs:
             specs[-1] += "," + item
         else:
             specs.append(item)
-    if not specs:
-        raise argparse.ArgumentTypeError("expected at least one grouping")
     return specs
+
+
+def ensure_output_dir(path: str, option: str = "--out") -> str:
+    """Create the output directory ``path`` (and its parents) if needed, before any work that writes to it;
+    a one-line KeysplitError when it cannot be (an existing file, a read-only place, an empty path)."""
+    if not path.strip():
+        raise SpecError(f"{option} is an empty path; name a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise KeysplitError(f"cannot create output directory {path}: {exc.strerror or exc}") from None
+    return path
 
 
 def print_json(obj: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from keysplit.commands.common import print_json, print_table
+from keysplit.commands.common import comma_list, ensure_output_dir, print_json, print_table
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "p50/p99, imbalance, memory, and whether the run's final counts equal the replay's exact counts. "
         "Prints a table and writes comparison.json and PNG plots. Run and replay must be of the same dataset.",
     )
-    p.add_argument("--run", required=True, metavar="RUN_ID[,RUN_ID...]", help="topology run ids (keysplit run)")
+    p.add_argument("--run", required=True, type=comma_list, metavar="RUN_ID[,RUN_ID...]",
+                   help="topology run ids (keysplit run)")
     p.add_argument("--replay", required=True, metavar="DIR", help="replay directory (keysplit replay --out)")
     p.add_argument("--out", metavar="DIR", help="where to write comparison.json and the plots (default DIR/compare)")
     p.add_argument("--redis", metavar="URL", help="Redis holding the runs (default: the project-managed server)")
@@ -33,11 +34,11 @@ def run(args: argparse.Namespace) -> int:
     from keysplit.redis_server import session
     from spark_replay import compare
 
-    run_ids = [r.strip() for r in args.run.split(",") if r.strip()]
-    out = args.out or os.path.join(args.replay, "compare")
     compare.load_replay(args.replay)  # a missing replay fails before Redis starts
+    # and so does an output directory that cannot be created (after the replay check: the default is in it)
+    out = ensure_output_dir(args.out if args.out is not None else os.path.join(args.replay, "compare"))
     with session(args.redis) as (conn, _url):  # a managed server started here is saved and stopped after
-        result = compare.compare(conn, run_ids, args.replay)
+        result = compare.compare(conn, args.run, args.replay)
     path = compare.write(result, out)
     plots = [] if args.no_plots else compare.plot(result, args.replay, out)
     if args.json:

@@ -12,8 +12,9 @@ import shlex
 import time
 from pathlib import Path
 
-from keysplit.errors import KeysplitError
-from keysplit.groupings import available
+from keysplit.commands.common import ensure_output_dir, non_negative_float, positive_int
+from keysplit.errors import KeysplitError, SpecError
+from keysplit.groupings import available, check_grouping
 
 DEMO_DATA = "zipf:z=1.1,keys=5000,messages=30000,seed=42"
 TOPOLOGY_GROUPINGS = ("kg", "sg", "pkg")
@@ -27,9 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "Outputs go to DIR (default .keysplit/demo).",
     )
     p.add_argument("--out", default=".keysplit/demo", metavar="DIR", help="output directory")
-    p.add_argument("--workers", "-W", type=int, default=8, help="workers (default 8)")
-    p.add_argument("--sources", "-S", type=int, default=4, help="sources (default 4)")
-    p.add_argument("--cpu-delay", type=float, default=1.0, metavar="MS",
+    p.add_argument("--workers", "-W", type=positive_int, default=8, help="workers (default 8)")
+    p.add_argument("--sources", "-S", type=positive_int, default=4, help="sources (default 4)")
+    p.add_argument("--cpu-delay", type=non_negative_float, default=1.0, metavar="MS",
                    help="per-word work at the counters, ms (default 1: enough to saturate KG's hot worker)")
     p.add_argument("--simulate-only", action="store_true", help="stop after the simulation (no Redis, no Spark)")
     p.set_defaults(func=run)
@@ -46,8 +47,14 @@ def step(title: str, *argv: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    # Step 2 simulates every grouping with -W/-S (and step 3 runs kg, sg and pkg with them): a shape one of
+    # them refuses (W=1: pkg and dkg choose between 2 workers) fails now, not after the corpus is written.
+    for spec in available():
+        try:
+            check_grouping(spec, args.workers, args.sources)
+        except SpecError as exc:
+            raise SpecError(f"demo -W {args.workers} -S {args.sources}: {exc}") from None
+    out = Path(ensure_output_dir(args.out))
     corpus = out / "zipf.txt"
     dataset = f"text:{corpus}"
     shape = ["-W", str(args.workers), "-S", str(args.sources)]

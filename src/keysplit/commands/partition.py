@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import argparse
 
-from keysplit.commands.common import positive_int, print_json, print_table, progress_bar
+from keysplit.commands.common import (
+    comma_list,
+    finite_float,
+    non_negative_float,
+    positive_int,
+    print_json,
+    print_table,
+    progress_bar,
+)
 from keysplit.errors import SpecError
 from keysplit.partitioning.experiment import (
     APPROACHES,
@@ -18,13 +26,13 @@ from keysplit.partitioning.experiment import (
 )
 from keysplit.partitioning.resources import Resources
 from keysplit.partitioning.utility import utility
-from keysplit.plots import pyplot, save_figure
+from keysplit.plots import check_plot_path, pyplot, save_figure
 
 
 def approach_list(text: str) -> tuple[str, ...]:
-    items = tuple(a.strip().lower() for a in text.split(",") if a.strip())
+    items = tuple(a.lower() for a in comma_list(text))
     bad = [a for a in items if a not in APPROACHES]
-    if bad or not items:
+    if bad:
         raise argparse.ArgumentTypeError(f"expected some of {','.join(APPROACHES)}, got {text!r}")
     return items
 
@@ -38,10 +46,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "migration from N-1 to N over the ideal) of each approach. Defaults are the paper's Table 1.",
     )
     p.add_argument("--domain", type=positive_int, default=10**6, metavar="D", help="domain size |D| (default 10^6)")
-    p.add_argument("--z", type=float, default=1.0, help="Zipf skew (default 1.0)")
-    p.add_argument("--alpha", type=float, default=1.2, help="imbalance tolerance alpha (default 1.2)")
+    p.add_argument("--z", type=non_negative_float, default=1.0, help="Zipf skew (default 1.0)")
+    p.add_argument("--alpha", type=finite_float, default=1.2, help="imbalance tolerance alpha (default 1.2)")
     p.add_argument("--resources", default="LCL", help="beta_s beta_c beta_n as C/L/Q letters (default LCL)")
-    p.add_argument("--sigma", type=float, default=0.1, help="frequency threshold scaler sigma (default 0.1)")
+    p.add_argument("--sigma", type=finite_float, default=0.1, help="frequency threshold scaler sigma (default 0.1)")
     p.add_argument("--utility", default="APM", help="utility function A|APM|APLM|ATM|ATLM (default APM)")
     p.add_argument("--max-workers", type=positive_int, default=10, metavar="N", help="grow to N channels (10)")
     p.add_argument("--vnodes", type=positive_int, default=1000, help="consistent-hash replicas per channel (1000)")
@@ -51,7 +59,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="messages streamed through a lossy counter to report its peak size (0: skip; default 10^6)")
     p.add_argument("--approaches", type=approach_list, default=APPROACHES, metavar="A[,A...]",
                    help=f"approaches to run (default {','.join(APPROACHES)})")
-    p.add_argument("--plot", metavar="FILE.png", help="also draw b and m against N (like the paper's Fig. 6)")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw b and m against N (like the paper's Fig. 6; the "
+                   "extension picks the format: .png, .svg, .pdf, ...)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=run)
 
@@ -61,8 +70,6 @@ def config_from(args: argparse.Namespace) -> ExperimentConfig:
     utility(args.utility)
     if not 0 < args.sigma <= 1:
         raise SpecError(f"--sigma must be in (0, 1], got {args.sigma}")
-    if args.z < 0:
-        raise SpecError(f"--z must not be negative, got {args.z}")
     if args.max_workers < 2:
         raise SpecError(f"--max-workers must be at least 2 (migration is measured from N-1 to N), "
                         f"got {args.max_workers}")
@@ -76,18 +83,19 @@ def config_from(args: argparse.Namespace) -> ExperimentConfig:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from(args)
+    if args.plot is not None:
+        check_plot_path(args.plot)
     bar = progress_bar(work_units(cfg), "partition-experiment", enabled=not args.json)
     bar.unit = "step"
     with bar:
         result = run_experiment(cfg, progress=bar.update)
-    if args.plot:
-        plot(result, args.plot)
+    written = None if args.plot is None else plot(result, args.plot)
     if args.json:
         print_json(result.to_dict())
         return 0
     print_tables(result)
-    if args.plot:
-        print(f"plot written to {args.plot}")
+    if written is not None:
+        print(f"plot written to {written}")
     return 0
 
 
@@ -134,8 +142,9 @@ def print_tables(result: ExperimentResult) -> None:
     print_table(rows, columns)
 
 
-def plot(result: ExperimentResult, path: str) -> None:
-    """Two panels against N: relative migration cost m (log scale) and relative load imbalance b."""
+def plot(result: ExperimentResult, path: str) -> str:
+    """Two panels against N: relative migration cost m (log scale) and relative load imbalance b; returns
+    the path written."""
     plt = pyplot()
     cfg = result.config
     fig, (ax_m, ax_b) = plt.subplots(1, 2, figsize=(10, 4))
@@ -155,4 +164,4 @@ def plot(result: ExperimentResult, path: str) -> None:
         ax.grid(alpha=0.3)
     ax_b.legend()
     fig.suptitle(f"Zipf z={cfg.z:g}, |D|={cfg.domain:,}, {cfg.resources}, alpha={cfg.alpha:g}, sigma={cfg.sigma:g}")
-    save_figure(fig, path)
+    return save_figure(fig, path)

@@ -9,12 +9,13 @@ import argparse
 import sys
 
 from keysplit.commands.common import (
+    ensure_output_dir,
     non_negative_float,
     positive_int,
     print_json,
     print_table,
 )
-from keysplit.commands.simulate import add_routing_options, parse_capacities
+from keysplit.commands.simulate import add_routing_options, check_checkpoint, parse_capacities
 
 _DEFAULT_CPU_DELAY_MS = 1.0  # keep equal to spark_replay.job.DEFAULT_CPU_DELAY_MS (not imported: fast --help)
 _DEFAULT_OUT = ".keysplit/replay"
@@ -57,9 +58,17 @@ def run(args: argparse.Namespace) -> int:
         partitions=args.partitions, fast=args.engine == "auto", resizes=args.resize,
     )
     validate(opts)  # bad groupings and numbers fail before the JVM starts
-    from keysplit.datasets import open_dataset
+    from keysplit.datasets import Generator, open_dataset
+    from keysplit.simulate import check_resizes
 
-    open_dataset(opts.dataset)  # and so does a missing file
+    dataset = open_dataset(opts.dataset)  # and so does a missing file
+    if isinstance(dataset, Generator):
+        # A generator's length is a parameter (one message per record), so what depends on it is checked now;
+        # a file's length is known only after the ingest has read it.
+        messages = dataset.params["messages"]
+        check_resizes(opts.groupings, opts.workers, opts.resizes, messages)
+        check_checkpoint(opts.checkpoint, messages)
+    ensure_output_dir(opts.out)  # and an output directory that cannot be created
     spark, created = get_session(args.master, args.driver_memory)
     try:
         summary = run_replay(spark, opts, progress=lambda msg: print(f"replay: {msg}", file=sys.stderr))

@@ -17,7 +17,7 @@ from keysplit.commands.common import (
 from keysplit.datasets import Dataset, open_dataset, require_records
 from keysplit.errors import SpecError
 from keysplit.groupings import REGISTRY, check_grouping, grouping_class
-from keysplit.plots import imbalance_over_time
+from keysplit.plots import check_plot_path, imbalance_over_time
 from keysplit.simulate import DEFAULT_RATE, ENGINES, SPLITS, Resize, check_resizes, simulate
 
 
@@ -84,7 +84,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="auto: the numba fast path for kg, sg and pkg (same decisions as the reference), else "
                    "the reference; fast: fast path or error; reference: the Python Grouping.choose loop")
-    p.add_argument("--plot", metavar="PNG", help="also draw the imbalance fraction over time of every run")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the imbalance fraction over time of every run "
+                   "(the extension picks the format: .png, .svg, .pdf, ...)")
     p.set_defaults(func=run)
 
 
@@ -102,22 +103,32 @@ def parse_capacities(text: str | None, workers: int) -> list[float] | None:
     return values
 
 
+def check_checkpoint(checkpoint: int | None, messages: int) -> None:
+    """Refuse a checkpoint spacing past the stream's end: no I(t) would be recorded and the average
+    imbalance would silently read 0."""
+    if checkpoint is not None and checkpoint > messages:
+        raise SpecError(f"--checkpoint {checkpoint} exceeds the dataset's {messages:,} messages")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.plot is not None:
+        check_plot_path(args.plot)
     dataset = open_dataset(args.dataset)
+    capacities: dict[int, list[float] | None] = {}
     for w in args.workers:  # validate everything before the first long run
         for spec in args.groupings:
             check_grouping(spec, w, args.sources)
+        capacities[w] = parse_capacities(args.capacities, w)
     require_records(dataset)
     stats = dataset.stats()
+    check_checkpoint(args.checkpoint, stats["messages"])
     for w in args.workers:
         check_resizes(args.groupings, w, args.resize, stats["messages"])
     runs = []
     for w in args.workers:
-        capacities = parse_capacities(args.capacities, w)
         for spec in args.groupings:
-            runs.append(_one(dataset, spec, w, args, stats["messages"], capacities))
-    if args.plot:
-        imbalance_over_time(runs, args.plot, title=f"{stats['spec']}, S={args.sources}")
+            runs.append(_one(dataset, spec, w, args, stats["messages"], capacities[w]))
+    plot = None if args.plot is None else imbalance_over_time(runs, args.plot, f"{stats['spec']}, S={args.sources}")
     if args.json:
         print_json({"dataset": {k: stats[k] for k in ("spec", "messages", "keys", "p1")},
                     "runs": [r.summary() for r in runs]})
@@ -136,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
             ("msgs/s", "messages_per_second", lambda v: f"{v:,.0f}"),
         ],
     )
+    if plot is not None:
+        print(f"plot written to {plot}")
     return 0
 
 
