@@ -108,6 +108,7 @@ def test_csv_reader_with_time_column(tmp_path):
         (lambda d: (d / "e.txt").write_text(""), "text:{d}/e.txt", "dataset file is empty"),
         (lambda d: (d / "c.csv").write_text("a,b\n1,2\n"), "csv:{d}/c.csv,key=word", "no column 'word'"),
         (None, "csv:{d}/c.csv", "take key=COLUMN"),
+        (None, "csv:{d}/c.csv,key=a,key=b", "c.csv,key=a,key=b': csv:key=a,key=b sets key twice"),
         (None, "nosuch:x", "unknown dataset"),
         (None, "zipf:z=-1", "z=-1 is out of range"),
         (None, "zipf:keys=0", "keys=0 is out of range"),

@@ -34,7 +34,10 @@ def open_dataset(spec: str) -> Dataset:
         path = parts[0].strip() if parts else ""
         if not path:
             raise SpecError(f"dataset {spec!r} names no file; expected {kind}:PATH")
-        _, options = parse_spec("x:" + ",".join(parts[1:]))
+        try:
+            _, options = parse_spec(f"{kind}:" + ",".join(parts[1:]))
+        except SpecError as exc:  # the options without the path: name the whole spec
+            raise SpecError(f"dataset {spec!r}: {exc}") from None
         reader = READERS[kind]
         if kind in ("csv", "parquet"):
             unknown = sorted(set(options) - {"key", "time"})
