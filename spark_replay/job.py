@@ -31,7 +31,7 @@ from keysplit.metrics import (
     imbalance_fraction,
     load_stddev,
 )
-from keysplit.simulate import DEFAULT_RATE, SPLITS, Resize, check_resizes
+from keysplit.simulate import DEFAULT_RATE, SPLITS, Resize, check_checkpoint, check_resizes
 from spark_replay import aggregates, routing
 from spark_replay.ingest import Ingested, ingest, materialise
 from spark_replay.queueing import throughput_estimate
@@ -155,6 +155,7 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
     say(f"read {ing.messages:,} messages in {ing.records:,} records from {ing.partitions} partition(s) "
         f"into {opts.sources} sub-stream(s) in {ingest_s:.1f} s")
     check_resizes(opts.groupings, opts.workers, opts.resizes, ing.messages)
+    check_checkpoint(opts.checkpoint, ing.messages)
     counts_path = os.path.join(out, "counts.parquet")
     counts_info = write_counts(spark, ing, counts_path, opts.top_k)
     say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")

@@ -280,6 +280,14 @@ def test_corrupt_gzip_and_parquet_found_by_an_executor_are_one_line(spark, tmp_p
         assert message in str(failure.value) and "\n" not in str(failure.value)
 
 
+def test_a_checkpoint_past_a_files_end_is_refused_after_the_ingest(spark, tmp_path):
+    path = write_text(tmp_path / "book.txt", lines=50)
+    opts = ReplayOptions(dataset=f"text:{path}", groupings=["kg"], workers=2, sources=1, checkpoint=10**9,
+                         out=str(tmp_path / "o"))
+    with pytest.raises(KeysplitError, match="--checkpoint 1000000000 exceeds the dataset's"):
+        run_replay(spark, opts)
+
+
 def test_a_bad_value_found_by_an_executor_is_one_line(spark, tmp_path, capsys):
     path = tmp_path / "t.csv"
     path.write_text("key,time\na,1.0\nb,soon\n")

@@ -82,6 +82,13 @@ def check_resizes(specs: Sequence[str], workers: int, resizes: Sequence[Resize],
         raise SpecError(f"--resize at message {max(ats):,} is past the stream's last message ({messages:,} messages)")
 
 
+def check_checkpoint(checkpoint: int | None, messages: int) -> None:
+    """Refuse a checkpoint spacing past the stream's end: no I(t) would be recorded and the average
+    imbalance would silently read 0."""
+    if checkpoint is not None and checkpoint > messages:
+        raise SpecError(f"--checkpoint {checkpoint} exceeds the dataset's {messages:,} messages")
+
+
 @dataclass
 class RunResult:
     grouping: str

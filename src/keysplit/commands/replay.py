@@ -15,7 +15,7 @@ from keysplit.commands.common import (
     print_json,
     print_table,
 )
-from keysplit.commands.simulate import add_routing_options, check_checkpoint, parse_capacities
+from keysplit.commands.simulate import add_routing_options, parse_capacities
 
 _DEFAULT_CPU_DELAY_MS = 1.0  # keep equal to spark_replay.job.DEFAULT_CPU_DELAY_MS (not imported: fast --help)
 _DEFAULT_OUT = ".keysplit/replay"
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     )
     validate(opts)  # bad groupings and numbers fail before the JVM starts
     from keysplit.datasets import Generator, open_dataset
-    from keysplit.simulate import check_resizes
+    from keysplit.simulate import check_checkpoint, check_resizes
 
     dataset = open_dataset(opts.dataset)  # and so does a missing file
     if isinstance(dataset, Generator):

@@ -18,7 +18,7 @@ from keysplit.datasets import Dataset, open_dataset, require_records
 from keysplit.errors import SpecError
 from keysplit.groupings import REGISTRY, check_grouping, grouping_class
 from keysplit.plots import check_plot_path, imbalance_over_time
-from keysplit.simulate import DEFAULT_RATE, ENGINES, SPLITS, Resize, check_resizes, simulate
+from keysplit.simulate import DEFAULT_RATE, ENGINES, SPLITS, Resize, check_checkpoint, check_resizes, simulate
 
 
 def grouping_help() -> str:
@@ -101,13 +101,6 @@ def parse_capacities(text: str | None, workers: int) -> list[float] | None:
     if len(values) != workers or any(v <= 0 for v in values):
         raise SpecError(f"--capacities needs 1 or {workers} positive values, got {len(values)}")
     return values
-
-
-def check_checkpoint(checkpoint: int | None, messages: int) -> None:
-    """Refuse a checkpoint spacing past the stream's end: no I(t) would be recorded and the average
-    imbalance would silently read 0."""
-    if checkpoint is not None and checkpoint > messages:
-        raise SpecError(f"--checkpoint {checkpoint} exceeds the dataset's {messages:,} messages")
 
 
 def run(args: argparse.Namespace) -> int:
