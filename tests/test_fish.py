@@ -4,6 +4,7 @@ paper's claims on a time-evolving (drift) stream, measured against D-Choices, W-
 from __future__ import annotations
 
 import functools
+import json
 import math
 
 import pytest
@@ -347,6 +348,18 @@ def test_execution_time_model_is_a_fifo_server_per_worker():
     assert r.execution_time == pytest.approx(10.0)
     assert r.mean_latency == pytest.approx(sum((i + 1) / 100 - i / 10_000 for i in range(1000)) / 1000)
     assert r.loads == [1000] and r.throughput == pytest.approx(100.0)
+
+
+def test_execution_subcommand_prints_json_for_scripts(capsys):
+    """`keysplit execution --json`: with half the workers twice as fast, FISH's estimated-wait assignment
+    finishes the stream sooner than plain least-loaded (Fig. 16)."""
+    assert main(["execution", "--dataset", "drift:keys=500,messages=5000", "-W", "4", "-g", "fish,fish:assign=load",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    wait, load = out["runs"]
+    assert (wait["grouping"], load["grouping"]) == ("fish", "fish:assign=load")
+    assert wait["messages"] == load["messages"] == 5000 and sum(wait["loads"]) == 5000
+    assert wait["execution_time"] < load["execution_time"]
 
 
 def test_execution_command_runs_as_a_module():

@@ -26,6 +26,7 @@ COMMANDS = (
     "compare",
     "partition",
     "rebalance",
+    "execution",
     "demo",
 )
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from keysplit.datasets import Dataset
-from keysplit.errors import KeysplitError, SpecError
+from keysplit.errors import SpecError
 from keysplit.simulate import DEFAULT_RATE, SPLITS, event_time, prepare_groupings, source_of
 
 
@@ -118,43 +118,12 @@ def parse_capacities(text: str, workers: int, rate: float) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m keysplit.execution``: execution time and latency per grouping on workers of given speeds."""
-    import argparse
+    """``python -m keysplit.execution ARGS`` is ``keysplit execution ARGS``."""
     import sys
 
-    from keysplit.commands.common import int_list, positive_float, positive_int, print_table, spec_list
-    from keysplit.datasets import open_dataset, require_records
+    from keysplit.cli import main as cli_main
 
-    p = argparse.ArgumentParser(prog="python -m keysplit.execution", description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", required=True, metavar="SPEC")
-    p.add_argument("--workers", "-W", type=int_list, default=[16], metavar="W[,W...]")
-    p.add_argument("--sources", "-S", type=positive_int, default=5)
-    p.add_argument("--groupings", "-g", type=spec_list, default=["fish", "fish:assign=load", "pkg", "sg"])
-    p.add_argument("--capacities", default="half-fast",
-                   help="half-fast (default; Fig. 16), equal, C or C1,...,CW tuples/s")
-    p.add_argument("--rate", type=positive_float, default=DEFAULT_RATE, help="messages per second of event time")
-    args = p.parse_args(argv)
-    try:
-        dataset = open_dataset(args.dataset)
-        require_records(dataset)  # an empty stream would print a table of zeros
-        rows = []
-        for w in args.workers:
-            caps = parse_capacities(args.capacities, w, args.rate)
-            for spec in args.groupings:
-                r = execution(dataset, spec, w, caps, args.sources, rate=args.rate)
-                rows.append({"grouping": r.grouping, "W": w, "exec": r.execution_time, "stream": r.stream_time,
-                             "mean": r.mean_latency, "p99": r.p99_latency})
-    except KeysplitError as exc:  # a bad spec, and also a missing, empty or wrongly shaped dataset file
-        print(f"keysplit: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"dataset {dataset.spec}; capacities {args.capacities} (total {args.rate:g} tuples/s where derived); "
-          f"{args.sources} sources")
-    print_table(rows, [("grouping", "grouping", str), ("W", "W", str),
-                       ("execution time s", "exec", lambda v: f"{v:.2f}"),
-                       ("stream ends s", "stream", lambda v: f"{v:.2f}"),
-                       ("mean latency s", "mean", lambda v: f"{v:.3f}"),
-                       ("p99 latency s", "p99", lambda v: f"{v:.3f}")])
-    return 0
+    return cli_main(["execution", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
