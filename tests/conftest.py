@@ -1,4 +1,4 @@
-"""Shared fixtures: one real local SparkSession for every test that needs Spark."""
+"""Shared fixtures: one real local SparkSession for every test that needs Spark, and damaged dataset files."""
 
 from __future__ import annotations
 
@@ -14,3 +14,30 @@ def spark():
     yield session
     if created:
         session.stop()
+
+
+@pytest.fixture
+def corrupt_gzip(tmp_path):
+    """A gzip file with a valid header whose deflate data is overwritten near the start (zlib refuses it)."""
+    import gzip
+
+    path = tmp_path / "words.txt.gz"
+    data = bytearray(gzip.compress(b"hello world line\n" * 2000))
+    data[20:40] = b"\xff" * 20
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.fixture
+def corrupt_parquet(tmp_path):
+    """A snappy Parquet file (column ``key``) with a valid footer and overwritten pages in the middle."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "keys.parquet"
+    pq.write_table(pa.table({"key": [f"key{i * 7919 % 100003}" for i in range(50000)]}), path,
+                   compression="snappy")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+    return path

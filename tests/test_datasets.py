@@ -224,27 +224,14 @@ def test_parquet_time_column_must_be_finite_and_the_row_is_named(tmp_path):
         list(open_dataset(f"parquet:{path},key=key,time=time").records())
 
 
-def test_corrupt_gzip_data_is_one_line(tmp_path, capsys):
-    path = tmp_path / "words.txt.gz"
-    data = bytearray(gzip.compress(b"hello world line\n" * 2000))
-    data[20:40] = b"\xff" * 20
-    path.write_bytes(bytes(data))
-    assert main(["datasets", "stats", f"text:{path}"]) == 2
-    assert f"keysplit: error: cannot read dataset file {path}: corrupt gzip data (" in capsys.readouterr().err
+def test_corrupt_gzip_data_is_one_line(corrupt_gzip, capsys):
+    assert main(["datasets", "stats", f"text:{corrupt_gzip}"]) == 2
+    assert f"keysplit: error: cannot read dataset file {corrupt_gzip}: corrupt gzip data (" in capsys.readouterr().err
 
 
-def test_corrupt_parquet_pages_under_a_valid_footer_are_one_line(tmp_path, capsys):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    path = tmp_path / "keys.parquet"
-    pq.write_table(pa.table({"key": [f"key{i * 7919 % 100003}" for i in range(50000)]}), path,
-                   compression="snappy")
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2:len(data) // 2 + 64] = b"\xff" * 64
-    path.write_bytes(bytes(data))
-    assert main(["datasets", "stats", f"parquet:{path},key=key"]) == 2
-    assert f"keysplit: error: cannot read Parquet file {path}: Corrupt snappy compressed data" \
+def test_corrupt_parquet_pages_under_a_valid_footer_are_one_line(corrupt_parquet, capsys):
+    assert main(["datasets", "stats", f"parquet:{corrupt_parquet},key=key"]) == 2
+    assert f"keysplit: error: cannot read Parquet file {corrupt_parquet}: Corrupt snappy compressed data" \
         in capsys.readouterr().err
 
 

@@ -261,19 +261,10 @@ def test_spark_submit_runs_the_same_job(tmp_path):
     assert_same_as_simulate(summary, "zipf:keys=50,messages=2000")
 
 
-def test_corrupt_gzip_and_parquet_found_by_an_executor_are_one_line(spark, tmp_path, capsys):
-    gz = tmp_path / "words.txt.gz"
-    data = bytearray(gzip.compress(b"hello world line\n" * 2000))
-    data[20:40] = b"\xff" * 20
-    gz.write_bytes(bytes(data))
-    parquet = tmp_path / "keys.parquet"
-    pq.write_table(pa.table({"key": [f"key{i * 7919 % 100003}" for i in range(50000)]}), parquet,
-                   compression="snappy")
-    data = bytearray(parquet.read_bytes())
-    data[len(data) // 2:len(data) // 2 + 64] = b"\xff" * 64
-    parquet.write_bytes(bytes(data))
-    for spec, message in ((f"text:{gz}", f"cannot read dataset file {gz}: corrupt gzip data ("),
-                          (f"parquet:{parquet},key=key", f"cannot read Parquet file {parquet}: Corrupt snappy")):
+def test_corrupt_gzip_and_parquet_found_by_an_executor_are_one_line(spark, tmp_path, corrupt_gzip, corrupt_parquet):
+    for spec, message in ((f"text:{corrupt_gzip}", f"cannot read dataset file {corrupt_gzip}: corrupt gzip data ("),
+                          (f"parquet:{corrupt_parquet},key=key",
+                           f"cannot read Parquet file {corrupt_parquet}: Corrupt snappy")):
         opts = ReplayOptions(dataset=spec, groupings=["kg"], workers=2, sources=1, out=str(tmp_path / "o"))
         with pytest.raises(KeysplitError) as failure:
             run_replay(spark, opts)
