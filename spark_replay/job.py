@@ -198,8 +198,8 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
                     frequencies: Any) -> GroupingResult:
     """Route every sub-stream with ``spec`` and measure it (loads, I(t), memory, queueing)."""
     W, S = opts.workers, opts.sources
-    changes = sorted((r.at, r.workers) for r in opts.resizes)
-    n_workers = max([W] + [w for _, w in changes])  # every worker that ever exists
+    changes = sorted(opts.resizes, key=lambda r: r.at)
+    n_workers = max([W] + [r.workers for r in changes])  # every worker that ever exists
     rows = ing.messages // every
     service = opts.cpu_delay_ms / 1000.0
     params = {"spec": spec, "workers": W, "sources": S, "rate": opts.rate, "mode": mode,
@@ -269,16 +269,17 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
     return GroupingResult(summary, series.times, series.values, series_loads)
 
 
-def workers_at(t: int, workers: int, changes: list[tuple[int, int]]) -> int:
+def workers_at(t: int, workers: int, changes: list[Resize]) -> int:
     """The worker count at checkpoint ``t`` (after t messages): the changes before message t-1 took effect,
     as in the simulator, which records a checkpoint before applying a change due at the same message.
 
-    >>> workers_at(100, 10, [(100, 12), (200, 8)]), workers_at(101, 10, [(100, 12), (200, 8)])
+    >>> changes = [Resize(100, 12), Resize(200, 8)]
+    >>> workers_at(100, 10, changes), workers_at(101, 10, changes)
     (10, 12)
     """
-    for at, w in changes:
-        if at < t:
-            workers = w
+    for change in changes:
+        if change.at < t:
+            workers = change.workers
     return workers
 
 

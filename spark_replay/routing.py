@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from keysplit.groupings import BaseGrouping, build_grouping
-from keysplit.simulate import prepare_groupings
+from keysplit.simulate import Resize, WorkerChanges, prepare_groupings
 from spark_replay.fastpath import route_fast
 from spark_replay.ingest import SubStream
 
@@ -67,23 +67,6 @@ def prepare(
     return prepare_groupings(spec, workers, sources, capacities=capacities, frequencies=frequencies or {})
 
 
-class WorkerChanges:
-    """The simulator's ``--resize AT:W``: each change takes effect just before message AT. A source's instance
-    only acts on its own messages, so applying a change lazily, before the source's first message at or after
-    AT, makes the same decisions."""
-
-    def __init__(self, groupings: Sequence[BaseGrouping], resizes: Sequence[tuple[int, int]], workers: int) -> None:
-        self.groupings = groupings
-        self.pending = sorted(resizes)
-        self.current = workers  #: the worker count in effect
-
-    def before(self, seq: int) -> None:
-        while self.pending and self.pending[0][0] <= seq:
-            _, self.current = self.pending.pop(0)
-            for g in self.groupings:
-                g.resize(self.current)  # type: ignore[attr-defined]
-
-
 def route_source(
     sub: SubStream,
     spec: str,
@@ -92,7 +75,7 @@ def route_source(
     rate: float,
     frequencies: Mapping[str, int] | None = None,
     capacities: Sequence[float] | None = None,
-    resizes: Sequence[tuple[int, int]] = (),
+    resizes: Sequence[Resize] = (),
 ) -> np.ndarray:
     """The worker of every message of source ``sub.source``, by its own grouping's reference ``choose``."""
     g = prepare(spec, workers, sources, frequencies, capacities)[sub.source]
@@ -118,11 +101,11 @@ def route_merged(
     rate: float,
     frequencies: Mapping[str, int] | None = None,
     capacities: Sequence[float] | None = None,
-    resizes: Sequence[tuple[int, int]] = (),
+    resizes: Sequence[Resize] = (),
 ) -> np.ndarray:
     """Every message of the whole stream in sequence order, each by its own source's grouping, with the probe
     reading the true loads so far (the simulator's ``route`` loop)."""
-    loads = [0] * max([workers] + [w for _, w in resizes])
+    loads = [0] * max([workers] + [r.workers for r in resizes])
     groupings = prepare(spec, workers, sources, frequencies, capacities)
     changes = WorkerChanges(groupings, resizes, workers)
     for g in groupings:

@@ -56,6 +56,24 @@ class Resize:
     workers: int
 
 
+class WorkerChanges:
+    """``resizes`` applied to ``groupings``: each change takes effect just before message ``at``. The replay
+    calls ``before`` per source, before the source's first message at or after ``at``; a source's instance only
+    acts on its own messages, so applying a change that lazily makes the same decisions."""
+
+    def __init__(self, groupings: Sequence[BaseGrouping], resizes: Sequence[Resize], workers: int) -> None:
+        self.groupings = groupings
+        self.pending = sorted(resizes, key=lambda r: r.at)
+        self.current = workers  #: the worker count in effect
+
+    def before(self, seq: int) -> None:
+        """Apply every change due before message ``seq``."""
+        while self.pending and self.pending[0].at <= seq:
+            self.current = self.pending.pop(0).workers
+            for g in self.groupings:
+                g.resize(self.current)  # type: ignore[attr-defined]
+
+
 def supports_resize(spec: str, workers: int = 2) -> bool:
     """Whether the grouping implements ``resize(workers)`` (a worker change mid-stream)."""
     return callable(getattr(build_grouping(spec, workers)[0], "resize", None))
@@ -228,9 +246,8 @@ def simulate(
     check_resizes([spec], workers, resizes)
     max_workers = max([workers] + [r.workers for r in resizes])
     loads = [0] * max_workers
-    current = workers
-    groupings = prepare_groupings(spec, workers, sources, dataset, lambda: loads[:current], capacities)
-    pending = sorted(resizes, key=lambda r: r.at)
+    groupings = prepare_groupings(spec, workers, sources, dataset, lambda: loads[:changes.current], capacities)
+    changes = WorkerChanges(groupings, resizes, workers)
     worker_keys: list[set[str]] = [set() for _ in range(max_workers)]
     series = ImbalanceSeries(checkpoint)
     next_checkpoint = checkpoint
@@ -241,19 +258,16 @@ def simulate(
         worker_keys[w].add(key)
         n = seq + 1
         if n == next_checkpoint:
-            series.record(n, loads[:current])
+            series.record(n, loads[:changes.current])
             next_checkpoint += checkpoint
             if progress is not None:
                 progress(n)
-        if pending and pending[0].at == n:
-            current = pending.pop(0).workers
-            for g in groupings:
-                g.resize(current)  # type: ignore[attr-defined]
+        changes.before(n)  # the changes due before the next message
     elapsed = time.perf_counter() - started
     distinct = len(set().union(*worker_keys))
     return RunResult(
         grouping=groupings[0].describe(),
-        workers=current,
+        workers=changes.current,
         sources=sources,
         avg_imbalance_fraction=series.avg_fraction,
         # over every worker that ever existed: a removed worker's load is work it did
