@@ -219,7 +219,7 @@ def simulate(
     worker's load stays in it, while each checkpoint's I(t) is over the workers present at that time.
 
     ``engine``: ``reference`` runs the Python loop below; ``fast`` runs ``keysplit.fast`` (kg, sg, pkg and
-    its variants; the same decisions, proven by tests/test_fast.py) or raises; ``auto`` (default) takes the
+    its variants, salt; the same decisions, proven by tests/test_fast.py) or raises; ``auto`` (default) takes the
     fast path when it supports the spec and no capacities or resizes are asked for.
     """
     if split not in SPLITS:
@@ -238,7 +238,7 @@ def simulate(
         if fast is not None:
             return fast
         if engine == "fast":
-            raise SpecError(f"no fast path for {spec!r} (kg, sg and pkg only, without capacities or resizes); "
+            raise SpecError(f"no fast path for {spec!r} (kg, sg, pkg and salt only, without capacities or resizes); "
                             "use engine reference or auto")
     if checkpoint is None:
         m = messages_hint if messages_hint is not None else sum(len(k) for _, k in dataset.records())

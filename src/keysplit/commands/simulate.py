@@ -82,7 +82,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_routing_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--engine", choices=ENGINES, default="auto",
-                   help="auto: the numba fast path for kg, sg and pkg (same decisions as the reference), else "
+                   help="auto: the numba fast path for kg, sg, pkg and salt (same decisions as the reference), else "
                    "the reference; fast: fast path or error; reference: the Python Grouping.choose loop")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the imbalance fraction over time of every run "
                    "(the extension picks the format: .png, .svg, .pdf, ...)")

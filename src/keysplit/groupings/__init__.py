@@ -24,6 +24,7 @@ REGISTRY: dict[str, str] = {
     "dkg": "keysplit.groupings.dkg:DynamicKeyGrouping",
     "fish": "keysplit.groupings.fish:Fish",
     "gedik": "keysplit.groupings.gedik:GedikPartitioning",
+    "salt": "keysplit.groupings.salt:Salting",
 }
 
 
