@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from keysplit.datasets import open_dataset
 from keysplit.errors import SpecError
-from keysplit.groupings import build_grouping
+from keysplit.groupings import build_grouping, paper_setting
 from keysplit.groupings.choices import choose_d
 from keysplit.hashing import choices, distinct_choices
 from keysplit.simulate import simulate
@@ -25,7 +25,7 @@ def skewed_runs():
     """Zipf z=1.4 (p1 ~ 0.33): with W = 20 and 50 workers, W > 2/p1, so two choices cannot hold the top key."""
     ds = zipf(1.4)
     return {
-        (spec, w): simulate(ds, spec, w, sources=5, messages_hint=100_000)
+        (spec, w): simulate(ds, paper_setting(spec), w, sources=5, messages_hint=100_000)
         for w in (20, 50)
         for spec in ("pkg", "dchoices", "wchoices", "sg")
     }

@@ -8,18 +8,11 @@ import functools
 import pytest
 
 from keysplit.datasets import open_dataset
+from keysplit.groupings import paper_setting as paper
 from keysplit.simulate import simulate
 
 ZF = "zipf:z=1.0,keys=10000,messages=1000000,seed=1"  # the issue's reference dataset
 ZF_SMALL = "zipf:z=1.0,keys=10000,messages=200000,seed=1"  # p1 = 0.101, so 2/p1 ~ 20 workers
-
-
-def paper(spec: str) -> str:
-    """The paper's setting: independent hash choices (``distinct=false``; keysplit's default is Storm's
-    distinct choices), for every grouping that draws hash choices."""
-    if spec.partition(":")[0] in ("pkg", "potc"):
-        return spec + ("," if ":" in spec else ":") + "distinct=false"
-    return spec
 
 
 @functools.cache

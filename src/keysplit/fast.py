@@ -66,14 +66,14 @@ def _route_chunk(
     mode, kid, src, src_mode, src_next, now, use_now, seq0, rate,
     cand, ksrc, d, workers, sources,
     local, sg_next, next_probe, probe_interval, probe_mul, do_probe,
-    loads, seen, distinct, checkpoint, next_cp, cp_max, out, salt,
+    loads, seen, distinct, checkpoint, next_cp, cp_max, out, salt, kcount,
 ):  # pragma: no cover - compiled; exercised through fast_simulate
     """Route ``kid`` (dense key ids) message by message; returns ``(next_cp, checkpoints, src_next)``.
 
     Mutates the run's state in place: ``loads`` (true L_i), ``local`` (per-source estimates, row 0 shared
     under load=global), ``sg_next`` (round-robin positions), ``next_probe``, ``seen`` (bitset of
     (key, worker) pairs), ``distinct`` (distinct keys per worker) and ``salt`` (each source's SplitMix64
-    state, uint64). ``out[i]`` is message i's worker;
+    state, uint64); ``kcount[k]`` counts key k's messages. ``out[i]`` is message i's worker;
     ``cp_max[j]`` is max_i L_i(t_j) at the j-th checkpoint reached in this chunk.
     """
     n = kid.shape[0]
@@ -128,6 +128,7 @@ def _route_chunk(
                     best = local[row, c]
             local[row, w] += 1.0
         loads[w] += 1
+        kcount[k] += 1
         word = w >> 6
         bit = np.uint64(1) << np.uint64(w & 63)
         if (seen[k, word] & bit) == 0:
@@ -196,9 +197,11 @@ class KeyTable:
         cand = np.zeros((capacity, self.d), dtype=np.int32)
         ksrc = np.zeros(capacity, dtype=np.int32)
         seen = np.zeros((capacity, self.words), dtype=np.uint64)
+        count = np.zeros(capacity, dtype=np.int64)
         if old:
             cand[:old], ksrc[:old], seen[:old] = self.cand[:old], self.ksrc[:old], self.seen[:old]
-        self.cand, self.ksrc, self.seen = cand, ksrc, seen
+            count[:old] = self.count[:old]
+        self.cand, self.ksrc, self.seen, self.count = cand, ksrc, seen, count
 
     def add(self, name: str) -> int:
         """The id of ``name``, naming it (its candidates and source) the first time it is seen."""
@@ -278,16 +281,8 @@ def uses_generator_indices(dataset: Dataset) -> bool:
 def generator_chunks(dataset: _generators.Generator, table: KeyTable) -> Iterator[Chunk]:
     """The key ids of a generator's messages, drawn exactly as ``Generator.records`` draws them."""
     keymap = IndexMap(table, dataset.key_name)
-    rng = np.random.Generator(np.random.PCG64(dataset.params["seed"]))
-    total = dataset.params["messages"]
-    done = 0
-    while done < total:
-        n = min(_generators._CHUNK, total - done)
-        indices = np.asarray(dataset.key_indices(rng, n, done))
-        if indices.dtype.kind not in "iu":
-            indices = np.array([int(i) for i in indices.tolist()], dtype=np.int64)
+    for indices in dataset.index_chunks():
         yield Chunk(keymap.ids(indices))
-        done += n
 
 
 def record_chunks(
@@ -378,6 +373,7 @@ class RouteState:
     def fresh(self) -> RouteState:
         """A new run over the same keys (the chunks already encoded stay valid): state reset, table kept."""
         self.table.seen[:] = 0
+        self.table.count[:] = 0
         return RouteState(self.fs, self.workers, self.sources, self.split, self.rate, self.checkpoint, self.table)
 
     def chunks(self, dataset: Dataset) -> Iterator[Chunk]:
@@ -403,6 +399,7 @@ class RouteState:
             self.local, self.sg_next, self.next_probe, fs.probe if fs.probe is not None else 0.0, fs.probe_mul,
             fs.probe is not None,
             self.loads, table.seen, self.distinct, self.checkpoint, self.next_cp, cp_max, out, self.salt,
+            table.count,
         )
         first = self.next_cp
         self.cp_t.extend(range(first, first + ncp * self.checkpoint, self.checkpoint))
@@ -503,6 +500,8 @@ def fast_simulate(
         loads=loads,
         messages_per_second=n / elapsed if elapsed > 0 else 0.0,
         messages=n,
+        keys=st.table.size,
+        top_key_messages=int(st.table.count[: st.table.size].max(initial=0)),
         distinct_per_worker=distinct_per_worker,
         series_t=series.times,
         series_imbalance=series.values,
