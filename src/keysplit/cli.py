@@ -31,20 +31,24 @@ COMMANDS = (
     "demo",
 )
 
-# One-line help of each subcommand, for `keysplit --help`, so that a command imports only its own module (numba,
-# streamparse and pyspark cost ~1 s to import). Must equal the help its module's add_parser registers
-# (tests/test_cli.py checks); a command missing here is simply imported up front.
+# The command name and one-line help of each subcommand module, for `keysplit --help`, so that a command imports
+# only its own module (numba, streamparse and pyspark cost ~1 s to import). Must equal what the module's add_parser
+# registers (tests/test_cli.py checks); a module missing here is simply imported up front.
 SUMMARIES = {
-    "simulate": "route a dataset through groupings in process and measure balance and memory",
-    "datasets": "generate dataset files and print dataset statistics",
-    "run": "run the word-count / top-k Storm topology locally and measure throughput and latency",
-    "replay": "replay a dataset through groupings in PySpark: exact loads, counts and a queueing estimate",
-    "compare": "put measured topology runs next to a replay's estimates (throughput, latency, balance, counts)",
-    "partition": "Gedik's §5 experiment: b and m of scan/redist/readj vs uniform and consistent hashing, N = 1..10",
-    "rebalance": "measure the key state that moves when a worker is added or removed mid-stream",
-    "execution": "execution time and latency of each grouping on workers of given (e.g. unequal) speeds",
-    "advise": "measure a dataset and recommend a grouping (with parameters) from simulations at each W",
-    "demo": "the whole product on a skewed dataset: simulate, run the topology, replay, compare",
+    "simulate": ("simulate", "route a dataset through groupings in process and measure balance and memory"),
+    "datasets": ("datasets", "generate dataset files and print dataset statistics"),
+    "run": ("run", "run the word-count / top-k Storm topology locally and measure throughput and latency"),
+    "replay": ("replay", "replay a dataset through groupings in PySpark: exact loads, counts and a queueing "
+               "estimate"),
+    "compare": ("compare", "put measured topology runs next to a replay's estimates (throughput, latency, "
+                "balance, counts)"),
+    "partition": ("partition-experiment", "Gedik's §5 experiment: b and m of scan/redist/readj vs uniform and "
+                  "consistent hashing, N = 1..10"),
+    "rebalance": ("rebalance", "measure the key state that moves when a worker is added or removed mid-stream"),
+    "execution": ("execution", "execution time and latency of each grouping on workers of given (e.g. unequal) "
+                  "speeds"),
+    "advise": ("advise", "measure a dataset and recommend a grouping (with parameters) from simulations at each W"),
+    "demo": ("demo", "the whole product on a skewed dataset: simulate, run the topology, replay, compare"),
 }
 
 
@@ -68,11 +72,12 @@ def build_parser(argv: list[str] | None = None, *, eager: bool = False) -> argpa
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = requested_command(sys.argv[1:] if argv is None else argv)
-    for name in COMMANDS:
-        if eager or name == wanted or name not in SUMMARIES:
-            importlib.import_module(f"keysplit.commands.{name}").add_parser(sub)
+    for module in COMMANDS:
+        if eager or module not in SUMMARIES or SUMMARIES[module][0] == wanted:
+            importlib.import_module(f"keysplit.commands.{module}").add_parser(sub)
         else:
-            sub.add_parser(name, help=SUMMARIES[name])  # a placeholder: never parsed, only listed
+            name, summary = SUMMARIES[module]
+            sub.add_parser(name, help=summary)  # a placeholder: never parsed, only listed
     return parser
 
 

@@ -474,7 +474,7 @@ def fast_simulate(
         else:
             m = sum(len(k) for _, k in dataset.records())
         checkpoint = default_checkpoint(m)
-    series = ImbalanceSeries(checkpoint)  # the reference's own check of the spacing
+    ImbalanceSeries(checkpoint)  # the reference's own check of the spacing
     warmup()
     st = RouteState(fs, workers, sources, split, rate, checkpoint)
     started = time.perf_counter()
@@ -482,7 +482,42 @@ def fast_simulate(
         st.run(chunk)
         if progress is not None and st.cp_t:
             progress(st.cp_t[-1])
-    elapsed = time.perf_counter() - started
+    return run_result(st, time.perf_counter() - started)
+
+
+def names_table(names: list[str], d: int, workers: int, distinct: bool) -> KeyTable:
+    """A key table for already-encoded keys (id i is ``names[i]``) with ``d`` candidate columns: it serves
+    every spec of at most d choices with this ``distinct``, since fewer choices are a prefix of more."""
+    table = KeyTable(d, workers, 1, "shuffle", distinct)
+    table._grow(max(len(names), 1))
+    for i, name in enumerate(names):
+        table.cand[i] = candidates(name, d, workers, distinct)
+    table.ids = {}  # not needed: the caller routes ids, never names
+    table.size = len(names)
+    return table
+
+
+def simulate_ids(
+    spec: str, table: KeyTable, kid: np.ndarray, src: np.ndarray, workers: int, sources: int, checkpoint: int,
+) -> tuple[RunResult, np.ndarray]:
+    """``spec`` over messages already encoded as key ids with their sources (``table`` from
+    :func:`names_table`); the RunResult and every message's worker. Raises SpecError without a fast path."""
+    fs = _checked_spec(spec, workers, sources, "shuffle", DEFAULT_RATE)
+    if fs is None or fs.probe is not None or fs.d > table.d or (fs.d > 1 and fs.distinct != table.distinct):
+        raise SpecError(f"no fast path over encoded keys for {spec!r}")
+    warmup()
+    table.seen[:] = 0
+    table.count[:] = 0
+    st = RouteState(fs, workers, sources, "shuffle", DEFAULT_RATE, checkpoint, table)
+    started = time.perf_counter()
+    out = st.run(Chunk(kid, src))
+    return run_result(st, time.perf_counter() - started), out
+
+
+def run_result(st: RouteState, elapsed: float) -> RunResult:
+    """The RunResult of a finished run, with the reference's expressions for every metric."""
+    fs, workers = st.fs, st.workers
+    series = ImbalanceSeries(st.checkpoint)
     for t, mx in zip(st.cp_t, st.cp_max):
         series.times.append(t)
         series.values.append(mx - t / workers)  # imbalance(): max(L) - sum(L)/len(L), and sum(L) = t
@@ -492,7 +527,7 @@ def fast_simulate(
     return RunResult(
         grouping=fs.describe,
         workers=workers,
-        sources=sources,
+        sources=st.sources,
         avg_imbalance_fraction=series.avg_fraction,
         final_imbalance_fraction=imbalance_fraction(loads),
         load_stddev=load_stddev(loads),
