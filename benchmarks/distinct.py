@@ -105,7 +105,8 @@ def main() -> int:
         print(json.dumps({"seeds": args.seeds, "sources": args.sources, "rows": rows}, indent=2))
         return 0
     print(f"pkg (d=2), S={args.sources}, {args.seeds} hash families; avg imbalance fraction")
-    print("| dataset | W | distinct=false mean | worst | hottest unsplit | distinct=true mean | worst | hottest unsplit |")
+    print("| dataset | W | distinct=false mean | worst | hottest unsplit "
+          "| distinct=true mean | worst | hottest unsplit |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['dataset']} | {r['workers']} | {r['independent_mean']:.1e} | {r['independent_worst']:.1e} | "

@@ -58,7 +58,7 @@ def test_measures_match_the_dataset_and_the_fast_path(capsys):
     kg = next(c for c in a.candidates if c.spec == "kg")
     assert kg.dist_cost == 1.0 and kg.aggregation == 1.0
     assert kg.imbalance == pytest.approx(kg.full_imbalance)  # the sample is the whole stream here
-    with pytest.raises(SpecError, match="below 1.0"):
+    with pytest.raises(SpecError, match=r"below 1\.0"):
         advise(ds, [4], memory=0.5)
 
 

@@ -33,6 +33,7 @@ The recommendation applies the papers' rules, in this order, to the candidates w
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -108,7 +109,7 @@ def profile(enc: Encoded, workers: int) -> dict:
     top = np.sort(counts)[::-1][:2] / max(m, 1)
     theta = 1.0 / (5 * workers)
     windows = [np.bincount(part, minlength=keys) for part in np.array_split(enc.kid, WINDOWS)] if m else []
-    consecutive = [overlap(a, b, theta) for a, b in zip(windows, windows[1:])]
+    consecutive = [overlap(a, b, theta) for a, b in itertools.pairwise(windows)]
     return {
         "messages": m,
         "keys": keys,
