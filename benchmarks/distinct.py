@@ -31,7 +31,7 @@ import numpy as np
 from keysplit import fast
 from keysplit.datasets import open_dataset
 from keysplit.hashing import BASE_SEED, choices, distinct_choices
-from keysplit.metrics import ImbalanceSeries, default_checkpoint
+from keysplit.metrics import default_checkpoint
 
 DEMO = "zipf:z=1.1,keys=5000,messages=30000,seed=42"
 
@@ -61,11 +61,7 @@ def avg_imbalance(names, kid, src, workers, sources, family, distinct, d=2) -> f
     st = fast.RouteState(fast.FastSpec(fast.PKG_LOCAL, d, None, 1.0, "pkg"), workers, sources, "shuffle", 1.0,
                          checkpoint, table)
     st.run(fast.Chunk(kid, src))
-    series = ImbalanceSeries(checkpoint)
-    for t, mx in zip(st.cp_t, st.cp_max):
-        series.times.append(t)
-        series.values.append(mx - t / workers)
-    return series.avg_fraction
+    return fast.run_result(st, 0.0).avg_imbalance_fraction
 
 
 def main() -> int:

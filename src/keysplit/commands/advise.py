@@ -43,7 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--flush", type=positive_int, default=1000, metavar="N",
                    help="messages between two flushes of partial counts (default 1,000)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    p.add_argument("--plot", metavar="FILE.png", help="also draw imbalance and dist_cost of every candidate")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="also draw imbalance, dist_cost and aggregation cost of every candidate")
     p.set_defaults(func=run)
 
 
@@ -93,11 +94,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def draw(advice, path: str, title: str) -> None:
-    """One row per W: each candidate's sample imbalance (log scale) and dist_cost, the recommendation marked."""
+    """One row per W: each candidate's sample imbalance (log scale), dist_cost and aggregation cost; the
+    recommendation in green, ruled-out candidates in grey."""
     from keysplit.plots import pyplot
 
     plt = pyplot()
-    fig, axes = plt.subplots(len(advice), 2, figsize=(11, 3.2 * len(advice)), squeeze=False)
+    fig, axes = plt.subplots(len(advice), 3, figsize=(15, 3.2 * len(advice)), squeeze=False)
     for row, a in zip(axes, advice):
         names = [c.spec for c in a.candidates]
         colors = ["tab:green" if c.spec == a.recommended else "tab:gray" if c.note else "tab:blue"
@@ -108,6 +110,8 @@ def draw(advice, path: str, title: str) -> None:
         row[0].set_title(f"W={a.workers}: recommended {a.recommended}")
         row[1].barh(names, [c.dist_cost for c in a.candidates], color=colors)
         row[1].set_xlabel("dist_cost (memory relative to KG)")
+        row[2].barh(names, [c.aggregation for c in a.candidates], color=colors)
+        row[2].set_xlabel("partial counts per key per flush")
         for ax in row:
             ax.invert_yaxis()
     fig.suptitle(title, fontsize=9)
