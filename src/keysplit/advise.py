@@ -9,9 +9,10 @@ What is measured (:func:`profile`), in numpy over the key ids of every message:
   between the first and the last tenth and between consecutive windows (1.0 when neither has a hot key).
 
 What is simulated (:func:`advise`): kg, pkg, pkg:d=D and salt:k=D (D = the choices the top key needs,
-``ceil(p1*W) + 1``) on the numba fast path over the whole stream; those and potc, dchoices, wchoices, fish and
-gedik, whose reference loop is Python, over an evenly strided sample of at most ``sample`` messages (the same
-sample for all, so the comparison is like for like and keeps the stream's order, hence its drift). The
+``ceil(p1*W) + 1``, at least 3) on the numba fast path over the whole stream; those and potc, dchoices,
+wchoices (both ``capacity=auto``), fish and gedik, whose reference loop is Python, over an evenly strided
+sample of at most ``sample`` messages (the same sample for all, so the comparison is like for like and keeps
+the stream's order, hence its drift). The
 aggregation cost is the partial counts a downstream aggregator merges per key per flush: the distinct
 (key, worker) pairs of each flush window divided by the distinct keys in it (1 for a grouping that never
 splits a key), with a flush every ``flush`` messages of the sample.
@@ -53,7 +54,10 @@ WINDOWS = 10
 SAMPLE = 50_000
 FLUSH = 1000
 NO_SPLIT = ("kg", "potc", "gedik")
-REFERENCE = ("potc", "dchoices", "wchoices", "fish", "gedik")
+#: D-/W-Choices with the sketch sized to their threshold (ceil(1/theta) counters): with the default 100 counters
+#: they cannot tell hot from cold past W = 20, W-Choices turns into shuffle grouping (FISH's "W-C100") and
+#: D-Choices recomputes its head at nearly every message.
+REFERENCE = ("potc", "dchoices:capacity=auto", "wchoices:capacity=auto", "fish", "gedik")
 
 
 @dataclass
@@ -177,14 +181,10 @@ def aggregation_cost(kid: np.ndarray, out: np.ndarray, workers: int, flush: int)
 
 
 def route_sample(ds: Dataset, spec: str, workers: int, sources: int) -> np.ndarray:
-    """Every sampled message's worker: the fast path when the spec has one, else the reference loop (with
-    probes reading the true loads, as ``simulate`` feeds them)."""
-    from keysplit.fast import fast_route
+    """Every sampled message's worker through the reference loop (probes read the true loads, as ``simulate``
+    feeds them); the fast-path specs are routed by ``simulate_candidates`` itself."""
     from keysplit.simulate import prepare_groupings, route
 
-    out = fast_route(ds, spec, workers, sources)
-    if out is not None:
-        return out.astype(np.int64)
     loads = [0] * workers
     groupings = prepare_groupings(spec, workers, sources, ds, lambda: loads[:])
     routed = []

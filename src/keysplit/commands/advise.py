@@ -24,8 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=HELP,
         description="Measure a dataset (messages, keys, p1, p2, keys above 1/(5W), drift of the hot set, "
         "timestamps), simulate a shortlist of groupings at each W (kg, pkg, pkg:d=D and salt:k=D on the fast "
-        "path over the whole stream; those and potc, dchoices, wchoices, fish, gedik over an evenly strided "
-        "sample), and recommend one spec with a reason in the papers' terms.",
+        "path over the whole stream; those and potc, dchoices, wchoices (capacity=auto), fish, gedik over an "
+        "evenly strided sample), and recommend one spec with a reason in the papers' terms.",
         epilog="Rules, in order: no splitting fits --memory -> the best one-worker-per-key grouping (kg, potc, "
         "gedik); KG's imbalance <= 1e-2 -> kg; the hot set drifts (overlap < 0.5) and FISH balances -> fish; "
         "p1 <= 2/W -> pkg; else the cheapest in memory of pkg:d=D, dchoices, wchoices that balances. "
