@@ -17,6 +17,7 @@ from keysplit.commands.common import (
 from keysplit.datasets import Dataset, open_dataset, require_records
 from keysplit.errors import SpecError
 from keysplit.groupings import REGISTRY, check_grouping, grouping_class
+from keysplit.groupings.base import spec_value
 from keysplit.plots import check_plot_path, imbalance_over_time
 from keysplit.simulate import DEFAULT_RATE, ENGINES, SPLITS, Resize, check_checkpoint, check_resizes, simulate
 
@@ -28,7 +29,7 @@ def grouping_help() -> str:
             cls = grouping_class(name)
         except SpecError:
             continue
-        params = ", ".join(f"{k}={p.default}" for k, p in cls.PARAMS.items())
+        params = ", ".join(f"{k}={spec_value(p.default)}" for k, p in cls.PARAMS.items())
         lines.append(f"  {name:<10} {cls.summary}" + (f" [{params}]" if params else ""))
     return "groupings (spec NAME[:key=value,...]):\n" + "\n".join(lines)
 
