@@ -254,3 +254,13 @@ record = st.tuples(st.none() | st.floats(0, 50, allow_nan=False), st.lists(key, 
 def test_fast_path_equals_reference_on_random_streams(records, workers, sources, split, spec, d, probe):
     spec = spec.format(d=min(d, workers), p=probe)
     assert_same_decisions(ListDataset(records), spec, workers, sources, split, rate=40.0, checkpoint=3)
+
+
+def test_runs_count_the_datasets_keys_and_top_key_while_routing(text_file):
+    """`keysplit simulate` takes keys and p1 from its first run instead of a separate statistics pass."""
+    for spec in (ZIPF, text_file):
+        ds = open_dataset(spec)
+        st = ds.stats()
+        for engine, grouping in (("fast", "pkg"), ("reference", "potc")):
+            r = simulate(ds, grouping, WORKERS, 3, engine=engine)
+            assert (r.messages, r.keys, r.top_key_messages / r.messages) == (st["messages"], st["keys"], st["p1"])
