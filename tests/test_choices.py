@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from keysplit.datasets import open_dataset
 from keysplit.errors import SpecError
-from keysplit.groupings import build_grouping
+from keysplit.groupings import build_grouping, paper_setting
 from keysplit.groupings.choices import choose_d
-from keysplit.hashing import choices
+from keysplit.hashing import choices, distinct_choices
 from keysplit.simulate import simulate
 
 
@@ -25,7 +25,7 @@ def skewed_runs():
     """Zipf z=1.4 (p1 ~ 0.33): with W = 20 and 50 workers, W > 2/p1, so two choices cannot hold the top key."""
     ds = zipf(1.4)
     return {
-        (spec, w): simulate(ds, spec, w, sources=5, messages_hint=100_000)
+        (spec, w): simulate(ds, paper_setting(spec), w, sources=5, messages_hint=100_000)
         for w in (20, 50)
         for spec in ("pkg", "dchoices", "wchoices", "sg")
     }
@@ -128,7 +128,8 @@ skewed_keys = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(skewed_keys, st.integers(min_value=1, max_value=16), st.sampled_from(["dchoices", "wchoices"]))
+@given(skewed_keys, st.integers(min_value=1, max_value=16),
+       st.sampled_from(["dchoices", "wchoices", "dchoices:distinct=false", "wchoices:distinct=false"]))
 def test_every_worker_is_one_of_the_keys_candidates(stream, workers, spec):
     [g] = build_grouping(spec, workers=workers)
     for i, key in enumerate(stream):
@@ -136,7 +137,10 @@ def test_every_worker_is_one_of_the_keys_candidates(stream, workers, spec):
         assert w in g.candidates(key)
         if key not in g.head_keys:
             assert w in g.tail_candidates(key)
-            assert g.tail_candidates(key) == choices(key, 2, workers)  # PKG's H_1, H_2
+            if g.distinct:  # PKG's H_1, H_2: different workers, or the paper's independent hashes
+                assert g.tail_candidates(key) == distinct_choices(key, min(2, workers), workers)
+            else:
+                assert g.tail_candidates(key) == choices(key, 2, workers)
         elif spec == "dchoices" and g.d < workers:
             assert len(g.candidates(key)) == g.d
     assert sum(g.local_loads) == len(stream)

@@ -246,3 +246,20 @@ def test_a_reader_closing_the_pipe_ends_the_command_quietly_with_141():
     finally:
         os.close(write_end)
     assert (result.returncode, result.stderr) == (141, "")
+
+
+def test_the_lazy_command_list_shows_each_modules_own_help():
+    """`keysplit --help` lists the subcommands without importing them (keysplit.cli.SUMMARIES); each one-liner
+    must be what the subcommand's module registers, and every subcommand's own --help still works."""
+    from keysplit.cli import COMMANDS, SUMMARIES, build_parser
+
+    def helps(parser) -> dict[str, str]:
+        [sub] = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+        return {a.dest: a.help for a in sub._choices_actions}
+
+    eager = helps(build_parser([], eager=True))
+    assert len(eager) == len(COMMANDS)
+    assert {name: eager[name] for name, _ in SUMMARIES.values()} == dict(SUMMARIES.values())
+    assert helps(build_parser(["--help"])) == eager
+    for name, option in (("simulate", "--dataset"), ("advise", "--memory"), ("partition-experiment", "--domain")):
+        assert option in keysplit(name, "--help").stdout

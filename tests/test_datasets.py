@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from keysplit.cli import main
 from keysplit.datasets import open_dataset, write_dataset
-from keysplit.datasets.base import decode_record, encode_record
+from keysplit.datasets.base import Dataset, decode_record, encode_record
 from keysplit.datasets.generators import GENERATORS, Drift, guide_table, inverse_cdf, zipf_cdf
 from keysplit.errors import DatasetError, SpecError
 from spark_replay.ingest import executor_dataset, parse_slice, plan_slices
@@ -273,3 +273,15 @@ def test_a_quoted_csv_field_spanning_lines_is_refused_here_and_in_the_replay(tmp
     path.write_text('key,"a\nb\n')
     with pytest.raises(DatasetError, match="line 1: a quoted field spans lines"):
         open_dataset(f"csv:{path},key=key")
+
+
+@pytest.mark.parametrize("spec", [
+    "zipf:z=1.1,keys=3000,messages=150000,seed=7",  # more than two sampling chunks
+    "lognormal:mu=1.789,sigma=5,messages=30000,seed=3",  # indices beyond the flat bincount table
+    "country-skew:ratio=0.3,messages=20000,seed=2",  # names that are not k<i>
+    "drift:z=1.2,keys=800,messages=70000,seed=4,phases=5",
+])
+def test_generator_stats_in_numpy_equal_the_pass_over_records(spec):
+    ds = open_dataset(spec)
+    assert ds.stats() == Dataset.stats(ds)
+    assert ds.message_count() == Dataset.message_count(ds) == ds.params["messages"]

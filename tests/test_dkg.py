@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from keysplit.datasets import open_dataset
 from keysplit.errors import SpecError
-from keysplit.groupings import build_grouping
+from keysplit.groupings import build_grouping, paper_setting
 from keysplit.groupings.dkg import ideal_load, max_width, scale_threshold
 from keysplit.simulate import simulate
 
@@ -38,7 +38,7 @@ MESSAGES, RATE = 100_000, 50.0
 
 def country_runs(ratio: float, specs=("kg", "sg", "pkg", "dkg")):
     ds = open_dataset(f"country-skew:ratio={ratio},messages={MESSAGES},seed=1")
-    return {s: simulate(ds, s, workers=10, sources=5, rate=RATE, messages_hint=MESSAGES) for s in specs}
+    return {s: simulate(ds, paper_setting(s), workers=10, sources=5, rate=RATE, messages_hint=MESSAGES) for s in specs}
 
 
 @pytest.fixture(scope="module")

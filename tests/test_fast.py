@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from keysplit.datasets import Dataset, Record, open_dataset
 from keysplit.errors import SpecError
 from keysplit.fast import fast_route, fast_simulate, fast_spec
-from keysplit.hashing import choices
+from keysplit.hashing import candidates, choices
 from keysplit.simulate import prepare_groupings, route, simulate
 
 SPECS = [
@@ -31,6 +31,10 @@ SPECS = [
     "pkg:load=global",
     "pkg:probe=1",
     "pkg:probe=1,probe_scale=total",
+    "pkg:distinct=false",
+    "pkg:d=3,distinct=false,probe=1",
+    "salt",
+    "salt:k=3,seed=7,distinct=false",
 ]
 WORKERS = 7
 RATE = 1000.0  # 20,000 messages span 20 s of event time: 20 probes at probe=1
@@ -196,7 +200,16 @@ def test_kg_sends_every_key_to_its_hash_and_pkg_to_one_of_its_candidates():
     kg = fast_route(ds, "kg", WORKERS, 3)
     pkg = fast_route(ds, "pkg:d=3", WORKERS, 3)
     assert all(w == choices(k, 1, WORKERS)[0] for k, w in zip(keys, kg.tolist()))
-    assert all(w in choices(k, 3, WORKERS) for k, w in zip(keys, pkg.tolist()))
+    assert all(w in candidates(k, 3, WORKERS, True) for k, w in zip(keys, pkg.tolist()))
+    paper = fast_route(ds, "pkg:d=3,distinct=false", WORKERS, 3)
+    assert all(w in choices(k, 3, WORKERS) for k, w in zip(keys, paper.tolist()))
+
+
+def test_distinct_and_salt_change_decisions_so_their_tests_are_not_vacuous():
+    ds = open_dataset(ZIPF)
+    assert (fast_route(ds, "pkg", WORKERS, 3) != fast_route(ds, "pkg:distinct=false", WORKERS, 3)).any()
+    assert (fast_route(ds, "salt", WORKERS, 3) != fast_route(ds, "salt:seed=1", WORKERS, 3)).any()
+    assert (fast_route(ds, "salt", WORKERS, 3) != fast_route(ds, "pkg", WORKERS, 3)).any()
 
 
 def test_other_groupings_have_no_fast_path_and_auto_falls_back_to_the_reference():
@@ -233,10 +246,21 @@ record = st.tuples(st.none() | st.floats(0, 50, allow_nan=False), st.lists(key, 
     sources=st.integers(1, 4),
     split=st.sampled_from(["shuffle", "key"]),
     spec=st.sampled_from(["kg", "pkg", "pkg:d={d}", "pkg:load=global", "pkg:probe={p}",
-                          "pkg:d={d},probe={p},probe_scale=total"]),
+                          "pkg:d={d},probe={p},probe_scale=total", "pkg:d={d},distinct=false",
+                          "salt:k={d},seed={d}", "salt:k={d},distinct=false"]),
     d=st.integers(1, 9),
     probe=st.sampled_from([0.01, 0.5, 3.0]),
 )
 def test_fast_path_equals_reference_on_random_streams(records, workers, sources, split, spec, d, probe):
     spec = spec.format(d=min(d, workers), p=probe)
     assert_same_decisions(ListDataset(records), spec, workers, sources, split, rate=40.0, checkpoint=3)
+
+
+def test_runs_count_the_datasets_keys_and_top_key_while_routing(text_file):
+    """`keysplit simulate` takes keys and p1 from its first run instead of a separate statistics pass."""
+    for spec in (ZIPF, text_file):
+        ds = open_dataset(spec)
+        st = ds.stats()
+        for engine, grouping in (("fast", "pkg"), ("reference", "potc")):
+            r = simulate(ds, grouping, WORKERS, 3, engine=engine)
+            assert (r.messages, r.keys, r.top_key_messages / r.messages) == (st["messages"], st["keys"], st["p1"])

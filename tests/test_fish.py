@@ -13,7 +13,7 @@ from keysplit.cli import main
 from keysplit.datasets import open_dataset
 from keysplit.errors import SpecError
 from keysplit.execution import execution, half_fast
-from keysplit.groupings import build_grouping
+from keysplit.groupings import build_grouping, paper_setting
 from keysplit.hashing import HashRing, bucket
 from keysplit.simulate import Resize, route, simulate
 
@@ -29,7 +29,8 @@ def keys_of(spec: str) -> list[str]:
 @functools.cache
 def run(grouping: str, workers: int, dataset: str = DRIFT):
     ds = open_dataset(dataset)
-    return simulate(ds, grouping, workers, SOURCES, messages_hint=ds.params["messages"])
+    # the paper's setting: independent hash choices for D-C, W-C and PKG (distinct=false)
+    return simulate(ds, paper_setting(grouping), workers, SOURCES, messages_hint=ds.params["messages"])
 
 
 # -- the spec ------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from keysplit.errors import SpecError
 from keysplit.groupings import available, build_grouping
-from keysplit.hashing import choices
+from keysplit.hashing import choices, distinct_choices
 
 keys = st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=200)
 
@@ -29,9 +29,11 @@ def test_kg_and_pkg_never_leave_the_keys_candidates(stream, workers, d):
     d = min(d, workers)
     [kg] = build_grouping("kg", workers)
     [pkg] = build_grouping(f"pkg:d={d}", workers)
+    [paper] = build_grouping(f"pkg:d={d},distinct=false", workers)
     for i, key in enumerate(stream):
         assert kg.choose(key, i) == choices(key, 1, workers)[0]
-        assert pkg.choose(key, i) in choices(key, d, workers)
+        assert pkg.choose(key, i) in distinct_choices(key, d, workers)
+        assert paper.choose(key, i) in choices(key, d, workers)
 
 
 def test_offgreedy_uses_the_full_pass():
@@ -43,7 +45,17 @@ def test_offgreedy_uses_the_full_pass():
 def test_pkg_splits_a_hot_key_over_its_two_choices():
     [g] = build_grouping("pkg", 10)
     sent = {g.choose("the", i) for i in range(100)}
-    assert sent == set(choices("the", 2, 10))
+    assert sent == set(distinct_choices("the", 2, 10)) and len(sent) == 2
+
+
+def test_with_distinct_false_a_key_whose_choices_coincide_is_not_split():
+    """The demo's k1 at W=8: its two independent hashes are both worker 7 (issue 15)."""
+    assert choices("k1", 2, 8) == [7, 7]
+    [paper] = build_grouping("pkg:distinct=false", 8)
+    [storm] = build_grouping("pkg", 8)
+    assert {paper.choose("k1", i) for i in range(50)} == {7}
+    assert {storm.choose("k1", i) for i in range(50)} == set(distinct_choices("k1", 2, 8)) and len(
+        distinct_choices("k1", 2, 8)) == 2
 
 
 def test_global_oracle_shares_one_load_vector():
@@ -72,6 +84,9 @@ def test_probe_resets_the_estimate_to_the_true_loads():
         ("pkg:load=global,probe=5", 4, "probe applies to load=local only"),
         ("kg", 0, "number of workers must be at least 1"),
         ("pkg:d", 4, "expected key=value"),
+        ("pkg:distinct=maybe", 4, "distinct='maybe' is not a valid boolean"),
+        ("salt:k=5", 4, "salt: k=5 exceeds the number of workers (4)"),
+        ("salt:seed=-1", 4, "seed=-1 is out of range"),
     ],
 )
 def test_bad_specs_say_what_is_wrong(spec, workers, message):
@@ -86,6 +101,20 @@ def test_describe_round_trips_to_the_same_grouping():
     assert g.describe() == "pkg:d=4,load=global"
     [again] = build_grouping(g.describe(), 8)
     assert again.describe() == g.describe()
+    [paper] = build_grouping("pkg:distinct=FALSE", 8)
+    assert paper.describe() == "pkg:distinct=false" and not build_grouping(paper.describe(), 8)[0].distinct
+
+
+def test_salt_picks_each_candidate_at_random_without_load_information():
+    [a, b] = build_grouping("salt:k=4", 10, 2)
+    sent = [a.choose("hot", i) for i in range(4000)]
+    cands = a.candidates("hot")
+    assert len(set(cands)) == 4 and set(sent) == set(cands)
+    shares = [sent.count(c) / len(sent) for c in cands]
+    assert max(shares) - min(shares) < 0.06  # uniform, not steered by loads
+    assert [b.choose("hot", i) for i in range(50)] != sent[:50]  # each source has its own generator
+    [again] = build_grouping("salt:k=4", 10, 1)
+    assert [again.choose("hot", i) for i in range(4000)] == sent  # seeded: the same run twice
 
 
 def test_probing_from_a_unix_clock_jumps_to_the_next_probe_instead_of_walking():

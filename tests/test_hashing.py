@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from keysplit.hashing import HashRing, bucket, choices, hash32, moved_keys
+from keysplit.hashing import HashRing, bucket, candidates, choices, distinct_choices, hash32, moved_keys, second_choice
 
 
 def test_hashes_are_identical_in_another_process():
@@ -53,3 +53,24 @@ def test_ring_removal_and_successors():
     ring.remove(succ[0])
     assert ring.lookup("hot") == succ[1]
     assert len(ring.successors("hot", 10)) == 4  # only 4 workers left
+
+
+def test_distinct_choices_are_different_workers_drawn_uniformly_and_start_with_kgs():
+    keys = [f"w{i}" for i in range(4000)]
+    for workers in (2, 3, 8):
+        for d in range(1, workers + 1):
+            for k in keys[:300]:
+                got = distinct_choices(k, d, workers)
+                assert len(set(got)) == d and all(0 <= w < workers for w in got)
+                assert got[0] == bucket(k, workers)  # the first candidate stays key grouping's
+                assert got == distinct_choices(k, workers, workers)[:d]  # more choices extend fewer
+                assert candidates(k, d, workers, False) == choices(k, d, workers)
+            if d >= 2:
+                assert all(second_choice(k, bucket(k, workers), workers, True) == distinct_choices(k, 2, workers)[1]
+                           for k in keys[:300])
+    # the second choice is uniform over the 7 other workers: each (H1, H2) pair near 1/56 of the keys
+    pairs: dict[tuple[int, int], int] = {}
+    for k in keys:
+        a, b = distinct_choices(k, 2, 8)
+        pairs[(a, b)] = pairs.get((a, b), 0) + 1
+    assert len(pairs) == 56 and max(pairs.values()) < 2.5 * len(keys) / 56

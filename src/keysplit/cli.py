@@ -27,11 +27,42 @@ COMMANDS = (
     "partition",
     "rebalance",
     "execution",
+    "advise",
     "demo",
 )
 
+# The command name and one-line help of each subcommand module, for `keysplit --help`, so that a command imports
+# only its own module (numba, streamparse and pyspark cost ~1 s to import). Must equal what the module's add_parser
+# registers (tests/test_cli.py checks); a module missing here is simply imported up front.
+SUMMARIES = {
+    "simulate": ("simulate", "route a dataset through groupings in process and measure balance and memory"),
+    "datasets": ("datasets", "generate dataset files and print dataset statistics"),
+    "run": ("run", "run the word-count / top-k Storm topology locally and measure throughput and latency"),
+    "replay": ("replay", "replay a dataset through groupings in PySpark: exact loads, counts and a queueing "
+               "estimate"),
+    "compare": ("compare", "put measured topology runs next to a replay's estimates (throughput, latency, "
+                "balance, counts)"),
+    "partition": ("partition-experiment", "Gedik's §5 experiment: b and m of scan/redist/readj vs uniform and "
+                  "consistent hashing, N = 1..10"),
+    "rebalance": ("rebalance", "measure the key state that moves when a worker is added or removed mid-stream"),
+    "execution": ("execution", "execution time and latency of each grouping on workers of given (e.g. unequal) "
+                  "speeds"),
+    "advise": ("advise", "measure a dataset and recommend a grouping (with parameters) from simulations at each W"),
+    "demo": ("demo", "the whole product on a skewed dataset: simulate, run the topology, replay, compare"),
+}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def requested_command(argv: list[str]) -> str | None:
+    """The subcommand named on the command line: the first word that is not an option (the top-level
+    options take no value)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(argv: list[str] | None = None, *, eager: bool = False) -> argparse.ArgumentParser:
+    """The parser; only the requested subcommand's module is imported (every one with ``eager``)."""
     parser = argparse.ArgumentParser(
         prog="keysplit",
         description="Skew-aware stream groupings for Apache Storm: simulate them, run them in a real "
@@ -40,13 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"keysplit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"keysplit.commands.{name}").add_parser(sub)
+    wanted = requested_command(sys.argv[1:] if argv is None else argv)
+    for module in COMMANDS:
+        if eager or module not in SUMMARIES or SUMMARIES[module][0] == wanted:
+            importlib.import_module(f"keysplit.commands.{module}").add_parser(sub)
+        else:
+            name, summary = SUMMARIES[module]
+            sub.add_parser(name, help=summary)  # a placeholder: never parsed, only listed
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

@@ -1,10 +1,12 @@
-"""The fast path: a numba kernel that makes exactly the reference decisions of kg, sg and pkg (all variants).
+"""The fast path: a numba kernel that makes exactly the reference decisions of kg, sg, pkg (all variants) and
+salt.
 
 The reference simulator (:func:`keysplit.simulate.simulate`) calls ``Grouping.choose`` once per message, in
 Python. Here the work splits into what depends on a key and what depends on a message:
 
 - **per distinct key, in Python, once**: the key's name, its d candidate workers H_1(k) .. H_d(k)
-  (:func:`keysplit.hashing.choices`, the same mmh3 seeds as ``KeyGrouping``/``PartialKeyGrouping``) and,
+  (:func:`keysplit.hashing.candidates`, the same mmh3 seeds and ``distinct`` rule as
+  ``KeyGrouping``/``PartialKeyGrouping``/``Salting``) and,
   under ``split="key"``, its source (:func:`keysplit.simulate.source_of`). Keys become dense integer ids:
   a generator's own index arrays are remapped directly (only distinct keys are ever named), a file's keys
   go through one dict in a single pass over its records.
@@ -13,14 +15,15 @@ Python. Here the work splits into what depends on a key and what depends on a me
   ``PartialKeyGrouping.choose``), the true load vector L_i(t), the imbalance checkpoints I(t_j) (PKG §2),
   the distinct (worker, key) pairs of dist_cost (DKG eq. 8), and periodic probing with the exact timing of
   ``PartialKeyGrouping._maybe_probe`` (probe when ``now >= next_probe``, then advance ``next_probe`` by T
-  until it passes ``now``; ``now`` is the record's timestamp or ``seq / rate``).
+  until it passes ``now``; ``now`` is the record's timestamp or ``seq / rate``), and salt's per-source
+  SplitMix64 draw (``keysplit.groupings.salt``, the same uint64 arithmetic).
 
 Local loads are float64 in the kernel: integer counts are exact in a double (below 2^53) and, after a
 ``probe_scale=share`` probe, the reference holds the same doubles ``L_i * (1/S)`` plus whole increments.
 Checkpoint values are finished in Python with the reference's expression, so every ``RunResult`` field
 except ``messages_per_second`` is identical to the reference run (``tests/test_fast.py`` proves it).
 
-Groupings other than kg, sg and pkg (and subclasses of them, which may change the decision) have no fast
+Groupings other than kg, sg, pkg and salt (and subclasses of them, which may change the decision) have no fast
 path: :func:`fast_simulate` returns ``None`` for them and the caller falls back to the reference.
 """
 
@@ -39,12 +42,14 @@ from keysplit.errors import SpecError
 from keysplit.groupings import build_grouping
 from keysplit.groupings.basic import KeyGrouping, ShuffleGrouping
 from keysplit.groupings.pkg import PartialKeyGrouping
-from keysplit.hashing import choices
+from keysplit.groupings.salt import GOLDEN, MIX1, MIX2, Salting, salt_state
+from keysplit.hashing import candidates
 from keysplit.metrics import ImbalanceSeries, default_checkpoint, dist_cost, imbalance_fraction, load_stddev
 from keysplit.simulate import DEFAULT_RATE, SPLITS, RunResult, source_of
 
 # Decision rules of the kernel.
-KG, SG, PKG_LOCAL, PKG_GLOBAL = 0, 1, 2, 3
+KG, SG, PKG_LOCAL, PKG_GLOBAL, SALT = 0, 1, 2, 3, 4
+_GOLDEN, _MIX1, _MIX2 = np.uint64(GOLDEN), np.uint64(MIX1), np.uint64(MIX2)
 # Where a message's source comes from: an explicit array, round-robin over records, or the key's split hash.
 SRC_ARRAY, SRC_ROUND_ROBIN, SRC_KEY = 0, 1, 2
 
@@ -61,13 +66,14 @@ def _route_chunk(
     mode, kid, src, src_mode, src_next, now, use_now, seq0, rate,
     cand, ksrc, d, workers, sources,
     local, sg_next, next_probe, probe_interval, probe_mul, do_probe,
-    loads, seen, distinct, checkpoint, next_cp, cp_max, out,
+    loads, seen, distinct, checkpoint, next_cp, cp_max, out, salt, kcount,
 ):  # pragma: no cover - compiled; exercised through fast_simulate
     """Route ``kid`` (dense key ids) message by message; returns ``(next_cp, checkpoints, src_next)``.
 
     Mutates the run's state in place: ``loads`` (true L_i), ``local`` (per-source estimates, row 0 shared
     under load=global), ``sg_next`` (round-robin positions), ``next_probe``, ``seen`` (bitset of
-    (key, worker) pairs) and ``distinct`` (distinct keys per worker). ``out[i]`` is message i's worker;
+    (key, worker) pairs), ``distinct`` (distinct keys per worker) and ``salt`` (each source's SplitMix64
+    state, uint64); ``kcount[k]`` counts key k's messages. ``out[i]`` is message i's worker;
     ``cp_max[j]`` is max_i L_i(t_j) at the j-th checkpoint reached in this chunk.
     """
     n = kid.shape[0]
@@ -89,6 +95,13 @@ def _route_chunk(
         elif mode == 1:  # SG: round-robin per source
             w = sg_next[s]
             sg_next[s] = w + 1 if w + 1 < workers else 0
+        elif mode == 4:  # salt: candidate splitmix64() mod K, as Salting.choose (uint64 wraps like & MASK64)
+            z = salt[s] + _GOLDEN
+            salt[s] = z
+            z = (z ^ (z >> np.uint64(30))) * _MIX1
+            z = (z ^ (z >> np.uint64(27))) * _MIX2
+            z = z ^ (z >> np.uint64(31))
+            w = cand[k, np.int64(z % np.uint64(d))]
         else:  # PKG: P_t(k) = argmin over the d candidates of the (local or global) load
             row = s if mode == 2 else 0
             if do_probe:
@@ -115,6 +128,7 @@ def _route_chunk(
                     best = local[row, c]
             local[row, w] += 1.0
         loads[w] += 1
+        kcount[k] += 1
         word = w >> 6
         bit = np.uint64(1) << np.uint64(w & 63)
         if (seen[k, word] & bit) == 0:
@@ -141,13 +155,15 @@ class FastSpec:
     probe: float | None
     probe_mul: float
     describe: str
+    distinct: bool = False  #: the candidates are distinct workers (``hashing.distinct_choices``)
+    seed: int = 0  #: salt's seed
 
 
 def fast_spec(spec: str, workers: int, sources: int) -> FastSpec | None:
     """The kernel's reading of ``spec``, or None when it has no fast path.
 
     The spec is built by the registry exactly as the reference does, so a bad spec raises the same
-    SpecError; only the exact classes KeyGrouping, ShuffleGrouping and PartialKeyGrouping qualify.
+    SpecError; only the exact classes KeyGrouping, ShuffleGrouping, PartialKeyGrouping and Salting qualify.
     """
     g = build_grouping(spec, workers, sources)[0]
     kind = type(g)
@@ -159,15 +175,18 @@ def fast_spec(spec: str, workers: int, sources: int) -> FastSpec | None:
         mode = PKG_GLOBAL if g.params["load"] == "global" else PKG_LOCAL
         # set_loads multiplies each true load by this scale (a Python float, as here).
         mul = 1.0 / sources if g.params["probe_scale"] == "share" else 1.0
-        return FastSpec(mode, g.d, g.probe_interval, mul, g.describe())
+        return FastSpec(mode, g.d, g.probe_interval, mul, g.describe(), g.distinct)
+    if kind is Salting:
+        return FastSpec(SALT, g.k, None, 1.0, g.describe(), g.distinct, g.seed)
     return None
 
 
 class KeyTable:
     """Dense ids for distinct keys, with what the kernel reads per key: candidates, split source, seen bits."""
 
-    def __init__(self, d: int, workers: int, sources: int, split: str) -> None:
+    def __init__(self, d: int, workers: int, sources: int, split: str, distinct: bool = False) -> None:
         self.d, self.workers, self.sources, self.split = d, workers, sources, split
+        self.distinct = distinct
         self.ids: dict[str, int] = {}
         self.size = 0
         self.words = (workers + 63) // 64
@@ -178,9 +197,11 @@ class KeyTable:
         cand = np.zeros((capacity, self.d), dtype=np.int32)
         ksrc = np.zeros(capacity, dtype=np.int32)
         seen = np.zeros((capacity, self.words), dtype=np.uint64)
+        count = np.zeros(capacity, dtype=np.int64)
         if old:
             cand[:old], ksrc[:old], seen[:old] = self.cand[:old], self.ksrc[:old], self.seen[:old]
-        self.cand, self.ksrc, self.seen = cand, ksrc, seen
+            count[:old] = self.count[:old]
+        self.cand, self.ksrc, self.seen, self.count = cand, ksrc, seen, count
 
     def add(self, name: str) -> int:
         """The id of ``name``, naming it (its candidates and source) the first time it is seen."""
@@ -190,7 +211,7 @@ class KeyTable:
         kid = self.size
         if kid == len(self.cand):
             self._grow(2 * kid)
-        self.cand[kid] = choices(name, self.d, self.workers)
+        self.cand[kid] = candidates(name, self.d, self.workers, self.distinct)
         if self.split == "key":
             self.ksrc[kid] = source_of(0, name, self.sources, "key")
         self.ids[name] = kid
@@ -260,16 +281,8 @@ def uses_generator_indices(dataset: Dataset) -> bool:
 def generator_chunks(dataset: _generators.Generator, table: KeyTable) -> Iterator[Chunk]:
     """The key ids of a generator's messages, drawn exactly as ``Generator.records`` draws them."""
     keymap = IndexMap(table, dataset.key_name)
-    rng = np.random.Generator(np.random.PCG64(dataset.params["seed"]))
-    total = dataset.params["messages"]
-    done = 0
-    while done < total:
-        n = min(_generators._CHUNK, total - done)
-        indices = np.asarray(dataset.key_indices(rng, n, done))
-        if indices.dtype.kind not in "iu":
-            indices = np.array([int(i) for i in indices.tolist()], dtype=np.int64)
+    for indices in dataset.index_chunks():
         yield Chunk(keymap.ids(indices))
-        done += n
 
 
 def record_chunks(
@@ -343,13 +356,14 @@ class RouteState:
     ) -> None:
         self.fs, self.workers, self.sources, self.split, self.rate = fs, workers, sources, split, float(rate)
         self.checkpoint = checkpoint
-        self.table = table if table is not None else KeyTable(fs.d, workers, sources, split)
+        self.table = table if table is not None else KeyTable(fs.d, workers, sources, split, fs.distinct)
         self.loads = np.zeros(workers, dtype=np.int64)
         self.distinct = np.zeros(workers, dtype=np.int64)
         self.local = np.zeros((sources, workers), dtype=np.float64)
         self.sg_next = np.array([s % workers for s in range(sources)], dtype=np.int64)  # ShuffleGrouping.prepare
         probe = fs.probe if fs.probe is not None else float("inf")
         self.next_probe = np.full(sources, probe, dtype=np.float64)  # PartialKeyGrouping.__init__
+        self.salt = np.array([salt_state(fs.seed, s) for s in range(sources)], dtype=np.uint64)  # Salting.validate
         self.next_cp = checkpoint
         self.cp_t: list[int] = []
         self.cp_max: list[int] = []
@@ -359,6 +373,7 @@ class RouteState:
     def fresh(self) -> RouteState:
         """A new run over the same keys (the chunks already encoded stay valid): state reset, table kept."""
         self.table.seen[:] = 0
+        self.table.count[:] = 0
         return RouteState(self.fs, self.workers, self.sources, self.split, self.rate, self.checkpoint, self.table)
 
     def chunks(self, dataset: Dataset) -> Iterator[Chunk]:
@@ -383,7 +398,8 @@ class RouteState:
             table.cand, table.ksrc, fs.d, self.workers, self.sources,
             self.local, self.sg_next, self.next_probe, fs.probe if fs.probe is not None else 0.0, fs.probe_mul,
             fs.probe is not None,
-            self.loads, table.seen, self.distinct, self.checkpoint, self.next_cp, cp_max, out,
+            self.loads, table.seen, self.distinct, self.checkpoint, self.next_cp, cp_max, out, self.salt,
+            table.count,
         )
         first = self.next_cp
         self.cp_t.extend(range(first, first + ncp * self.checkpoint, self.checkpoint))
@@ -433,7 +449,7 @@ def fast_simulate(
     messages_hint: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> RunResult | None:
-    """``simulate.simulate`` for kg, sg and pkg (every variant), decision for decision; None for other specs.
+    """``simulate.simulate`` for kg, sg, pkg (every variant) and salt, decision for decision; None for other specs.
 
     ``messages_per_second`` covers the whole run (drawing or reading the dataset, naming keys, routing,
     metrics) but not the kernel's one-time compilation, which :func:`compile_seconds` reports.
@@ -458,7 +474,7 @@ def fast_simulate(
         else:
             m = sum(len(k) for _, k in dataset.records())
         checkpoint = default_checkpoint(m)
-    series = ImbalanceSeries(checkpoint)  # the reference's own check of the spacing
+    ImbalanceSeries(checkpoint)  # the reference's own check of the spacing
     warmup()
     st = RouteState(fs, workers, sources, split, rate, checkpoint)
     started = time.perf_counter()
@@ -466,7 +482,42 @@ def fast_simulate(
         st.run(chunk)
         if progress is not None and st.cp_t:
             progress(st.cp_t[-1])
-    elapsed = time.perf_counter() - started
+    return run_result(st, time.perf_counter() - started)
+
+
+def names_table(names: list[str], d: int, workers: int, distinct: bool) -> KeyTable:
+    """A key table for already-encoded keys (id i is ``names[i]``) with ``d`` candidate columns: it serves
+    every spec of at most d choices with this ``distinct``, since fewer choices are a prefix of more."""
+    table = KeyTable(d, workers, 1, "shuffle", distinct)
+    table._grow(max(len(names), 1))
+    for i, name in enumerate(names):
+        table.cand[i] = candidates(name, d, workers, distinct)
+    table.ids = {}  # not needed: the caller routes ids, never names
+    table.size = len(names)
+    return table
+
+
+def simulate_ids(
+    spec: str, table: KeyTable, kid: np.ndarray, src: np.ndarray, workers: int, sources: int, checkpoint: int,
+) -> tuple[RunResult, np.ndarray]:
+    """``spec`` over messages already encoded as key ids with their sources (``table`` from
+    :func:`names_table`); the RunResult and every message's worker. Raises SpecError without a fast path."""
+    fs = _checked_spec(spec, workers, sources, "shuffle", DEFAULT_RATE)
+    if fs is None or fs.probe is not None or fs.d > table.d or (fs.d > 1 and fs.distinct != table.distinct):
+        raise SpecError(f"no fast path over encoded keys for {spec!r}")
+    warmup()
+    table.seen[:] = 0
+    table.count[:] = 0
+    st = RouteState(fs, workers, sources, "shuffle", DEFAULT_RATE, checkpoint, table)
+    started = time.perf_counter()
+    out = st.run(Chunk(kid, src))
+    return run_result(st, time.perf_counter() - started), out
+
+
+def run_result(st: RouteState, elapsed: float) -> RunResult:
+    """The RunResult of a finished run, with the reference's expressions for every metric."""
+    fs, workers = st.fs, st.workers
+    series = ImbalanceSeries(st.checkpoint)
     for t, mx in zip(st.cp_t, st.cp_max):
         series.times.append(t)
         series.values.append(mx - t / workers)  # imbalance(): max(L) - sum(L)/len(L), and sum(L) = t
@@ -476,7 +527,7 @@ def fast_simulate(
     return RunResult(
         grouping=fs.describe,
         workers=workers,
-        sources=sources,
+        sources=st.sources,
         avg_imbalance_fraction=series.avg_fraction,
         final_imbalance_fraction=imbalance_fraction(loads),
         load_stddev=load_stddev(loads),
@@ -484,6 +535,8 @@ def fast_simulate(
         loads=loads,
         messages_per_second=n / elapsed if elapsed > 0 else 0.0,
         messages=n,
+        keys=st.table.size,
+        top_key_messages=int(st.table.count[: st.table.size].max(initial=0)),
         distinct_per_worker=distinct_per_worker,
         series_t=series.times,
         series_imbalance=series.values,

@@ -35,6 +35,54 @@ def choices(key: str, d: int, workers: int, base_seed: int = BASE_SEED) -> list[
     return [mmh3.hash(key, base_seed + i, False) % workers for i in range(d)]
 
 
+def nth_free(r: int, taken: Sequence[int]) -> int:
+    """The ``r``-th (0-based) worker not in ``taken`` (sorted ascending), counting workers 0, 1, 2, ..."""
+    for t in taken:
+        if t > r:
+            break
+        r += 1
+    return r
+
+
+def distinct_choices(key: str, d: int, workers: int, base_seed: int = BASE_SEED) -> list[int]:
+    """``d`` *different* workers for ``key`` (``d <= workers``), drawn from the same hashes as :func:`choices`.
+
+    With h_i = murmur3(key, base_seed + i): choice 0 is ``h_0 mod W`` (key grouping's, as in :func:`choices`);
+    choice i is the ``(h_i mod (W - i))``-th of the W - i workers not chosen yet, taken in ascending order.
+    Each step is uniform over the remaining workers, so the choices are a uniform ordered d-subset, and a
+    key's candidates never coincide: a hot key is always split over d workers. Storm's PartialKeyGrouping
+    draws two distinct tasks for the same reason (2.x: ``RandomTwoTaskAssignmentCreator``).
+
+    >>> distinct_choices("k1", 2, 8)[0] == choices("k1", 2, 8)[0], sorted(distinct_choices("k1", 8, 8))
+    (True, [0, 1, 2, 3, 4, 5, 6, 7])
+    """
+    if d > workers:
+        raise ValueError(f"cannot draw {d} distinct workers out of {workers}")
+    out: list[int] = []
+    taken: list[int] = []
+    for i in range(d):
+        c = nth_free(mmh3.hash(key, base_seed + i, False) % (workers - i), taken)
+        bisect.insort(taken, c)
+        out.append(c)
+    return out
+
+
+def candidates(key: str, d: int, workers: int, distinct: bool) -> list[int]:
+    """A key's d hash choices: :func:`distinct_choices` when ``distinct``, else the paper's :func:`choices`."""
+    return distinct_choices(key, d, workers) if distinct else choices(key, d, workers)
+
+
+def second_choice(key: str, first: int, workers: int, distinct: bool) -> int:
+    """H_2(k) given H_1(k) = ``first``: the hot path of every two-choice grouping (pkg, potc, the tails of
+    dchoices and wchoices), equal to ``candidates(key, 2, workers, distinct)[1]``."""
+    if not distinct:
+        return mmh3.hash(key, BASE_SEED + 1, False) % workers
+    if workers == 1:
+        return first  # d=2 > W=1 is refused by pkg; the tails of dchoices/wchoices at W=1 have one worker
+    r = mmh3.hash(key, BASE_SEED + 1, False) % (workers - 1)
+    return r + 1 if r >= first else r
+
+
 class HashRing:
     """Consistent hashing with virtual nodes (Karger et al.), as used by FISH and Gedik's partitioning.
 
@@ -57,8 +105,7 @@ class HashRing:
         self._points: list[int] = []
         self._owners: list[int] = []
         self._workers: set[int] = set()
-        for w in workers:
-            self.add(w)
+        self._place(workers)
 
     @property
     def workers(self) -> list[int]:
@@ -69,11 +116,17 @@ class HashRing:
 
     def add(self, worker: int) -> None:
         """Place ``worker``'s virtual nodes on the ring (a no-op if it is already there)."""
-        if worker in self._workers:
+        self._place([worker])
+
+    def _place(self, workers: Iterable[int]) -> None:
+        """Add several workers with one sort (the ring's order is that of the sorted (point, owner) pairs, so
+        adding them together or one by one gives the same ring; one by one is O(W^2 vnodes log) to build)."""
+        new = [w for w in dict.fromkeys(workers) if w not in self._workers]
+        if not new:
             return
-        self._workers.add(worker)
+        self._workers.update(new)
         merged = sorted(
-            list(zip(self._points, self._owners)) + [(p, worker) for p in self._worker_points(worker)]
+            list(zip(self._points, self._owners)) + [(p, w) for w in new for p in self._worker_points(w)]
         )
         self._points = [p for p, _ in merged]
         self._owners = [o for _, o in merged]

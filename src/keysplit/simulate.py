@@ -119,6 +119,8 @@ class RunResult:
     loads: list[int]
     messages_per_second: float
     messages: int = 0
+    keys: int = 0  #: distinct keys routed
+    top_key_messages: int = 0  #: messages of the most frequent key (p1 = top_key_messages / messages)
     distinct_per_worker: list[int] = field(default_factory=list)
     series_t: list[int] = field(default_factory=list, repr=False)
     series_imbalance: list[float] = field(default_factory=list, repr=False)
@@ -219,7 +221,7 @@ def simulate(
     worker's load stays in it, while each checkpoint's I(t) is over the workers present at that time.
 
     ``engine``: ``reference`` runs the Python loop below; ``fast`` runs ``keysplit.fast`` (kg, sg, pkg and
-    its variants; the same decisions, proven by tests/test_fast.py) or raises; ``auto`` (default) takes the
+    its variants, salt; the same decisions, proven by tests/test_fast.py) or raises; ``auto`` (default) takes the
     fast path when it supports the spec and no capacities or resizes are asked for.
     """
     if split not in SPLITS:
@@ -238,7 +240,7 @@ def simulate(
         if fast is not None:
             return fast
         if engine == "fast":
-            raise SpecError(f"no fast path for {spec!r} (kg, sg and pkg only, without capacities or resizes); "
+            raise SpecError(f"no fast path for {spec!r} (kg, sg, pkg and salt only, without capacities or resizes); "
                             "use engine reference or auto")
     if checkpoint is None:
         m = messages_hint if messages_hint is not None else sum(len(k) for _, k in dataset.records())
@@ -249,6 +251,7 @@ def simulate(
     groupings = prepare_groupings(spec, workers, sources, dataset, lambda: loads[:changes.current], capacities)
     changes = WorkerChanges(groupings, resizes, workers)
     worker_keys: list[set[str]] = [set() for _ in range(max_workers)]
+    key_counts: dict[str, int] = {}
     series = ImbalanceSeries(checkpoint)
     next_checkpoint = checkpoint
     started = time.perf_counter()
@@ -256,6 +259,7 @@ def simulate(
     for seq, _s, key, w in route(dataset, groupings, rate=rate, split=split):
         loads[w] += 1
         worker_keys[w].add(key)
+        key_counts[key] = key_counts.get(key, 0) + 1
         n = seq + 1
         if n == next_checkpoint:
             series.record(n, loads[:changes.current])
@@ -277,6 +281,8 @@ def simulate(
         loads=loads,
         messages_per_second=n / elapsed if elapsed > 0 else 0.0,
         messages=n,
+        keys=distinct,
+        top_key_messages=max(key_counts.values(), default=0),
         distinct_per_worker=[len(s) for s in worker_keys],
         series_t=series.times,
         series_imbalance=series.values,

@@ -99,3 +99,16 @@ def int_or_auto(text: str) -> int | str:
 
 
 int_or_auto.__name__ = "integer (or auto)"
+
+
+def boolean(text: str) -> bool:
+    """``true``/``false`` (also ``1``/``0``, ``yes``/``no``, ``on``/``off``), case-insensitive."""
+    value = text.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+boolean.__name__ = "boolean (true or false)"

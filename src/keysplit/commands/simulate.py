@@ -17,6 +17,7 @@ from keysplit.commands.common import (
 from keysplit.datasets import Dataset, open_dataset, require_records
 from keysplit.errors import SpecError
 from keysplit.groupings import REGISTRY, check_grouping, grouping_class
+from keysplit.groupings.base import spec_value
 from keysplit.plots import check_plot_path, imbalance_over_time
 from keysplit.simulate import DEFAULT_RATE, ENGINES, SPLITS, Resize, check_checkpoint, check_resizes, simulate
 
@@ -28,7 +29,7 @@ def grouping_help() -> str:
             cls = grouping_class(name)
         except SpecError:
             continue
-        params = ", ".join(f"{k}={p.default}" for k, p in cls.PARAMS.items())
+        params = ", ".join(f"{k}={spec_value(p.default)}" for k, p in cls.PARAMS.items())
         lines.append(f"  {name:<10} {cls.summary}" + (f" [{params}]" if params else ""))
     return "groupings (spec NAME[:key=value,...]):\n" + "\n".join(lines)
 
@@ -82,7 +83,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_routing_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--engine", choices=ENGINES, default="auto",
-                   help="auto: the numba fast path for kg, sg and pkg (same decisions as the reference), else "
+                   help="auto: the numba fast path for kg, sg, pkg and salt (same decisions as the reference), else "
                    "the reference; fast: fast path or error; reference: the Python Grouping.choose loop")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the imbalance fraction over time of every run "
                    "(the extension picks the format: .png, .svg, .pdf, ...)")
@@ -113,14 +114,17 @@ def run(args: argparse.Namespace) -> int:
             check_grouping(spec, w, args.sources)
         capacities[w] = parse_capacities(args.capacities, w)
     require_records(dataset)
-    stats = dataset.stats()
-    check_checkpoint(args.checkpoint, stats["messages"])
+    messages = dataset.message_count()  # generators know it; a file takes one counting pass
+    check_checkpoint(args.checkpoint, messages)
     for w in args.workers:
-        check_resizes(args.groupings, w, args.resize, stats["messages"])
+        check_resizes(args.groupings, w, args.resize, messages)
     runs = []
     for w in args.workers:
         for spec in args.groupings:
-            runs.append(_one(dataset, spec, w, args, stats["messages"], capacities[w]))
+            runs.append(_one(dataset, spec, w, args, messages, capacities[w]))
+    # keys and p1 come from the first run, which counted every key while routing (no separate stats pass)
+    stats = {"spec": dataset.spec, "messages": messages, "keys": runs[0].keys,
+             "p1": runs[0].top_key_messages / messages if messages else 0.0}
     plot = None if args.plot is None else imbalance_over_time(runs, args.plot, f"{stats['spec']}, S={args.sources}")
     if args.json:
         print_json({"dataset": {k: stats[k] for k in ("spec", "messages", "keys", "p1")},

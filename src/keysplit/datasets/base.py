@@ -54,6 +54,10 @@ class Dataset:
             for key in keys:
                 yield ts, key
 
+    def message_count(self) -> int:
+        """How many messages (keys over all records) the stream has; generators know it without a pass."""
+        return sum(len(keys) for _, keys in self.records())
+
     def stats(self) -> dict:
         """messages, distinct keys, and p1 (the share of the most frequent key)."""
         counts: dict[str, int] = {}

@@ -56,19 +56,77 @@ class Generator(Dataset):
     def key_name(self, index: int) -> str:
         return f"k{index}"
 
-    def records(self) -> Iterator[Record]:
+    def index_chunks(self) -> Iterator[np.ndarray]:
+        """The messages' key indices (int64), chunk by chunk, drawn exactly as ``records`` draws them."""
         rng = np.random.Generator(np.random.PCG64(self.params["seed"]))
         total = self.params["messages"]
-        names: dict[int, str] = {}
         done = 0
         while done < total:
             n = min(_CHUNK, total - done)
-            for i in self.key_indices(rng, n, done).tolist():
+            indices = np.asarray(self.key_indices(rng, n, done))
+            if indices.dtype.kind not in "iu":
+                indices = np.array([int(i) for i in indices.tolist()], dtype=np.int64)
+            yield indices
+            done += n
+
+    def records(self) -> Iterator[Record]:
+        names: dict[int, str] = {}
+        for indices in self.index_chunks():
+            for i in indices.tolist():
                 name = names.get(i)
                 if name is None:
                     name = names[i] = self.key_name(i)
                 yield None, [name]
-            done += n
+
+    def message_count(self) -> int:
+        return self.params["messages"]
+
+    def stats(self) -> dict:
+        """``Dataset.stats`` without a Python loop per message: key indices are counted in numpy (one
+        record per message), then merged by key name, so two indices with one name still count as one key."""
+        if type(self).records is not Generator.records:  # a subclass with its own records: the generic pass
+            return super().stats()
+        counts = count_indices(self.index_chunks())
+        by_name: dict[str, int] = {}
+        for index, count in zip(*counts):
+            name = self.key_name(index)
+            by_name[name] = by_name.get(name, 0) + count
+        messages = self.params["messages"]
+        return {
+            "spec": self.spec,
+            "records": messages,
+            "messages": messages,
+            "keys": len(by_name),
+            "p1": max(by_name.values(), default=0) / messages,
+        }
+
+
+#: Indices below this are counted with a flat bincount; larger ones through np.unique.
+FLAT_INDEX_LIMIT = 1 << 24
+
+
+def count_indices(chunks: Iterator[np.ndarray]) -> tuple[list[int], list[int]]:
+    """The distinct indices over all ``chunks`` and how often each occurs (both as Python ints)."""
+    flat = np.zeros(0, dtype=np.int64)
+    other: dict[int, int] = {}
+    for indices in chunks:
+        if indices.size == 0:
+            continue
+        small = (indices >= 0) & (indices < FLAT_INDEX_LIMIT)
+        inside = indices[small] if not small.all() else indices
+        if inside.size:
+            add = np.bincount(inside, minlength=len(flat))
+            if len(add) > len(flat):
+                add[: len(flat)] += flat
+                flat = add
+            else:
+                flat += add
+        if not small.all():
+            uniq, cnt = np.unique(indices[~small], return_counts=True)
+            for i, c in zip(uniq.tolist(), cnt.tolist()):
+                other[i] = other.get(i, 0) + c
+    nz = np.flatnonzero(flat)
+    return nz.tolist() + list(other), flat[nz].tolist() + list(other.values())
 
 
 def zipf_cdf(z: float, keys: int) -> np.ndarray:

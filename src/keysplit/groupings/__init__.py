@@ -24,6 +24,7 @@ REGISTRY: dict[str, str] = {
     "dkg": "keysplit.groupings.dkg:DynamicKeyGrouping",
     "fish": "keysplit.groupings.fish:Fish",
     "gedik": "keysplit.groupings.gedik:GedikPartitioning",
+    "salt": "keysplit.groupings.salt:Salting",
 }
 
 
@@ -69,6 +70,19 @@ def build_grouping(spec: str, workers: int, sources: int = 1) -> list[BaseGroupi
     return cls.build(params, workers, sources)
 
 
+def paper_setting(spec: str) -> str:
+    """``spec`` with the papers' independent hash choices (``distinct=false``) when its grouping draws hash
+    choices and the spec does not say; the paper-reproduction tests and tables run in this setting.
+
+    >>> paper_setting("pkg:d=4"), paper_setting("kg"), paper_setting("salt:distinct=true")
+    ('pkg:d=4,distinct=false', 'kg', 'salt:distinct=true')
+    """
+    name, raw = parse_spec(spec)
+    if "distinct" not in grouping_class(name).PARAMS or "distinct" in raw:
+        return spec
+    return spec + ("," if ":" in spec else ":") + "distinct=false"
+
+
 def check_grouping(spec: str, workers: int, sources: int = 1) -> str:
     """Validate ``spec`` for this many workers and sources; return its canonical form."""
     return build_grouping(spec, workers, sources)[0].describe()
@@ -83,5 +97,6 @@ __all__ = [
     "check_grouping",
     "grouping_class",
     "least_loaded",
+    "paper_setting",
     "parse_grouping",
 ]

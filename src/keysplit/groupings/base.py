@@ -87,7 +87,12 @@ class BaseGrouping:
     def describe(self) -> str:
         """The canonical spec string of this instance: its name and the parameters that differ from defaults."""
         shown = {k: v for k, v in self.params.items() if k not in self.PARAMS or v != self.PARAMS[k].default}
-        return self.name + (":" + ",".join(f"{k}={v}" for k, v in shown.items()) if shown else "")
+        return self.name + (":" + ",".join(f"{k}={spec_value(v)}" for k, v in shown.items()) if shown else "")
+
+
+def spec_value(value: object) -> str:
+    """A parameter value as a spec writes it (``distinct=false``, not Python's ``False``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def least_loaded(candidates: Sequence[int], loads: Sequence[float]) -> int:

@@ -26,6 +26,10 @@ Decisions where the issue/paper is silent:
   |H| and d are recomputed from the sketch (O(capacity)). A head key whose frequency decayed without being
   seen again leaves at the next recomputation, which is harmless: it routes nothing meanwhile.
 - ``round(p1*W)`` rounds half up, as the authors' Java (``Math.round``), not Python's banker's rounding.
+- ``distinct`` (default true, as ``pkg``): a key's hash choices, the tail's two and a head key's d, are
+  different workers (:func:`keysplit.hashing.distinct_choices`); ``distinct=false`` keeps the paper's
+  independent hashes. d is still chosen by the paper's bound, which assumes independent choices, so with
+  distinct choices it is, if anything, one choice generous.
 - When d reaches W, a head key may go to every worker (as the authors' reference implementation does), so
   D-Choices meets W-Choices at extreme skew; below W the d choices are independent hashes and may coincide,
   which the bound accounts for with the (1 - b^d) terms.
@@ -40,9 +44,9 @@ import mmh3
 
 from keysplit.errors import SpecError
 from keysplit.groupings.base import BaseGrouping
-from keysplit.hashing import BASE_SEED
+from keysplit.hashing import BASE_SEED, candidates, second_choice
 from keysplit.sketches.spacesaving import SpaceSaving
-from keysplit.specs import Param, int_or_auto, optional_float
+from keysplit.specs import Param, boolean, int_or_auto, optional_float
 
 #: The tail's choices: PKG's two.
 TAIL_CHOICES = 2
@@ -106,10 +110,14 @@ class _HeadTailGrouping(BaseGrouping):
                           "at least 1, or auto"),
         "theta": Param(optional_float, None, "head threshold on a key's estimated frequency (none = 1/(5W))",
                        _theta_ok, "a frequency in (0, 1], or none"),
+        "distinct": Param(boolean, True, "a key's hash choices are different workers (false: the paper's "
+                          "independent hashes)"),
     }
 
-    def __init__(self, capacity: int | str = 100, theta: float | None = None, **extra) -> None:
-        super().__init__(capacity=capacity, theta=theta, **extra)
+    def __init__(self, capacity: int | str = 100, theta: float | None = None, distinct: bool = True,
+                 **extra) -> None:
+        super().__init__(capacity=capacity, theta=theta, distinct=distinct, **extra)
+        self.distinct = distinct
 
     def prepare(self, workers: int, source: int = 0, sources: int = 1) -> None:
         super().prepare(workers, source, sources)
@@ -139,7 +147,9 @@ class _HeadTailGrouping(BaseGrouping):
 
     def tail_candidates(self, key: str) -> list[int]:
         """H_1(k), H_2(k): PKG's two hash choices."""
-        return [mmh3.hash(key, BASE_SEED + i, False) % self.workers for i in range(TAIL_CHOICES)]
+        if self.distinct:
+            return candidates(key, min(TAIL_CHOICES, self.workers), self.workers, True)
+        return candidates(key, TAIL_CHOICES, self.workers, False)
 
     def head_candidates(self, key: str) -> list[int]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -162,7 +172,7 @@ class _HeadTailGrouping(BaseGrouping):
             w = self.route_head(key, loads)
         else:
             a = mmh3.hash(key, BASE_SEED, False) % self.workers
-            b = mmh3.hash(key, BASE_SEED + 1, False) % self.workers
+            b = second_choice(key, a, self.workers, self.distinct)
             w = b if loads[b] < loads[a] else a
         loads[w] += 1
         return w
@@ -210,8 +220,9 @@ class DChoices(_HeadTailGrouping):
                      "at least 0"),
     }
 
-    def __init__(self, capacity: int | str = 100, theta: float | None = None, eps: float = 1e-4) -> None:
-        super().__init__(capacity=capacity, theta=theta, eps=eps)
+    def __init__(self, capacity: int | str = 100, theta: float | None = None, distinct: bool = True,
+                 eps: float = 1e-4) -> None:
+        super().__init__(capacity=capacity, theta=theta, distinct=distinct, eps=eps)
         self.eps = eps
 
     def prepare(self, workers: int, source: int = 0, sources: int = 1) -> None:
@@ -232,7 +243,7 @@ class DChoices(_HeadTailGrouping):
     def head_candidates(self, key: str) -> list[int]:
         if self.d >= self.workers:
             return list(range(self.workers))
-        return [mmh3.hash(key, BASE_SEED + i, False) % self.workers for i in range(self.d)]
+        return candidates(key, self.d, self.workers, self.distinct)
 
     def route_head(self, key: str, loads: list[int]) -> int:
         if self.d >= self.workers:

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 import mmh3
 
 from keysplit.groupings.base import BaseGrouping, least_loaded
-from keysplit.hashing import BASE_SEED
+from keysplit.hashing import BASE_SEED, second_choice
+from keysplit.specs import Param, boolean
 
 
 class _TableGrouping(BaseGrouping):
@@ -42,10 +43,18 @@ class PowerOfTwoChoices(_TableGrouping):
 
     name = "potc"
     summary = "static power of two choices: first choice per key remembered (no key splitting)"
+    PARAMS = {
+        "distinct": Param(boolean, True, "the two choices are different workers (false: independent hashes, "
+                          "the paper's setting)"),
+    }
+
+    def __init__(self, distinct: bool = True) -> None:
+        super().__init__(distinct=distinct)
+        self.distinct = distinct
 
     def place(self, key: str) -> int:
         a = mmh3.hash(key, BASE_SEED, False) % self.workers
-        b = mmh3.hash(key, BASE_SEED + 1, False) % self.workers
+        b = second_choice(key, a, self.workers, self.distinct) if self.workers > 1 else a
         return b if self.local_loads[b] < self.local_loads[a] else a
 
 

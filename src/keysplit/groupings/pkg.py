@@ -26,8 +26,8 @@ import mmh3
 
 from keysplit.errors import SpecError
 from keysplit.groupings.base import BaseGrouping
-from keysplit.hashing import BASE_SEED
-from keysplit.specs import Param, choice, optional_float
+from keysplit.hashing import BASE_SEED, candidates, second_choice
+from keysplit.specs import Param, boolean, choice, optional_float
 
 
 def next_probe_after(next_probe: float, now: float, interval: float) -> float:
@@ -55,11 +55,15 @@ def next_probe_after(next_probe: float, now: float, interval: float) -> float:
 class PartialKeyGrouping(BaseGrouping):
     """PKG: the least loaded of a key's d hash choices.
 
+With ``distinct=true`` (the default, as Storm's PartialKeyGrouping) the d choices are d different workers
+(:func:`keysplit.hashing.distinct_choices`); ``distinct=false`` is the paper's independent hashes, where a
+key's choices coincide with probability 1/W and such a key is not split at all.
+
     >>> from keysplit.groupings import build_grouping
     >>> [g] = build_grouping("pkg", workers=8)
     >>> first, second = g.choose("the", 0.0), g.choose("the", 0.0)
-    >>> first != second or g.candidates("the")[0] == g.candidates("the")[1]
-    True
+    >>> first != second, len(set(g.candidates("the")))
+    (True, 2)
     """
 
     name = "pkg"
@@ -75,13 +79,17 @@ class PartialKeyGrouping(BaseGrouping):
             choice("share", "total"), "share",
             "a probe sets the estimate to the true loads divided by S (share) or to the true loads (total)",
         ),
+        "distinct": Param(boolean, True, "the d choices are d different workers (false: independent hashes, "
+                          "the paper's setting, which may coincide)"),
     }
 
     def __init__(
-        self, d: int = 2, load: str = "local", probe: float | None = None, probe_scale: str = "share"
+        self, d: int = 2, load: str = "local", probe: float | None = None, probe_scale: str = "share",
+        distinct: bool = True,
     ) -> None:
-        super().__init__(d=d, load=load, probe=probe, probe_scale=probe_scale)
+        super().__init__(d=d, load=load, probe=probe, probe_scale=probe_scale, distinct=distinct)
         self.d = d
+        self.distinct = distinct
         self.probe_interval = probe
         self._probe: Callable[[], Sequence[int]] | None = None
         self._next_probe = probe if probe is not None else float("inf")
@@ -94,6 +102,7 @@ class PartialKeyGrouping(BaseGrouping):
         # d == 2 is the paper's default and the hot path: bind a specialised method.
         if self.d == 2:
             self.choose = self._choose2  # type: ignore[method-assign]
+
 
     @classmethod
     def build(cls, params: Mapping[str, Any], workers: int, sources: int) -> list[BaseGrouping]:
@@ -120,15 +129,15 @@ class PartialKeyGrouping(BaseGrouping):
 
     def candidates(self, key: str) -> list[int]:
         """H_1(k) .. H_d(k); the first is key grouping's choice."""
-        return [mmh3.hash(key, BASE_SEED + i, False) % self.workers for i in range(self.d)]
+        return candidates(key, self.d, self.workers, self.distinct)
 
     def choose(self, key: str, now: float) -> int:
         if now >= self._next_probe:
             self._maybe_probe(now)
         loads = self.local_loads
-        best = mmh3.hash(key, BASE_SEED, False) % self.workers
-        for i in range(1, self.d):
-            c = mmh3.hash(key, BASE_SEED + i, False) % self.workers
+        cands = self.candidates(key)
+        best = cands[0]
+        for c in cands[1:]:
             if loads[c] < loads[best]:
                 best = c
         loads[best] += 1
@@ -139,7 +148,7 @@ class PartialKeyGrouping(BaseGrouping):
             self._maybe_probe(now)
         loads = self.local_loads
         a = mmh3.hash(key, BASE_SEED, False) % self.workers
-        b = mmh3.hash(key, BASE_SEED + 1, False) % self.workers
+        b = second_choice(key, a, self.workers, self.distinct)
         w = b if loads[b] < loads[a] else a
         loads[w] += 1
         return w
