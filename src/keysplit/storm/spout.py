@@ -22,7 +22,7 @@ class RedisStreamSpout(Spout):
         index = component_tasks(context, self.component_name).index(int(self.task_id))
         timeout = float(conf.get("topology.message.timeout.secs", 30))
         self.feed = StreamFeed(
-            client(settings.redis_url), keys, f"spout-{index}",
+            client(settings.redis_connect_url()), keys, f"spout-{index}",
             orphan_idle_ms=int(3 * timeout * 1000), metrics_key=keys.spout(index),
         )
         self.feed.restore()
