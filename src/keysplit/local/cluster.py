@@ -159,6 +159,8 @@ class LocalCluster:
                 context = task_context(self.components, comp, tid, shared)
                 try:
                     self._handshakes[tid] = encode({"conf": cconf, "pidDir": str(pid_dir), "context": context})
+                    if self.log_dir is not None:  # what Storm's worker.log shows of the conf, for inspection
+                        (self.log_dir / f"{comp.name}-{tid}.handshake.json").write_text(self._handshakes[tid][:-5])
                 except (TypeError, ValueError) as exc:
                     shutil.rmtree(self._own_tmp, ignore_errors=True)
                     raise TopologyError(f"the configuration of {comp.name!r} is not JSON-serialisable: {exc}") from None
