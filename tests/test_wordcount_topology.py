@@ -281,16 +281,6 @@ def test_fields_route_gives_exact_totals_and_the_simulators_per_counter_loads(ho
     assert read_counts(conn, RunKeys(summary["run_id"])) == dict(exact_counts(path))
 
 
-def test_direct_route_still_works_on_the_local_runner(home, redis_url, text, capsys):
-    path, _ = text
-    assert main(["simulate", "--dataset", f"text:{path}", "-S", "1", "-W", "3", "-g", "pkg", "--json"]) == 0
-    expected = json.loads(capsys.readouterr().out)["runs"][0]["loads"]
-    assert main(["run", "wordcount", "--grouping", "pkg", "--dataset", f"text:{path}", "-S", "1", "-W", "3",
-                 "-A", "1", "--route", "direct", "--redis", redis_url, "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
-    assert summary["route"] == "direct" and summary["loads"] == expected
-
-
 def test_every_tick_is_acked_and_no_input_is_left_pending(home, redis_url, tmp_path, capsys):
     """Counters and aggregators get a tick a second (--flush 0.2 rounds up to Storm's whole seconds) for a run
     of several seconds; Storm's ShellBolt would keep any unacked one forever. None is left at the end."""
@@ -305,22 +295,28 @@ def test_every_tick_is_acked_and_no_input_is_left_pending(home, redis_url, tmp_p
     assert summary["worker_restarts"] == 0 and summary["task_deaths"] == 0
 
 
-def test_components_receive_no_redis_password(home, redis_url, text, capsys):
-    """The handshake conf of every task (what Storm prints in worker.log and shows in its UI) and every log of
-    the run are free of the Redis password; the components got it from their environment."""
+def test_direct_route_matches_the_simulator_and_components_receive_no_redis_password(home, redis_url, text,
+                                                                                     capsys):
+    """--route direct still works here (Storm < 2.6 only). The handshake conf of every task (what Storm prints in
+    worker.log and shows in its UI) and every log of the run are free of the Redis password; the components
+    got it from their environment."""
     path, _ = text
     password = split_password(redis_url)[1]
     assert password
-    assert main(["run", "wordcount", "--grouping", "kg", "--dataset", f"text:{path}", "-S", "2", "-W", "2",
-                 "-A", "1", "--redis", redis_url, "--json"]) == 0
-    run_id = json.loads(capsys.readouterr().out)["run_id"]
-    logs = home / "logs" / run_id
+    assert main(["simulate", "--dataset", f"text:{path}", "-S", "1", "-W", "3", "-g", "pkg", "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)["runs"][0]["loads"]
+    assert main(["run", "wordcount", "--grouping", "pkg", "--dataset", f"text:{path}", "-S", "1", "-W", "3",
+                 "-A", "1", "--route", "direct", "--redis", redis_url, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["route"] == "direct" and summary["loads"] == expected
+    logs = home / "logs" / summary["run_id"]
     handshakes = sorted(logs.glob("*.handshake.json"))
-    assert len(handshakes) == 1 + 2 + 2 + 1 + 1  # feed, routers, counters, aggregator, topk
+    assert len(handshakes) == 1 + 1 + 3 + 1 + 1  # feed, router, counters, aggregator, topk
     for handshake in handshakes:
         conf = json.loads(handshake.read_text())["conf"]
         assert conf["keysplit.redis_url"].startswith("redis://127.0.0.1:")
         assert conf["keysplit.redis_password_env"] == "KEYSPLIT_REDIS_PASSWORD"
+        assert conf["keysplit.route"] == "direct"
         assert conf["pystorm.log.level"] == "info"  # config.json's local env, as sparse submit sends it
     for log in logs.iterdir():
         assert password not in log.read_text(errors="replace"), log.name
