@@ -146,6 +146,8 @@ def test_a_counter_killed_mid_run_loses_no_word_and_replays_are_reported(home, r
          "W=6 workers is more than the 4 counter tasks"),
         (["--grouping", "pkg:d=5", "--dataset", "zipf:messages=10", "-W", "4"], "exceeds the number of workers"),
         (["--grouping", "pkg:load=global", "--dataset", "zipf:messages=10"], "load=global is the simulator's oracle"),
+        (["--grouping", "pkg", "--dataset", "zipf:messages=10", "--env", "nosuch"],
+         "config.json has no env 'nosuch'"),
         (["--grouping", "pkg", "--dataset", "zipf:messages=10", "--redis", "redis://127.0.0.1:1/0"],
          "cannot reach Redis at redis://127.0.0.1:1/0"),
     ],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from functools import lru_cache
 
 _MASK = 0xFFFFFFFF
 
@@ -30,6 +31,7 @@ def _int32(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
+@lru_cache(maxsize=1 << 16)  # the runner hashes the same words over and over (aggregators' fields grouping)
 def string_hash(text: str) -> int:
     """``java.lang.String.hashCode``: ``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 code units, as int32."""
     h = 0

@@ -98,6 +98,10 @@ def prepare(opts: RunOptions) -> Prepared:
         sources=opts.sources, workers=opts.workers, counter_tasks=counter_tasks, aggregators=opts.aggregators,
         cpu_delay_ms=opts.cpu_delay_ms, flush_secs=opts.flush_secs, top_k=opts.top_k, route=opts.route,
     )
+    if os.path.exists("config.json"):  # the env whose conf the components will get must exist (--env)
+        from keysplit.local.submission import read_env
+
+        read_env("config.json", opts.storm_env)
     dataset = open_dataset(opts.dataset)
     require_records(dataset)
     return Prepared(opts, dataset, grouping, settings)
