@@ -152,7 +152,8 @@ def test_a_counter_killed_mid_run_loses_no_word_and_replays_are_reported(home, r
          "cannot reach Redis at redis://127.0.0.1:1/0"),
     ],
 )
-def test_mistakes_fail_with_one_line_before_anything_starts(args, message, tmp_path, capsys):
+def test_mistakes_fail_with_one_line_before_anything_starts(args, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the project's config.json names the envs --env may choose
     # an unreachable Redis everywhere except the Redis case: the other checks come first
     redis_arg = [] if "--redis" in args else ["--redis", "redis://127.0.0.1:1/0"]
     assert main(["run", "wordcount", *args, *redis_arg]) == 2
