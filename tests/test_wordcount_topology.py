@@ -232,7 +232,8 @@ def test_load_submit_collect_the_cluster_workflow(home, redis_url, text, capsys,
     assert main(["run", "wordcount", "--collect", run_id, "--redis", redis_url, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["run_id"] == run_id and summary["workers"] == 3
-    assert summary["worker_restarts"] is None and summary["task_deaths"] is None, "a cluster run's restarts are unknown"
+    assert summary["worker_restarts"] is None and summary["task_deaths"] is None, "not in Redis: unknown"
+    assert summary["restarts"] == 0, "every component recorded exactly one start"
     assert read_counts(conn, RunKeys(run_id)) == dict(exact_counts(path))
     assert summary["top_k"][0][1] == max(exact_counts(path).values())
 

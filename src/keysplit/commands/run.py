@@ -164,8 +164,9 @@ def print_summary(s: dict) -> None:
     out.write(f"latency (ms): mean {lat['mean']:.1f}  p50 {lat['p50']:.1f}  p95 {lat['p95']:.1f}  "
               f"p99 {lat['p99']:.1f}\n")
     if s.get("worker_restarts") is None and "worker_restarts" in s:
-        out.write(f"replayed lines: {s['replayed']}  worker restarts and task deaths: unknown here (a cluster run: "
-                  "see Storm's UI and worker logs)\n")
+        restarts = "unknown" if s.get("restarts") is None else s["restarts"]
+        out.write(f"replayed lines: {s['replayed']}  task restarts: {restarts}  worker restarts and task deaths: "
+                  "unknown here (a cluster run: see Storm's UI and worker logs)\n")
     else:
         out.write(f"replayed lines: {s['replayed']}  worker restarts: {s.get('worker_restarts', 0)}  task deaths: "
                   f"{s.get('task_deaths', 0)}  task restarts: {s.get('restarts', 0)}  unacked inputs: "

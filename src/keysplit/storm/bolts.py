@@ -34,6 +34,12 @@ def _setup(bolt: Bolt, conf, context) -> tuple[WordCountSettings, RunKeys, int]:
     return settings, RunKeys(settings.run_id), index
 
 
+def record_start(conn, keys: RunKeys, component: str, index: int) -> None:
+    """Count this process start of task ``component[index]``: on a cluster, where the runner's worker and task
+    counters do not exist, the starts beyond one per task are what `--collect` can report as restarts."""
+    conn.hincrby(keys.starts, f"{component}:{index}", 1)
+
+
 class RouterBolt(Bolt):
     """The paper's source: emits each word of a record to the counter task its grouping chooses."""
 
@@ -43,6 +49,7 @@ class RouterBolt(Bolt):
     def initialize(self, conf, context):
         settings, keys, index = _setup(self, conf, context)
         conn = client(settings.redis_connect_url())
+        record_start(conn, keys, self.component_name, index)
         workers = settings.workers
 
         def probe() -> list[int]:  # PKG's periodic probing (L P_T): the counters' true loads
@@ -84,6 +91,7 @@ class CounterBolt(Bolt):
     def initialize(self, conf, context):
         settings, self.keys, self.index = _setup(self, conf, context)
         self.conn = client(settings.redis_connect_url())
+        record_start(self.conn, self.keys, self.component_name, self.index)
         self.delay = settings.cpu_delay_ms / 1000.0
         self.partial = PartialCounts()
         self.busy = 0.0
@@ -141,6 +149,7 @@ class AggregatorBolt(Bolt):
         settings, self.keys, self.index = _setup(self, conf, context)
         self.k = settings.top_k
         self.conn = client(settings.redis_connect_url())
+        record_start(self.conn, self.keys, self.component_name, self.index)
         # after a restart, continue from the stored totals (words of other aggregators only add
         # candidates with their true counts at this moment; the global merge keeps the largest)
         self.totals = Totals({w: int(c) for w, c in self.conn.hgetall(self.keys.counts).items()})
@@ -172,9 +181,10 @@ class TopKBolt(Bolt):
     outputs = []
 
     def initialize(self, conf, context):
-        settings, self.keys, _ = _setup(self, conf, context)
+        settings, self.keys, index = _setup(self, conf, context)
         self.k = settings.top_k
         self.conn = client(settings.redis_connect_url())
+        record_start(self.conn, self.keys, self.component_name, index)
         stored = self.conn.hgetall(self.keys.topk_meta)
         self.lists = {int(k[5:]): json.loads(v) for k, v in stored.items() if k.startswith("list:")}
 

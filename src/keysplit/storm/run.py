@@ -249,9 +249,12 @@ def collect_run(conn: redis.Redis, run_id: str) -> dict[str, Any]:
         raise KeysplitError(f"run {run_id} has not finished: {acked} of {config['lines']} lines acked")
     base = {k: v for k, v in config.items() if not k.startswith("keysplit.")}
     summary = collect(conn, keys, settings, base)
-    # what the cluster went through (worker restarts, task deaths, unacked inputs) is in Storm's UI and logs,
-    # not in Redis: None says "unknown", never a reassuring 0
-    summary.update({"restarts": None, "worker_restarts": None, "task_deaths": None, "unacked_inputs": None})
+    # task restarts are counted by the components themselves (process starts beyond one per task); which
+    # worker went down, which task died first and what was left unacked is in Storm's UI and logs, not in
+    # Redis: None says "unknown", never a reassuring 0
+    starts = [int(n) for n in conn.hgetall(keys.starts).values()]
+    summary.update({"restarts": sum(n - 1 for n in starts) if starts else None, "worker_restarts": None,
+                    "task_deaths": None, "unacked_inputs": None})
     conn.set(keys.summary, json.dumps(summary))
     return summary
 

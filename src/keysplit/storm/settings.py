@@ -29,6 +29,8 @@ from keysplit.errors import KeysplitError
 
 PREFIX = "keysplit."
 ENV_PREFIX = "KEYSPLIT_"
+#: The environment variable ``keysplit run`` gives its components the managed Redis password in.
+PASSWORD_ENV = "KEYSPLIT_REDIS_PASSWORD"
 
 
 @dataclass(frozen=True)
