@@ -197,20 +197,50 @@ def test_killed_task_is_restarted_and_its_tuples_replayed(tmp_path):
         record = RecordBolt.spec(inputs=[numbers], par=2, config={"test.sleep": 0.003})
 
     n = 400
+    # two workers, tasks dealt by task id as Storm's EvenScheduler does: numbers(1) and record[1](3) in worker 0,
+    # record[0](2) alone in worker 1, so killing record[0] leaves the spout running and its trees time out
     conf = {"test.out": str(tmp_path), "test.n": n, "topology.max.spout.pending": 60,
-            "topology.message.timeout.secs": 2}
+            "topology.message.timeout.secs": 2, "topology.workers": 2}
     with LocalCluster(T, conf, cwd=str(ROOT), env={"PYTHONPATH": str(TESTS)}) as cluster:
         assert cluster.run_until(lambda: len(acked(tmp_path)) >= 100, timeout=30, poll=0.02)
         old_pid = cluster.stats()["record"]["tasks"][cluster.task_ids("record")[0]]["pid"]
         cluster.kill_task("record", 0)
         assert cluster.run_until(lambda: len(acked(tmp_path)) >= n, timeout=60, poll=0.05)
         stats = cluster.stats()
+        summary = cluster.summary()
     task = stats["record"]["tasks"][cluster.task_ids("record")[0]]
     assert task["restarts"] == 1 and task["pid"] != old_pid, "the supervisor restarted the killed task"
+    assert stats["record"]["tasks"][cluster.task_ids("record")[1]]["restarts"] == 0, "the other worker kept running"
+    assert stats["numbers"]["restarts"] == 0
+    assert summary["worker_restarts"] == 1 and summary["task_deaths"] == 1 and summary["workers"] == 2
     assert stats["numbers"]["timed_out"] > 0, "tuples in flight through the dead task timed out"
     fails = [i for event, i, _ in spout_events(tmp_path) if event == "fail"]
     assert fails and len(fails) == stats["numbers"]["timed_out"] + stats["numbers"]["failed"]
     assert_all_acked_once(tmp_path, n)  # ... and were replayed by the spout until acked
+
+
+def test_a_dying_task_takes_its_whole_worker_down_and_the_worker_restarts(tmp_path):
+    """One worker (Storm's default topology.workers): a killed bolt takes the spout and the other bolt with it,
+    as ShellBolt.die's System.exit halts the JVM; the supervisor restarts all three once."""
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+        record = RecordBolt.spec(inputs=[numbers], par=2)
+
+    conf = {"test.out": str(tmp_path), "test.n": 100000, "keysplit.local.restart.delay.secs": 0.2}
+    with LocalCluster(T, conf, cwd=str(ROOT), env={"PYTHONPATH": str(TESTS)}) as cluster:
+        assert cluster.run_until(lambda: len(acked(tmp_path)) >= 20, timeout=30, poll=0.02)
+        pids = {tid: c["pid"] for comp in ("numbers", "record") for tid, c in cluster.stats()[comp]["tasks"].items()}
+        cluster.kill_task("record", 1)
+        assert cluster.run_until(lambda: all(t.ready for t in cluster.tasks.values())
+                                 and cluster.summary()["worker_restarts"] == 1, timeout=30, poll=0.05)
+        stats = cluster.stats()
+        summary = cluster.summary()
+    after = {tid: c["pid"] for comp in ("numbers", "record") for tid, c in stats[comp]["tasks"].items()}
+    assert all(after[t] != pids[t] for t in pids), "every task of the worker is a new process"
+    assert stats["numbers"]["restarts"] == 1 and stats["record"]["restarts"] == 2
+    assert summary == {"workers": 1, "worker_restarts": 1, "task_deaths": 1, "task_restarts": 3,
+                       "unacked_inputs": summary["unacked_inputs"]}
+    assert stats["record"]["deaths"] == 1 and stats["numbers"]["deaths"] == 0
 
 
 def test_crashing_bolt_fails_its_tuple_reports_the_error_and_restarts(tmp_path):
@@ -220,7 +250,9 @@ def test_crashing_bolt_fails_its_tuple_reports_the_error_and_restarts(tmp_path):
         record = RecordBolt.spec(inputs=[crashy], par=1)
 
     n = 150
-    stats, cluster = run(T, tmp_path, n, **{"topology.message.timeout.secs": 2, "topology.max.spout.pending": 20})
+    # one worker per task (3 workers, dealt by task id): the crash takes down crashy's worker only
+    stats, cluster = run(T, tmp_path, n, **{"topology.message.timeout.secs": 2, "topology.max.spout.pending": 20,
+                                            "topology.workers": 3})
     assert_all_acked_once(tmp_path, n)
     assert stats["crashy"]["restarts"] == 1 and stats["crashy"]["errors"] == 1
     assert any("deliberate crash on tuple 50" in msg for _, _, msg in cluster.errors)
@@ -236,7 +268,7 @@ def test_hung_bolt_misses_heartbeats_and_is_restarted(tmp_path):
 
     n = 100
     stats, _ = run(T, tmp_path, n, timeout=40, **{"topology.message.timeout.secs": 3,
-                                                  "topology.max.spout.pending": 10})
+                                                  "topology.max.spout.pending": 10, "topology.workers": 2})
     assert (tmp_path / "hung").exists()
     assert stats["record"]["restarts"] == 1, "killed for missing heartbeats, then restarted"
     assert stats["numbers"]["timed_out"] >= 1

@@ -22,6 +22,7 @@ from keysplit import redis_server
 from keysplit.cli import main
 from keysplit.storm.keys import RUNS, RunKeys
 from keysplit.storm.run import RunOptions, prepare, read_counts, run_wordcount
+from keysplit.storm.settings import split_password
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCABULARY = [f"w{i}" for i in range(1, 151)]
@@ -145,11 +146,14 @@ def test_a_counter_killed_mid_run_loses_no_word_and_replays_are_reported(home, r
          "W=6 workers is more than the 4 counter tasks"),
         (["--grouping", "pkg:d=5", "--dataset", "zipf:messages=10", "-W", "4"], "exceeds the number of workers"),
         (["--grouping", "pkg:load=global", "--dataset", "zipf:messages=10"], "load=global is the simulator's oracle"),
+        (["--grouping", "pkg", "--dataset", "zipf:messages=10", "--env", "nosuch"],
+         "config.json has no env 'nosuch'"),
         (["--grouping", "pkg", "--dataset", "zipf:messages=10", "--redis", "redis://127.0.0.1:1/0"],
          "cannot reach Redis at redis://127.0.0.1:1/0"),
     ],
 )
-def test_mistakes_fail_with_one_line_before_anything_starts(args, message, tmp_path, capsys):
+def test_mistakes_fail_with_one_line_before_anything_starts(args, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the project's config.json names the envs --env may choose
     # an unreachable Redis everywhere except the Redis case: the other checks come first
     redis_arg = [] if "--redis" in args else ["--redis", "redis://127.0.0.1:1/0"]
     assert main(["run", "wordcount", *args, *redis_arg]) == 2
@@ -176,7 +180,10 @@ topo = StormTopology(); topo.read(TBinaryProtocol(TMemoryBuffer(buf.getvalue()))
 print(json.dumps({"grouping": opts["keysplit.grouping"], "workers": opts["keysplit.workers"],
     "pending": opts["topology.max.spout.pending"], "venv": opts["topology.python.path"],
     "par": {n: b.common.parallelism_hint for n, b in topo.bolts.items()},
-    "direct": topo.bolts["router"].common.streams["words"].direct,
+    "direct": {n: st.direct for n, st in topo.bolts["router"].common.streams.items()},
+    "counter_inputs": sorted((g.componentId, g.streamId, str(gr.fields))
+                             for g, gr in topo.bolts["counter"].common.inputs.items()),
+    "route": opts["keysplit.route"],
     "script": topo.bolts["counter"].bolt_object.shell.script}))
 """
     env = {**os.environ, "KEYSPLIT_SOURCES": "4", "KEYSPLIT_WORKERS": "6", "KEYSPLIT_AGGREGATORS": "3"}
@@ -185,12 +192,13 @@ print(json.dumps({"grouping": opts["keysplit.grouping"], "workers": opts["keyspl
     facts = json.loads(result.stdout.strip().splitlines()[-1])
     assert facts["grouping"] == "dkg" and facts["workers"] == 6 and facts["pending"] == 1000
     assert facts["par"] == {"router": 4, "counter": 6, "aggregator": 3, "topk": 1}
-    assert facts["direct"] is True
+    assert facts["direct"] == {"words": False, "words_direct": True} and facts["route"] == "fields"
+    assert facts["counter_inputs"] == [["router", "words", "['route']"], ["router", "words_direct", "None"]]
     assert facts["script"] == "keysplit.storm.bolts.CounterBolt"
     assert facts["venv"] == "/data/virtualenvs/wordcount/bin/python"
 
 
-def test_load_submit_collect_the_cluster_workflow(home, redis_url, text, capsys):
+def test_load_submit_collect_the_cluster_workflow(home, redis_url, text, capsys, tmp_path):
     """`keysplit run --load-only`, then the topology file `sparse submit` deploys (here run by the local
     runner with the conf `-o` would give), then `keysplit run --collect`: exact totals again."""
     from keysplit.local import LocalCluster
@@ -211,7 +219,12 @@ def test_load_submit_collect_the_cluster_workflow(home, redis_url, text, capsys)
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     topology = namespace["WordCount"]
-    conf = {**topology.config, "keysplit.run_id": run_id, "keysplit.redis_url": redis_url}
+    # the password travels in a file on the workers, never in the conf (-o)
+    url, password = split_password(redis_url)
+    secret = tmp_path / "redis.pass"
+    secret.write_text(password)
+    conf = {**topology.config, "keysplit.run_id": run_id, "keysplit.redis_url": url,
+            "keysplit.redis_password_file": str(secret)}
     conn = redis_server.connect(redis_url)
     with LocalCluster(topology, conf, cwd=str(ROOT)) as cluster:
         cluster.start()
@@ -219,6 +232,8 @@ def test_load_submit_collect_the_cluster_workflow(home, redis_url, text, capsys)
     assert main(["run", "wordcount", "--collect", run_id, "--redis", redis_url, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["run_id"] == run_id and summary["workers"] == 3
+    assert summary["worker_restarts"] is None and summary["task_deaths"] is None, "not in Redis: unknown"
+    assert summary["restarts"] == 0, "every component recorded exactly one start"
     assert read_counts(conn, RunKeys(run_id)) == dict(exact_counts(path))
     assert summary["top_k"][0][1] == max(exact_counts(path).values())
 
@@ -243,3 +258,69 @@ def test_gedik_routers_follow_one_leader_and_the_summary_reports_its_rebuilds(ho
     assert summary["replayed"] == 0
     print_summary(summary)
     assert f"grouping stats: rebuilds {stats['rebuilds']}, " in capsys.readouterr().out
+
+
+# S=1: one router sees every word in dataset order, as the simulator's single source does; the time-driven
+# parts of dkg, fish and gedik are pushed past the run (warmup, interval, period of 1000 s) so wall clock and
+# event time cannot differ in what they trigger.
+ROUTE_GROUPINGS = ["kg", "pkg", "dkg:warmup=1000,check_interval=1000", "fish:interval=1000",
+                   "gedik:period=1000"]
+
+
+@pytest.mark.parametrize("grouping", ROUTE_GROUPINGS)
+def test_fields_route_gives_exact_totals_and_the_simulators_per_counter_loads(home, redis_url, text, grouping,
+                                                                               capsys):
+    """`keysplit run --route fields`: Storm's fields grouping (Java hash, as the local runner computes it)
+    delivers every word to the counter task the grouping chose, so each counter's load is the simulator's."""
+    path, _ = text
+    assert main(["simulate", "--dataset", f"text:{path}", "-S", "1", "-W", "4", "-g", grouping, "--json",
+                 "--engine", "reference"]) == 0
+    expected = json.loads(capsys.readouterr().out)["runs"][0]["loads"]
+    assert main(["run", "wordcount", "--grouping", grouping, "--dataset", f"text:{path}", "-S", "1", "-W", "4",
+                 "--counter-tasks", "5", "-A", "2", "--route", "fields", "--redis", redis_url, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["route"] == "fields"
+    assert summary["loads"] == [*expected, 0], "counter task 5 exists but the grouping never chose it"
+    conn = redis_server.connect(redis_url)
+    assert read_counts(conn, RunKeys(summary["run_id"])) == dict(exact_counts(path))
+
+
+def test_every_tick_is_acked_and_no_input_is_left_pending(home, redis_url, tmp_path, capsys):
+    """Counters and aggregators get a tick a second (--flush 0.2 rounds up to Storm's whole seconds) for a run
+    of several seconds; Storm's ShellBolt would keep any unacked one forever. None is left at the end."""
+    path = tmp_path / "ticks.txt"
+    write_text(path, 200, seed=3)
+    assert main(["run", "wordcount", "--grouping", "pkg", "--dataset", f"text:{path}", "-S", "2", "-W", "2",
+                 "-A", "2", "--flush", "0.2", "--cpu-delay", "4", "--max-pending", "20", "--redis", redis_url,
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["duration_s"] > 3, "long enough for several ticks per bolt task"
+    assert summary["unacked_inputs"] == 0
+    assert summary["worker_restarts"] == 0 and summary["task_deaths"] == 0
+
+
+def test_direct_route_matches_the_simulator_and_components_receive_no_redis_password(home, redis_url, text,
+                                                                                     capsys):
+    """--route direct still works here (Storm < 2.6 only). The handshake conf of every task (what Storm prints in
+    worker.log and shows in its UI) and every log of the run are free of the Redis password; the components
+    got it from their environment."""
+    path, _ = text
+    password = split_password(redis_url)[1]
+    assert password
+    assert main(["simulate", "--dataset", f"text:{path}", "-S", "1", "-W", "3", "-g", "pkg", "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)["runs"][0]["loads"]
+    assert main(["run", "wordcount", "--grouping", "pkg", "--dataset", f"text:{path}", "-S", "1", "-W", "3",
+                 "-A", "1", "--route", "direct", "--redis", redis_url, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["route"] == "direct" and summary["loads"] == expected
+    logs = home / "logs" / summary["run_id"]
+    handshakes = sorted(logs.glob("*.handshake.json"))
+    assert len(handshakes) == 1 + 1 + 3 + 1 + 1  # feed, router, counters, aggregator, topk
+    for handshake in handshakes:
+        conf = json.loads(handshake.read_text())["conf"]
+        assert conf["keysplit.redis_url"].startswith("redis://127.0.0.1:")
+        assert conf["keysplit.redis_password_env"] == "KEYSPLIT_REDIS_PASSWORD"
+        assert conf["keysplit.route"] == "direct"
+        assert conf["pystorm.log.level"] == "info"  # config.json's local env, as sparse submit sends it
+    for log in logs.iterdir():
+        assert password not in log.read_text(errors="replace"), log.name

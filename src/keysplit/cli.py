@@ -22,6 +22,7 @@ COMMANDS = (
     "simulate",
     "datasets",
     "run",
+    "jar",
     "replay",
     "compare",
     "partition",

@@ -75,6 +75,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--counts-out", metavar="FILE", help="also write the final totals as word<TAB>count lines")
     p.add_argument("--kill-counter-at", type=fraction, metavar="FRACTION",
                    help="fault injection: kill -9 the first counter once this fraction of lines is acked")
+    p.add_argument("--route", choices=["fields", "direct"], default="fields",
+                   help="how the router reaches the counter task the grouping chose (keysplit.route): fields "
+                   "(default; works on every Storm release) or direct (direct emits; Storm < 2.6 only)")
+    p.add_argument("--env", default="local", metavar="NAME",
+                   help="config.json env (in the working directory) whose options and log settings the components "
+                   "receive, as `sparse submit -e NAME` sends them (default local)")
+    p.add_argument("--worker-processes", type=positive_int, default=1, metavar="N",
+                   help="topology.workers: worker processes the tasks are spread over; a task that dies takes "
+                   "its worker's other tasks down with it, as on Storm (default 1)")
     p.add_argument("--load-only", action="store_true",
                    help="only load the dataset into the run's feed and print the run id (for `sparse submit`)")
     p.add_argument("--collect", metavar="RUN_ID",
@@ -95,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
         counter_tasks=args.counter_tasks, aggregators=args.aggregators, spouts=args.spouts,
         cpu_delay_ms=args.cpu_delay, flush_secs=args.flush, max_pending=args.max_pending,
         message_timeout=args.message_timeout, top_k=args.top, timeout=args.timeout, run_id=args.run_id,
-        kill_counter_at=args.kill_counter_at,
+        kill_counter_at=args.kill_counter_at, route=args.route, storm_env=args.env,
+        worker_processes=args.worker_processes,
     )
     prepared = prepare(opts)  # every check that needs no server, before anything starts
     if args.counts_out:
@@ -153,7 +163,14 @@ def print_summary(s: dict) -> None:
               f"over {s['duration_s']:.1f} s\n")
     out.write(f"latency (ms): mean {lat['mean']:.1f}  p50 {lat['p50']:.1f}  p95 {lat['p95']:.1f}  "
               f"p99 {lat['p99']:.1f}\n")
-    out.write(f"replayed lines: {s['replayed']}  task restarts: {s.get('restarts', 0)}\n")
+    if s.get("worker_restarts") is None and "worker_restarts" in s:
+        restarts = "unknown" if s.get("restarts") is None else s["restarts"]
+        out.write(f"replayed lines: {s['replayed']}  task restarts: {restarts}  worker restarts and task deaths: "
+                  "unknown here (a cluster run: see Storm's UI and worker logs)\n")
+    else:
+        out.write(f"replayed lines: {s['replayed']}  worker restarts: {s.get('worker_restarts', 0)}  task deaths: "
+                  f"{s.get('task_deaths', 0)}  task restarts: {s.get('restarts', 0)}  unacked inputs: "
+                  f"{s.get('unacked_inputs', 0)}\n")
     out.write(f"imbalance I(m)/m: {s['final_imbalance_fraction']:.4f}  load std-dev: {s['load_stddev']:.2f}%  "
               f"dist_cost (memory vs KG): {s['dist_cost']:.2f}\n")
     if s.get("grouping_stats"):

@@ -1,9 +1,9 @@
 """Run a streamparse topology on one machine over Storm's real multi-lang protocol.
 
-Storm cannot be installed here, so :class:`LocalCluster` plays Nimbus, the supervisor and the worker for
+Storm cannot be installed here, so :class:`LocalCluster` plays Nimbus, the supervisor and the workers for
 one topology: it starts one OS process per task, each running the component exactly as Storm would
-(``streamparse_run module.Class``, i.e. ``python -m streamparse.run``), and talks Storm's multi-lang JSON
-protocol with it over stdin/stdout.
+(``streamparse_run module.Class``, i.e. ``python -m streamparse.run``, in the jar's ``resources/`` tree), and
+talks Storm's multi-lang JSON protocol with it over stdin/stdout.
 
 >>> from keysplit.local import LocalCluster, TopologyError
 
@@ -12,13 +12,15 @@ Typical use (``MyTopology`` is a ``streamparse.Topology`` subclass)::
     with LocalCluster(MyTopology, {"topology.max.spout.pending": 1000}, cwd=project_root,
                       log_dir="logs/run-1") as cluster:
         done = cluster.run_until(lambda: cluster.stats()["spout"]["acked"] >= n, timeout=600)
-        cluster.kill_task("counter", 0)        # SIGKILL; restarted like Storm's supervisor would
+        cluster.kill_task("counter", 0)        # SIGKILL: its worker goes down and restarts, as on Storm
         print(cluster.stats()["spout"]["timed_out"])
 
 Modules: :mod:`.protocol` (wire codec), :mod:`.topology` (reading ``Topology.specs``, task numbering,
 handshake context), :mod:`.routing` (shuffle, fields, global, all, direct groupings and Storm's direct
-errors), :mod:`.acker` (XOR ledgers, message timeout), :mod:`.task` (a task's process and queues),
-:mod:`.cluster` (the event loop and the supervisor).
+errors), :mod:`.javahash` (Java's ``hashCode``, Storm's fields-grouping index), :mod:`.acker` (XOR ledgers,
+message timeout), :mod:`.task` (a task's process and queues), :mod:`.submission` (the jar's ``resources/``
+tree and the conf ``sparse submit`` sends), :mod:`.cluster` (the event loop, worker processes and the
+supervisor).
 """
 
 from .cluster import LocalCluster

@@ -1,11 +1,28 @@
 """``LocalCluster``: a streamparse topology on one machine, over Storm's multi-lang protocol.
 
 One OS subprocess per task runs the component exactly as a Storm supervisor would (``streamparse_run
-module.Class`` i.e. ``python -m streamparse.run``), talking JSON over its stdin/stdout. A single-threaded
-event loop (``selectors``) plays the Storm worker's part for every task at once: the handshake, the spout
-loop (``next``/``ack``/``fail`` and their ``sync``), bolt input queues, stream groupings, the acker
-(:mod:`.acker`), tick and heartbeat tuples, logging, and a supervisor that restarts a task whose process
-dies. The loop runs only inside :meth:`LocalCluster.start` and :meth:`LocalCluster.run_until`, so the
+module.Class`` i.e. ``python -m streamparse.run``), in a copy of the topology jar's ``resources/`` tree, with
+the handshake conf the caller gives (``submission.submit_conf`` builds what ``sparse submit`` sends), talking
+JSON over its stdin/stdout. A single-threaded event loop (``selectors``) plays the Storm worker's part for
+every task at once: the handshake, the spout loop (``next``/``ack``/``fail`` and their ``sync``), bolt input
+queues, stream groupings, the acker (:mod:`.acker`), tick and heartbeat tuples, logging, and the supervisor.
+
+Tasks belong to ``topology.workers`` worker processes (default 1), spread over them as Storm's default
+scheduler does: executors sorted by task id, the i-th to worker ``i mod workers`` (apache/storm
+``storm-server/.../scheduler/EvenScheduler.java`` ``scheduleTopology``; on a cluster the acker and event-logger
+executors take places in that rotation too). When a task's process dies, its worker dies with it: Storm's
+``ShellBolt.die`` / ``ShellSpout.die`` call ``System.exit`` (apache/storm ``task/ShellBolt.java``,
+``spout/ShellSpout.java``), so every other task of that JVM goes down and loses its in-memory state; the
+supervisor restarts the worker, i.e. all its tasks, after ``keysplit.local.restart.delay.secs``. There is no
+per-task restart mode: Storm has none, and a mode that keeps the other tasks' state would hide exactly the
+losses a topology must survive.
+
+Every input delivered to a bolt (tick tuples included, heartbeats not) stays pending until the bolt acks or
+fails it, as in ``ShellBolt._inputs``; acking or failing an id twice or anchoring to one that is no longer
+pending is a fatal error there ("Acked a non-existent or already acked/failed id"), so it kills the task
+(and its worker) here. :meth:`LocalCluster.summary` reports the inputs left pending.
+
+The loop runs only inside :meth:`LocalCluster.start` and :meth:`LocalCluster.run_until`, so the
 caller's predicate (and :meth:`LocalCluster.kill_task`) run between events without any locking.
 """
 
@@ -26,9 +43,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from keysplit.errors import KeysplitError
+
 from .acker import Acker, RootRecord
 from .protocol import ACTIVATE, NEXT, encode, encode_spout_command, encode_tuple, tuple_prefix
 from .routing import RoutingError, routers_for_task
+from .submission import build_resources
 from .task import COUNTERS, READ_SIZE, TaskProcess
 from .topology import STORM_DEFAULTS, TopologyError, build_context, component_conf, read_topology, task_context
 
@@ -42,7 +62,7 @@ _LEVEL_NAMES = {0: "TRACE", 1: "DEBUG", 2: "INFO", 3: "WARN", 4: "ERROR"}
 RUNNER_DEFAULTS: dict[str, Any] = {
     # seconds between heartbeat tuples to each bolt (Storm's ShellBolt sends one a second); 0 disables
     "keysplit.local.heartbeat.secs": 1.0,
-    # seconds a crashed task stays down before the supervisor restarts it
+    # seconds a crashed worker stays down before the supervisor restarts it (with all its tasks)
     "keysplit.local.restart.delay.secs": 0.5,
     # seconds a task may take to answer the handshake
     "keysplit.local.startup.timeout.secs": 60.0,
@@ -61,6 +81,7 @@ RUNNER_DEFAULTS: dict[str, Any] = {
 _NUMERIC = {"topology.message.timeout.secs": False, "topology.max.spout.pending": True,
             "topology.tick.tuple.freq.secs": True, "topology.acker.executors": True,
             "topology.sleep.spout.wait.strategy.time.ms": False, "topology.subprocess.timeout.secs": True,
+            "topology.workers": True,
             **{key: False for key in RUNNER_DEFAULTS}}
 
 
@@ -83,13 +104,17 @@ class LocalCluster:
 
     ``conf`` is the Storm configuration (overriding the topology class's ``config``); per-component
     ``config`` given to ``Component.spec(config=...)`` overrides it for that component. ``cwd`` is the
-    project root: component processes run there, with ``cwd/src`` and ``cwd`` on ``PYTHONPATH`` (what a
-    streamparse jar's ``resources/`` gives them on Storm). ``env`` adds environment variables; a
-    ``PYTHONPATH`` in it is appended to those two.
+    project root. Component processes run, as on a supervisor, in a resources folder laid out like the
+    topology jar's ``resources/``: ``resources`` if given, else a copy of ``cwd/src`` made as ``sparse jar``
+    makes it (:func:`.submission.build_resources`). That folder is first on their ``PYTHONPATH``:
+    ``streamparse.run`` appends it to ``sys.path``, and on a worker whose Python has no keysplit that is
+    where keysplit comes from; here it must also win over the development install, so a file missing from
+    the jar fails here too. ``env`` adds environment variables (the workers' environment); a ``PYTHONPATH``
+    in it is appended.
     """
 
     def __init__(self, topology_class: Any, conf: dict | None = None, *, cwd: str, python: str = sys.executable,
-                 log_dir: str | None = None, env: dict | None = None) -> None:
+                 log_dir: str | None = None, env: dict | None = None, resources: str | None = None) -> None:
         self.topology_class = topology_class
         self.components = read_topology(topology_class, python)
         name = getattr(topology_class, "__name__", "topology")
@@ -101,6 +126,13 @@ class LocalCluster:
         self.cwd = str(cwd)
         self.python = python
         self._own_tmp = tempfile.mkdtemp(prefix="keysplit-local-")
+        if resources is None:
+            try:
+                resources = str(build_resources(Path(self._own_tmp) / "resources", Path(self.cwd) / "src"))
+            except KeysplitError:
+                shutil.rmtree(self._own_tmp, ignore_errors=True)
+                raise
+        self.resources = str(resources)
         self.log_dir = Path(log_dir) if log_dir else None
         if self.log_dir:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -110,6 +142,10 @@ class LocalCluster:
         self.acker = Acker(seed)
         self.acking = base.get("topology.acker.executors") != 0
         self.tasks: dict[int, TaskProcess] = {}
+        workers = base.get("topology.workers")
+        self.n_workers = max(1, int(workers)) if workers else 1
+        self.worker_restarts = 0
+        self._workers_down: set[int] = set()
         shared = build_context(self.components)
         self._handshakes: dict[int, str] = {}
         for comp in self.components.values():
@@ -123,9 +159,14 @@ class LocalCluster:
                 context = task_context(self.components, comp, tid, shared)
                 try:
                     self._handshakes[tid] = encode({"conf": cconf, "pidDir": str(pid_dir), "context": context})
+                    if self.log_dir is not None:  # what Storm's worker.log shows of the conf, for inspection
+                        (self.log_dir / f"{comp.name}-{tid}.handshake.json").write_text(self._handshakes[tid][:-5])
                 except (TypeError, ValueError) as exc:
                     shutil.rmtree(self._own_tmp, ignore_errors=True)
                     raise TopologyError(f"the configuration of {comp.name!r} is not JSON-serialisable: {exc}") from None
+        # EvenScheduler: executors (one task each here) sorted by task id, dealt round-robin to the worker slots
+        for i, tid in enumerate(sorted(self.tasks)):
+            self.tasks[tid].worker = i % self.n_workers
         self.spouts = [t for t in self.tasks.values() if t.is_spout]
         self.bolts = [t for t in self.tasks.values() if not t.is_spout]
         self._sel = selectors.DefaultSelector()
@@ -138,6 +179,7 @@ class LocalCluster:
         self._closed = False
         self._next_heartbeat = 0.0
         self._ticks: list[tuple[list[TaskProcess], float, list[float]]] = []
+        self._quiet = False  # quiesce(): no more ticks or spout "next"
         self._warned_drop: set[tuple[int, str]] = set()
         self._timeouts = {c.name: float(component_conf(base, c)["topology.message.timeout.secs"])
                           for c in self.components.values()}
@@ -209,7 +251,8 @@ class LocalCluster:
             self._step(min(next_check, end) - now)
 
     def kill_task(self, component: str, index: int = 0) -> int:
-        """SIGKILL task ``index`` of ``component`` (its pid is returned); the supervisor restarts it."""
+        """SIGKILL task ``index`` of ``component`` (its pid is returned); its worker goes down with it and
+        the supervisor restarts the worker."""
         task = self._task(component, index)
         if not task.alive or task.proc is None:
             raise TopologyError(f"task {component}[{index}] is not running")
@@ -231,16 +274,35 @@ class LocalCluster:
         ``fail`` sent to the spout), ``timed_out`` (spout trees failed by the message timeout; each is a
         ``fail`` sent to the spout, hence a replay for a reliable spout), ``dropped`` (tuples lost because
         the target task was down or, for direct emits, not a subscriber), ``errors`` (``error`` commands),
-        ``restarts``, ``pending`` (pending trees, spouts) and ``queued`` (input backlog, bolts).
+        ``restarts`` (process starts after the first), ``deaths`` (the task's own process died: crash, kill,
+        heartbeat timeout; not counting being taken down with its worker), ``unacked`` (inputs delivered and
+        neither acked nor failed), ``pending`` (pending trees, spouts) and ``queued`` (input backlog, bolts).
         """
         out: dict[str, dict[str, Any]] = {}
         for comp in self.components.values():
             per_task = {tid: self.tasks[tid].counters() for tid in comp.task_ids}
-            totals: dict[str, Any] = {k: sum(c[k] for c in per_task.values()) for k in (*COUNTERS, "pending", "queued")}
+            totals: dict[str, Any] = {k: sum(c[k] for c in per_task.values())
+                                      for k in (*COUNTERS, "pending", "queued", "unacked")}
             totals["tasks"] = per_task
             totals["kind"] = "spout" if comp.is_spout else "bolt"
             out[comp.name] = totals
         return out
+
+    def summary(self) -> dict[str, Any]:
+        """What the run went through: ``workers`` (``topology.workers``), ``worker_restarts``,
+        ``task_deaths`` (processes that died themselves), ``task_restarts`` and ``unacked_inputs`` (inputs of
+        every bolt task delivered and neither acked nor failed: what Storm's ShellBolt would still hold)."""
+        tasks = self.tasks.values()
+        return {"workers": self.n_workers, "worker_restarts": self.worker_restarts,
+                "task_deaths": sum(t.deaths for t in tasks), "task_restarts": sum(t.restarts for t in tasks),
+                "unacked_inputs": sum(len(t.inputs) for t in tasks)}
+
+    def quiesce(self, timeout: float = 5.0) -> bool:
+        """Stop ticks and spout ``next`` calls, and run until every bolt has answered every input it was given
+        (True) or ``timeout`` passes (False): what is still unacked afterwards, the bolts never acked."""
+        self._quiet = True
+        return self.run_until(lambda: all(not t.queue and not t.inputs for t in self.bolts if t.alive),
+                              timeout, poll=0.05)
 
     def shutdown(self) -> None:
         """Stop every task (EOF on stdin, then SIGKILL after a grace period) and remove temporary files."""
@@ -282,7 +344,7 @@ class LocalCluster:
     # ---- internals: processes ----------------------------------------------------------------------
     def _child_env(self, extra: dict) -> dict[str, str]:
         env = dict(os.environ)
-        paths = [p for p in (os.path.join(self.cwd, "src"), self.cwd) if os.path.isdir(p)]
+        paths = [self.resources]
         user = extra.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
         env.update({k: str(v) for k, v in extra.items()})
         env["PYTHONPATH"] = os.pathsep.join([*paths, *([user] if user else [])])
@@ -298,7 +360,7 @@ class LocalCluster:
     def _spawn(self, task: TaskProcess, now: float) -> None:
         stderr = self._stderr_dir / f"{task.name}-{task.task_id}.stderr"
         try:
-            task.spawn(self.cwd, self.env, stderr, self._handshakes[task.task_id], now)
+            task.spawn(self.resources, self.env, stderr, self._handshakes[task.task_id], now)
         except OSError as exc:
             raise TopologyError(f"cannot start {task.name}[{task.index}] ({' '.join(task.component.argv)}): "
                                 f"{exc}") from exc
@@ -322,10 +384,20 @@ class LocalCluster:
         return TopologyError(f"component {task.name!r} ({task.component.class_path}) task {task.task_id} exited "
                              f"during startup with code {code}: {last}{self._stderr_note(task)}", tail)
 
-    def _on_death(self, task: TaskProcess, now: float) -> None:
-        """A task's process died (crash, SIGKILL, broken pipe): clean up and schedule its restart."""
+    def _die(self, task: TaskProcess, reason: str) -> None:
+        """A fatal error in Storm's ShellBolt/ShellSpout for this task: its worker halts (``System.exit``)."""
+        log.error("task %s[%d] (id %d): %s; halting its worker (as Storm's ShellBolt.die does)",
+                  task.name, task.index, task.task_id, reason)
+        self.errors.append((task.name, task.task_id, reason))
+        self._on_death(task, time.monotonic())
+
+    def _on_death(self, task: TaskProcess, now: float, taken_down: bool = False) -> None:
+        """A task's process died (crash, SIGKILL, broken pipe): its worker goes down with every other task it
+        runs, and the whole worker restarts after the restart delay (``taken_down``: one of those others)."""
         if not task.alive:
             return
+        if not taken_down:
+            task.deaths += 1
         self._unregister(task)
         code = task.close(kill=True)
         if not self._started or not self.started_at:
@@ -337,15 +409,22 @@ class LocalCluster:
         task.urgent = []
         task.wbuf = None
         task.inflight.clear()
+        task.inputs.clear()  # the worker's ShellBolt and its pending inputs are gone
         dropped_trees = self.acker.drop_spout(task) if task.is_spout else 0
         self._dirty.discard(task)
         tail = task.stderr_tail(5)
-        log.warning("task %s[%d] (id %d, pid %s) died with code %s; %d tuples in flight lost, %d spout trees "
-                    "forgotten; restarting in %.1f s%s", task.name, task.index, task.task_id, task.pid, code, lost,
-                    dropped_trees, self.conf["keysplit.local.restart.delay.secs"],
+        log.warning("task %s[%d] (id %d, pid %s, worker %d) %s with code %s; %d tuples in flight lost, %d spout "
+                    "trees forgotten; restarting in %.1f s%s", task.name, task.index, task.task_id, task.pid,
+                    task.worker, "went down with its worker" if taken_down else "died", code, lost, dropped_trees,
+                    self.conf["keysplit.local.restart.delay.secs"],
                     f"\n{tail}" if code not in (None, 0, -9) and tail else "")
         task.restart_at = now + float(self.conf["keysplit.local.restart.delay.secs"])
         self._down.add(task)
+        if task.worker not in self._workers_down:
+            self._workers_down.add(task.worker)
+            for other in self.tasks.values():
+                if other.worker == task.worker and other.alive:
+                    self._on_death(other, now, taken_down=True)
 
     # ---- internals: the event loop -----------------------------------------------------------------
     def _heartbeat_secs(self) -> float:
@@ -392,19 +471,25 @@ class LocalCluster:
         """Restarts, heartbeats, ticks, message timeouts and spout ``next``; returns the next wake time."""
         wake = now + 1.0
         if self._down:
-            for task in list(self._down):
+            for task in sorted(self._down, key=lambda t: t.task_id):  # deterministic restart order
                 if task.alive and task.ready:
                     self._down.discard(task)
                 elif task.restart_at is not None:
                     if now >= task.restart_at:
+                        if task.worker in self._workers_down:  # the supervisor relaunches the worker once
+                            self._workers_down.discard(task.worker)
+                            self.worker_restarts += 1
                         task.restarts += 1
                         if task.restarts > int(self.conf["keysplit.local.max.restarts"]):
-                            tail = task.stderr_tail()
+                            # name the task of this worker that keeps dying, not one taken down with it
+                            bad = max((t for t in self.tasks.values() if t.worker == task.worker),
+                                      key=lambda t: t.deaths)
+                            tail = bad.stderr_tail()
                             last = tail.strip().splitlines()[-1] if tail.strip() else "no output on stderr"
                             self._fatal = TopologyError(
-                                f"task {task.name}[{task.index}] ({task.component.class_path}) keeps dying: "
+                                f"task {bad.name}[{bad.index}] ({bad.component.class_path}) keeps dying: "
                                 f"restarted {task.restarts - 1} times (keysplit.local.max.restarts); last stderr "
-                                f"line: {last}{self._stderr_note(task)}", tail)
+                                f"line: {last}{self._stderr_note(bad)}", tail)
                             return now
                         self._spawn(task, now)
                     else:
@@ -421,12 +506,16 @@ class LocalCluster:
                 self._heartbeats(now)
             wake = min(wake, self._next_heartbeat)
         for tasks, freq, next_tick in self._ticks:
+            if self._quiet:
+                break
             if now >= next_tick[0]:
                 next_tick[0] = max(next_tick[0] + freq, now)
                 values = json.dumps([int(freq) if float(freq).is_integer() else freq])
                 for task in tasks:
                     if task.alive:
-                        task.queue.append(encode_tuple(str(next(self._ids)), '","comp":"__system","stream":'
+                        tid = str(next(self._ids))
+                        task.inputs.add(tid)  # ShellBolt.execute keeps ticks in _inputs like any tuple
+                        task.queue.append(encode_tuple(tid, '","comp":"__system","stream":'
                                                        '"__tick","task":-1,"tuple":', values))
                         task.executed += 1
                         self._dirty.add(task)
@@ -445,7 +534,7 @@ class LocalCluster:
                 break
         batch = self._next_batch
         for task in self.spouts:
-            if task.ready and task.next_out <= batch // 2 and not throttled:
+            if task.ready and task.next_out <= batch // 2 and not throttled and not self._quiet:
                 if now < task.next_at:
                     wake = min(wake, task.next_at)
                     continue
@@ -585,6 +674,14 @@ class LocalCluster:
                             "dropped (as Storm does)", task.name, task.task_id, direct, stream)
         if task.is_spout:
             task.emits_since_next += 1
+        if not task.is_spout:
+            anchors = msg.get("anchors")
+            if isinstance(anchors, str):  # JsonSerializer accepts a single anchor as a string
+                anchors = msg["anchors"] = [anchors]
+            if anchors and not task.inputs.issuperset(anchors):  # ShellBolt.handleEmit throws; die()
+                gone = next(a for a in anchors if a not in task.inputs)
+                self._die(task, f"Anchored onto {gone} after ack/fail")
+                return
         roots: tuple[int, ...] = ()
         root = 0
         if self.acking:
@@ -638,6 +735,7 @@ class LocalCluster:
                         rec.ledger ^= edge
                 continue
             tid = str(next(ids))
+            target.inputs.add(tid)
             if live_roots:
                 edge = edge_id(64)
                 for rec in live_roots:
@@ -649,6 +747,10 @@ class LocalCluster:
         task.transferred += len(targets)
 
     def _bolt_ack(self, task: TaskProcess, tuple_id: Any) -> None:
+        if tuple_id not in task.inputs:  # ShellBolt.handleAck throws, and die() halts the worker
+            self._die(task, f"Acked a non-existent or already acked/failed id: {tuple_id}")
+            return
+        task.inputs.discard(tuple_id)
         task.acked += 1
         entry = task.inflight.pop(tuple_id, None)
         if entry is not None:
@@ -657,6 +759,10 @@ class LocalCluster:
                 self._to_spout(rec, "ack")
 
     def _bolt_fail(self, task: TaskProcess, tuple_id: Any) -> None:
+        if tuple_id not in task.inputs:  # ShellBolt.handleFail throws, and die() halts the worker
+            self._die(task, f"Failed a non-existent or already acked/failed id: {tuple_id}")
+            return
+        task.inputs.discard(tuple_id)
         task.failed += 1
         entry = task.inflight.pop(tuple_id, None)
         if entry is not None:

@@ -5,8 +5,10 @@ component, as Storm's ``Task.getOutgoingTasks`` does:
 
 - shuffle (and none / local_or_shuffle): round-robin over a per-emitter shuffled permutation of the
   consumer's tasks, reshuffled after each cycle (even load, like Storm's ``ShuffleGrouping``);
-- fields: a deterministic murmur3 hash of the selected values modulo the number of consumer tasks (Storm
-  uses Java's ``List.hashCode``; any fixed hash gives the guarantee that matters: equal fields, same task);
+- fields: Storm's own choice, ``floorMod(Arrays.deepHashCode(selected values), tasks)`` over the consumer's
+  sorted task ids with Java's ``hashCode`` of each value (:mod:`.javahash`; apache/storm
+  ``daemon/GrouperFactory.java`` ``FieldsGrouper``, ``utils/TupleUtils.java``), so a tuple reaches the same task
+  here as on a cluster (the router's ``fields`` route mode relies on it);
 - global: the consumer's lowest task id; all: every consumer task;
 - direct: the emitter names the task. Storm's two runtime errors are reproduced: a regular emit on a
   stream that some consumer subscribes to with direct grouping ("Cannot do regular emit to direct
@@ -16,19 +18,11 @@ component, as Storm's ``Task.getOutgoingTasks`` does:
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 
-import mmh3
-
-from keysplit.hashing import BASE_SEED
-
+from .javahash import storm_fields_index
 from .topology import ComponentInfo, GroupingInfo
-
-#: Seed of the fields-grouping hash; distinct from the groupings' seeds so that a fields grouping
-#: downstream of a key grouping does not inherit its partition.
-FIELDS_SEED = BASE_SEED + 0x5707
 
 
 class RoutingError(Exception):
@@ -36,12 +30,9 @@ class RoutingError(Exception):
 
 
 def fields_index(values: Sequence[object], n: int) -> int:
-    """Index in ``[0, n)`` of the task that receives tuples whose grouping fields are ``values``."""
-    if len(values) == 1 and isinstance(values[0], str):
-        key = values[0]
-    else:
-        key = json.dumps(list(values), sort_keys=True, separators=(",", ":"))
-    return mmh3.hash(key, FIELDS_SEED, False) % n
+    """Index in ``[0, n)`` of the task (among the sorted targets) that Storm gives tuples whose grouping
+    fields are ``values``."""
+    return storm_fields_index(values, n)
 
 
 class ShuffleGrouper:
@@ -65,21 +56,16 @@ class ShuffleGrouper:
 
 
 class FieldsGrouper:
-    """Hash of the selected fields modulo the number of targets."""
+    """Storm's ``FieldsGrouper``: Java's deep hash of the selected fields, floor-modulo the sorted targets."""
 
     __slots__ = ("_idx", "_targets")
 
     def __init__(self, targets: Sequence[int], indices: Sequence[int]) -> None:
-        self._targets = list(targets)
+        self._targets = sorted(targets)  # GrouperFactory.mkGrouper sorts the target tasks
         self._idx = list(indices)
 
     def choose(self, values: list) -> list[int]:
-        idx = self._idx
-        if len(idx) == 1:
-            v = values[idx[0]]
-            key = v if isinstance(v, str) else json.dumps([v], sort_keys=True, separators=(",", ":"))
-            return [self._targets[mmh3.hash(key, FIELDS_SEED, False) % len(self._targets)]]
-        return [self._targets[fields_index([values[i] for i in idx], len(self._targets))]]
+        return [self._targets[storm_fields_index([values[i] for i in self._idx], len(self._targets))]]
 
 
 class FixedGrouper:

@@ -23,7 +23,8 @@ WRITE_BATCH = 512
 #: Bytes read per ``os.read`` (a Linux pipe holds 64 KiB).
 READ_SIZE = 1 << 16
 
-COUNTERS = ("emitted", "transferred", "executed", "acked", "failed", "timed_out", "dropped", "errors", "restarts")
+COUNTERS = ("emitted", "transferred", "executed", "acked", "failed", "timed_out", "dropped", "errors", "restarts",
+            "deaths")
 
 
 class TaskProcess:
@@ -54,6 +55,8 @@ class TaskProcess:
         self.wbuf: memoryview | None = None
         self.blocked = False  # waiting for the pipe to drain (registered for EVENT_WRITE)
         self.inflight: dict[str, tuple[tuple[int, ...], int]] = {}  # tuple id -> (roots, edge id)
+        self.inputs: set[str] = set()  # delivered, neither acked nor failed (Storm's ShellBolt._inputs)
+        self.worker = 0  # the worker process (slot) this task runs in
         # spout state
         self.pending = 0  # pending tuple trees (topology.max.spout.pending)
         self.sent_kinds: deque[bool] = deque()  # commands awaiting "sync": True for "next"
@@ -93,6 +96,7 @@ class TaskProcess:
         self.wbuf = None
         self.blocked = False
         self.inflight.clear()
+        self.inputs.clear()
         self.sent_kinds.clear()
         self.next_out = 0
         self.next_at = now
@@ -165,5 +169,7 @@ class TaskProcess:
         out = {name: getattr(self, name) for name in COUNTERS}
         out["pending"] = self.pending
         out["queued"] = len(self.queue)
+        out["unacked"] = len(self.inputs)
+        out["worker"] = self.worker
         out["pid"] = self.pid or 0
         return out

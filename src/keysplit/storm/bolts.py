@@ -1,6 +1,7 @@
 """The word-count / top-k bolts: thin streamparse wrappers over ``routing`` and ``counting``.
 
-router --direct--> counter --fields(word)--> aggregator --global--> topk. Counters and aggregators hold
+router --fields(route) or direct--> counter --fields(word)--> aggregator --global--> topk (the router's two
+streams and ``keysplit.route``: storm/routing.py). Counters and aggregators hold
 their input tuples until the tick that flushes what those tuples contributed, then emit anchored to them
 and ack them (DESIGN.md, data flow): a crash anywhere loses nothing, the spout replays the line.
 """
@@ -22,7 +23,9 @@ from keysplit.storm.settings import WordCountSettings
 
 #: Component names in the topology (the router needs the counter's to find its task ids).
 SPOUT, ROUTER, COUNTER, AGGREGATOR, TOPK = "feed", "router", "counter", "aggregator", "topk"
-WORDS_STREAM = "words"
+#: The router's streams: (word, route) fields-grouped on route, and (word) emitted directly (keysplit.route).
+WORDS_STREAM, DIRECT_STREAM = "words", "words_direct"
+ROUTE_FIELD = "route"
 
 
 def _setup(bolt: Bolt, conf, context) -> tuple[WordCountSettings, RunKeys, int]:
@@ -31,14 +34,22 @@ def _setup(bolt: Bolt, conf, context) -> tuple[WordCountSettings, RunKeys, int]:
     return settings, RunKeys(settings.run_id), index
 
 
+def record_start(conn, keys: RunKeys, component: str, index: int) -> None:
+    """Count this process start of task ``component[index]``: on a cluster, where the runner's worker and task
+    counters do not exist, the starts beyond one per task are what `--collect` can report as restarts."""
+    conn.hincrby(keys.starts, f"{component}:{index}", 1)
+
+
 class RouterBolt(Bolt):
     """The paper's source: emits each word of a record to the counter task its grouping chooses."""
 
-    outputs = [Stream(fields=["word"], name=WORDS_STREAM, direct=True)]
+    outputs = [Stream(fields=["word", ROUTE_FIELD], name=WORDS_STREAM),
+               Stream(fields=["word"], name=DIRECT_STREAM, direct=True)]
 
     def initialize(self, conf, context):
         settings, keys, index = _setup(self, conf, context)
-        conn = client(settings.redis_url)
+        conn = client(settings.redis_connect_url())
+        record_start(conn, keys, self.component_name, index)
         workers = settings.workers
 
         def probe() -> list[int]:  # PKG's periodic probing (L P_T): the counters' true loads
@@ -52,16 +63,26 @@ class RouterBolt(Bolt):
         self.router = Router(
             settings.grouping, workers, index, len(component_tasks(context, self.component_name)),
             component_tasks(context, COUNTER), probe=probe, capacities=capacities, frequencies=frequencies,
-            channel=GroupingChannel(conn, keys, poll_secs=settings.stats_secs),
+            channel=GroupingChannel(conn, keys, poll_secs=settings.stats_secs), mode=settings.route,
         )
+        self.direct = settings.route == "direct"
 
     def process(self, tup):
-        for word, task in self.router.route(tup.values[0], self.router.elapsed()):
-            self.emit([word], stream=WORDS_STREAM, direct_task=task)
+        routed = self.router.route(tup.values[0], self.router.elapsed())
+        if self.direct:
+            for word, task in routed:
+                self.emit([word], stream=DIRECT_STREAM, direct_task=task)
+        else:
+            for word, route in routed:  # Storm's fields grouping on route delivers it to the chosen task
+                self.emit([word, route], stream=WORDS_STREAM, need_task_ids=False)
 
 
 class CounterBolt(Bolt):
-    """The paper's worker: partial counts with an optional per-tuple CPU delay, flushed every tick."""
+    """The paper's worker: partial counts with an optional per-tuple CPU delay, flushed every tick.
+
+    With ``auto_ack`` off pystorm acks nothing, ticks included, so every ``process_tick`` here acks its tick
+    (the router and top-k bolts keep pystorm's auto-ack, which acks ticks too; acking twice would kill the
+    worker: ShellBolt.handleAck throws on an unknown id)."""
 
     outputs = [Stream(fields=["word", "count"])]
     auto_ack = False
@@ -69,7 +90,8 @@ class CounterBolt(Bolt):
 
     def initialize(self, conf, context):
         settings, self.keys, self.index = _setup(self, conf, context)
-        self.conn = client(settings.redis_url)
+        self.conn = client(settings.redis_connect_url())
+        record_start(self.conn, self.keys, self.component_name, self.index)
         self.delay = settings.cpu_delay_ms / 1000.0
         self.partial = PartialCounts()
         self.busy = 0.0
@@ -91,6 +113,7 @@ class CounterBolt(Bolt):
         for _, _, covered in flushed:
             for tup_id in covered:
                 self.ack(tup_id)
+        self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
 
     def report(self):
         now = time.time()
@@ -125,7 +148,8 @@ class AggregatorBolt(Bolt):
     def initialize(self, conf, context):
         settings, self.keys, self.index = _setup(self, conf, context)
         self.k = settings.top_k
-        self.conn = client(settings.redis_url)
+        self.conn = client(settings.redis_connect_url())
+        record_start(self.conn, self.keys, self.component_name, self.index)
         # after a restart, continue from the stored totals (words of other aggregators only add
         # candidates with their true counts at this moment; the global merge keeps the largest)
         self.totals = Totals({w: int(c) for w, c in self.conn.hgetall(self.keys.counts).items()})
@@ -137,6 +161,7 @@ class AggregatorBolt(Bolt):
         self.pending.append(tup.id)
 
     def process_tick(self, tup):
+        self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
         if not self.pending:
             return
         increments = self.totals.drain_increments()
@@ -156,9 +181,10 @@ class TopKBolt(Bolt):
     outputs = []
 
     def initialize(self, conf, context):
-        settings, self.keys, _ = _setup(self, conf, context)
+        settings, self.keys, index = _setup(self, conf, context)
         self.k = settings.top_k
-        self.conn = client(settings.redis_url)
+        self.conn = client(settings.redis_connect_url())
+        record_start(self.conn, self.keys, self.component_name, index)
         stored = self.conn.hgetall(self.keys.topk_meta)
         self.lists = {int(k[5:]): json.loads(v) for k, v in stored.items() if k.startswith("list:")}
 

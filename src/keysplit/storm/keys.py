@@ -20,6 +20,7 @@ key                         content
 ``...:grouping_state``      string: JSON of the leader router's ``export_state()`` (groupings sharing state)
 ``...:grouping_version``    string: the ``version`` of ``grouping_state`` (what followers poll)
 ``...:grouping_stats``      string: JSON of the leader router's grouping ``stats()`` (summary's grouping_stats)
+``...:starts``              hash: ``component:index`` -> process starts of that task (restarts = starts - 1)
 ==========================  =====================================================================
 """
 
@@ -53,6 +54,7 @@ class RunKeys:
         self.grouping_state = p + "grouping_state"
         self.grouping_version = p + "grouping_version"
         self.grouping_stats = p + "grouping_stats"
+        self.starts = p + "starts"
 
     def counter(self, index: int) -> str:
         return f"{self.prefix}counter:{index}"

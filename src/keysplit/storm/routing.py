@@ -6,6 +6,13 @@ its component. Counter task ids sorted ascending are the grouping's workers 0..W
 when there are more counter tasks than W); this router's index among the sorted router task ids is its
 source index s, so ``build_grouping(spec, W, S)[s]`` is the same instance the simulator would give source s.
 
+Route modes (``keysplit.route``): how the chosen counter task reaches Storm. ``direct`` emits each word with
+``direct_task=`` on a direct stream; Storm 2.6.0 and later cannot run that from a multi-lang component (their
+``multilang/JsonSerializer.java`` casts the parsed ``task`` field to ``Long``, but json-smart yields ``Integer``
+for small numbers: ``ClassCastException``). ``fields`` (the default, every release) emits ``(word, route)`` on a
+stream fields-grouped on ``route``, with ``route`` chosen by :func:`route_value` so that Storm's own fields
+grouping delivers the word to the chosen task.
+
 Event time ``now`` in Storm is the wall clock (DESIGN.md), measured from the router's start
 (:meth:`Router.elapsed`) so that it begins near 0 as the simulator's ``sequence / rate`` does: groupings with
 periods (PKG's probe interval, FISH's epochs, Gedik's windows) count their periods from 0, and a Unix time
@@ -32,6 +39,29 @@ from keysplit.errors import KeysplitError
 from keysplit.groupings import BaseGrouping
 from keysplit.simulate import prepare_groupings
 from keysplit.storm.keys import RunKeys
+
+#: How the router addresses the counter task it chose (see the module docstring); the first is the default.
+ROUTE_MODES = ("fields", "direct")
+
+
+def route_value(target_index: int, num_tasks: int) -> int:
+    """The ``route`` value that Storm's fields grouping on ``route`` sends to sorted counter task ``target_index``.
+
+    Storm picks ``sorted_tasks[floorMod(Arrays.deepHashCode([route]), num_tasks)]`` (apache/storm
+    ``daemon/GrouperFactory.java`` FieldsGrouper, ``utils/TupleUtils.java`` chooseTaskIndex; 1.x's
+    ``executor.clj`` ``mk-fields-grouper`` floors the same hash), and ``deepHashCode([v]) = 31 * 1 + v.hashCode()``.
+    ``route`` reaches the JVM as JSON: json-simple (Storm < 2.6) parses it as a ``Long``, json-smart (2.6+) as
+    an ``Integer``; for ``0 <= v < 2^31`` both ``hashCode``s are ``v`` (``Long``'s is ``(int)(v ^ v >>> 32)`` and
+    the high word is 0). So ``v = (target_index - 31) mod num_tasks``, in ``[0, num_tasks)``, gives
+    ``floorMod(31 + v, num_tasks) = target_index`` on every release (``tests/test_storm_logic.py`` checks it with
+    the local runner's Java hash).
+
+    >>> [route_value(i, 4) for i in range(4)]
+    [1, 2, 3, 0]
+    """
+    if not 0 <= target_index < num_tasks:
+        raise ValueError(f"target index {target_index} is not in [0, {num_tasks})")
+    return (target_index - 31) % num_tasks
 
 
 def component_tasks(context: Mapping, component: str) -> list[int]:
@@ -92,10 +122,18 @@ class Router:
         capacities: Sequence[float] | None = None,
         frequencies: Callable[[], Counter] | None = None,
         channel: GroupingChannel | None = None,
+        mode: str = "direct",
     ) -> None:
         if workers > len(counter_task_ids):
             raise KeysplitError(f"W={workers} workers is more than the {len(counter_task_ids)} counter tasks")
-        self.tasks = list(counter_task_ids[:workers])
+        if mode not in ROUTE_MODES:
+            raise KeysplitError(f"unknown route mode {mode!r}; valid: {', '.join(ROUTE_MODES)}")
+        counter_task_ids = sorted(counter_task_ids)
+        self.tasks = counter_task_ids[:workers]
+        self.mode = mode
+        # what route() pairs with each word: the task id (direct) or the route value for worker w (fields)
+        self.targets = (self.tasks if mode == "direct"
+                        else [route_value(w, len(counter_task_ids)) for w in range(workers)])
         self.grouping: BaseGrouping = prepare_groupings(
             spec, workers, sources, true_loads=probe, capacities=capacities, frequencies=frequencies
         )[source]
@@ -119,11 +157,12 @@ class Router:
         return time.time() - self.t0
 
     def route(self, encoded_record: str, now: float) -> list[tuple[str, int]]:
-        """``(word, counter task id)`` for every word of the record; ``now`` is wall-clock time (DESIGN.md)."""
+        """``(word, target)`` for every word of the record, the target being the counter task id (direct mode)
+        or the ``route`` value that reaches it (fields mode); ``now`` is wall-clock time (DESIGN.md)."""
         _, words = decode_record(encoded_record)
         if self.role == "follower":
             self.sync()
-        choose, tasks = self.grouping.choose, self.tasks
+        choose, tasks = self.grouping.choose, self.targets
         out = [(w, tasks[choose(w, now)]) for w in words]
         self.routed += len(out)
         if self.reports:

@@ -31,7 +31,7 @@ from keysplit.storm.bolts import COUNTER
 from keysplit.storm.feed import create_group, feed_done
 from keysplit.storm.keys import RUNS, RunKeys
 from keysplit.storm.latency import LatencyHistogram
-from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.settings import PASSWORD_ENV, WordCountSettings, split_password
 from keysplit.storm.topology import wordcount_topology
 
 #: Records per pipelined XADD batch when loading the feed.
@@ -57,6 +57,9 @@ class RunOptions:
     timeout: float = 600.0
     run_id: str | None = None
     kill_counter_at: float | None = None  # fault injection: kill -9 counter 0 after this fraction is acked
+    route: str = "fields"  # keysplit.route: fields (every Storm release) or direct (Storm < 2.6)
+    storm_env: str = "local"  # the config.json env whose options and log settings the components receive
+    worker_processes: int = 1  # topology.workers
 
 
 @dataclass
@@ -93,8 +96,12 @@ def prepare(opts: RunOptions) -> Prepared:
     settings = WordCountSettings(
         run_id=opts.run_id or new_run_id(opts.grouping), grouping=opts.grouping, spouts=opts.spouts,
         sources=opts.sources, workers=opts.workers, counter_tasks=counter_tasks, aggregators=opts.aggregators,
-        cpu_delay_ms=opts.cpu_delay_ms, flush_secs=opts.flush_secs, top_k=opts.top_k,
+        cpu_delay_ms=opts.cpu_delay_ms, flush_secs=opts.flush_secs, top_k=opts.top_k, route=opts.route,
     )
+    if os.path.exists("config.json"):  # the env whose conf the components will get must exist (--env)
+        from keysplit.local.submission import read_env
+
+        read_env("config.json", opts.storm_env)
     dataset = open_dataset(opts.dataset)
     require_records(dataset)
     return Prepared(opts, dataset, grouping, settings)
@@ -190,7 +197,10 @@ def start_run(
     """Load the feed and register the run in Redis (its config and ``keysplit:runs``); returns the settings
     the topology must be given, the run's keys and the summary fields known before it runs."""
     opts = prepared.options
-    settings = WordCountSettings.from_conf({"keysplit.redis_url": redis_url}, base=prepared.settings)
+    url, password = split_password(redis_url)  # the password reaches components through their environment
+    settings = WordCountSettings.from_conf({"keysplit.redis_url": url,
+                                            "keysplit.redis_password_env": PASSWORD_ENV if password else ""},
+                                           base=prepared.settings)
     keys = RunKeys(settings.run_id)
     started = time.time()
     needs_pass = grouping_class(parse_spec(prepared.grouping)[0]).needs_full_pass
@@ -239,6 +249,12 @@ def collect_run(conn: redis.Redis, run_id: str) -> dict[str, Any]:
         raise KeysplitError(f"run {run_id} has not finished: {acked} of {config['lines']} lines acked")
     base = {k: v for k, v in config.items() if not k.startswith("keysplit.")}
     summary = collect(conn, keys, settings, base)
+    # task restarts are counted by the components themselves (process starts beyond one per task); which
+    # worker went down, which task died first and what was left unacked is in Storm's UI and logs, not in
+    # Redis: None says "unknown", never a reassuring 0
+    starts = [int(n) for n in conn.hgetall(keys.starts).values()]
+    summary.update({"restarts": sum(n - 1 for n in starts) if starts else None, "worker_restarts": None,
+                    "task_deaths": None, "unacked_inputs": None})
     conn.set(keys.summary, json.dumps(summary))
     return summary
 
@@ -256,7 +272,10 @@ def run_wordcount(
 
     ``progress(phase, done, total)`` is called while loading ("load") and while running ("run").
     """
+    import tempfile
+
     from keysplit.local import LocalCluster
+    from keysplit.local.submission import build_resources, read_env, submit_conf
 
     opts = prepared.options
     settings, keys, base = start_run(conn, prepared, redis_url, progress=progress)
@@ -264,8 +283,13 @@ def run_wordcount(
     started = base["started"]
 
     topology = wordcount_topology(settings)
-    conf = {**topology.config, "topology.name": "wordcount", "topology.max.spout.pending": opts.max_pending,
-            "topology.message.timeout.secs": opts.message_timeout}
+    # the conf `sparse submit -e ENV -o ...` would send (config.json in the working directory, when there is one)
+    env_config = read_env("config.json", opts.storm_env) if os.path.exists("config.json") else None
+    conf = submit_conf(topology, "wordcount", {
+        "topology.max.spout.pending": opts.max_pending, "topology.message.timeout.secs": opts.message_timeout,
+        "topology.workers": opts.worker_processes}, env_config=env_config)
+    _, password = split_password(redis_url)
+    worker_env = {PASSWORD_ENV: password} if password else {}
     log_dir = Path(log_dir) if log_dir else keysplit_home() / "logs" / settings.run_id
     killed = [False]
 
@@ -281,18 +305,25 @@ def run_wordcount(
         return False
 
     try:
-        with LocalCluster(topology, conf, cwd=os.getcwd(), python=python, log_dir=str(log_dir)) as cluster:
+        with tempfile.TemporaryDirectory(prefix="keysplit-resources-") as tmp, \
+                LocalCluster(topology, conf, cwd=os.getcwd(), python=python, log_dir=str(log_dir), env=worker_env,
+                             resources=str(build_resources(os.path.join(tmp, "resources")))) as cluster:
             cluster.start()
             if not cluster.run_until(finished, opts.timeout, poll=0.2):
                 acked = spout_metrics(conn, keys, settings.spouts)["acked"]
                 raise KeysplitError(f"run {settings.run_id} did not finish within {opts.timeout:g} s "
                                     f"({acked} of {lines} lines acked); logs in {log_dir}")
+            cluster.quiesce(timeout=5.0)  # let the bolts answer what they were given; then count what is unacked
             stats = cluster.stats()
+            run_summary = cluster.summary()
             cluster.shutdown()
     except redis.RedisError as exc:
         raise KeysplitError(f"run {settings.run_id} lost its Redis connection: {exc}") from None
     summary = collect(conn, keys, settings, base)
     summary["restarts"] = _restarts(stats)
+    summary.update({k: run_summary[k] for k in ("worker_restarts", "task_deaths", "unacked_inputs")})
+    summary["worker_processes"] = run_summary["workers"]
+    summary["route"] = settings.route
     summary["killed_counter"] = killed[0]
     summary["wall_s"] = time.time() - started
     conn.set(keys.summary, json.dumps(summary))

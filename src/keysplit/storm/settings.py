@@ -8,6 +8,11 @@ Two sources, one name each:
 - the **environment** variable ``KEYSPLIT_<NAME>`` (``KEYSPLIT_WORKERS=10 sparse submit ...``), read when the
   topology class is built; it supplies the defaults written into the topology's config.
 
+Redis credentials never travel in the configuration (Storm prints the topology configuration in nimbus.log and
+worker.log and shows it in its UI): ``keysplit.redis_url`` carries no password, and the components read it from
+the file ``keysplit.redis_password_file`` or the environment variable ``keysplit.redis_password_env`` names on
+the worker hosts (:meth:`WordCountSettings.redis_connect_url`).
+
 Parallelism (``spouts``, ``sources``, ``workers``'s counter tasks, ``aggregators``) and ``flush_secs`` (the
 tick frequency) are fixed when the topology is built, so they come from the environment only.
 """
@@ -18,11 +23,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from keysplit.errors import KeysplitError
 
 PREFIX = "keysplit."
 ENV_PREFIX = "KEYSPLIT_"
+#: The environment variable ``keysplit run`` gives its components the managed Redis password in.
+PASSWORD_ENV = "KEYSPLIT_REDIS_PASSWORD"
 
 
 @dataclass(frozen=True)
@@ -31,7 +39,10 @@ class WordCountSettings:
     gives one: 5 sources, 10 workers, CPU delay 0.1-1 ms, top-k with k=10, aggregation period T)."""
 
     run_id: str = "default"
-    redis_url: str = ""
+    redis_url: str = ""  # without a password (check() rejects one)
+    redis_password_file: str = ""  # a file on every worker host holding the Redis password
+    redis_password_env: str = ""  # or the environment variable of the workers that holds it
+    route: str = "fields"  # how the router reaches the chosen counter task: fields or direct (storm/routing.py)
     grouping: str = "pkg"
     spouts: int = 1
     sources: int = 5
@@ -60,6 +71,34 @@ class WordCountSettings:
             raise KeysplitError(f"cpu delay must not be negative, got {self.cpu_delay_ms}")
         if self.flush_secs <= 0 or self.stats_secs <= 0:
             raise KeysplitError("flush and stats periods must be positive")
+        if self.route not in ("fields", "direct"):
+            raise KeysplitError(f"keysplit.route must be fields or direct, got {self.route!r}")
+        try:
+            has_password = urlsplit(self.redis_url).password is not None
+        except ValueError:
+            has_password = False  # a malformed URL fails where the components connect, with its own message
+        if has_password:
+            raise KeysplitError("keysplit.redis_url must not carry a password: the topology configuration is printed "
+                                "in Storm's logs and UI; name a file or environment variable on the workers with "
+                                "keysplit.redis_password_file or keysplit.redis_password_env")
+
+    def redis_connect_url(self, environ: Mapping[str, str] | None = None) -> str:
+        """``redis_url`` with the password read from ``redis_password_file`` / ``redis_password_env``."""
+        password = None
+        if self.redis_password_file:
+            try:
+                with open(self.redis_password_file, encoding="utf-8") as fh:
+                    password = fh.read().strip()
+            except OSError as exc:
+                raise KeysplitError(f"cannot read keysplit.redis_password_file {self.redis_password_file}: "
+                                    f"{exc.strerror or exc}") from None
+        elif self.redis_password_env:
+            environ = os.environ if environ is None else environ
+            if self.redis_password_env not in environ:
+                raise KeysplitError(f"keysplit.redis_password_env names {self.redis_password_env}, which is not "
+                                    "set in this worker's environment")
+            password = environ[self.redis_password_env]
+        return with_password(self.redis_url, password) if password else self.redis_url
 
     def conf(self) -> dict[str, Any]:
         """The settings as topology configuration entries ``keysplit.<name>``."""
@@ -89,6 +128,28 @@ class WordCountSettings:
             if key in environ:
                 values[f.name] = _coerce(f.name, environ[key], f.type)
         return cls(**values)
+
+
+def split_password(url: str) -> tuple[str, str | None]:
+    """``(url without its password, the password or None)``.
+
+    >>> split_password("redis://:s3cret@host:6379/0")
+    ('redis://host:6379/0', 's3cret')
+    """
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url, None
+    host = parts.netloc.rsplit("@", 1)[1]
+    netloc = f"{parts.username}@{host}" if parts.username else host
+    return urlunsplit(parts._replace(netloc=netloc)), unquote(parts.password)
+
+
+def with_password(url: str, password: str) -> str:
+    """``url`` with ``password`` put back (the inverse of :func:`split_password`)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}"))
 
 
 def _coerce(name: str, value: Any, kind: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from streamparse import Spout, Stream
 
 from keysplit.redis_server import client
+from keysplit.storm.bolts import record_start
 from keysplit.storm.feed import StreamFeed
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.routing import component_tasks
@@ -21,8 +22,10 @@ class RedisStreamSpout(Spout):
         keys = RunKeys(settings.run_id)
         index = component_tasks(context, self.component_name).index(int(self.task_id))
         timeout = float(conf.get("topology.message.timeout.secs", 30))
+        conn = client(settings.redis_connect_url())
+        record_start(conn, keys, self.component_name, index)
         self.feed = StreamFeed(
-            client(settings.redis_url), keys, f"spout-{index}",
+            conn, keys, f"spout-{index}",
             orphan_idle_ms=int(3 * timeout * 1000), metrics_key=keys.spout(index),
         )
         self.feed.restore()

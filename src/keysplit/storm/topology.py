@@ -1,7 +1,11 @@
 """The word-count / top-k topology as a streamparse ``Topology`` class, built for given settings.
 
-``feed`` (RedisStreamSpout x P) --shuffle--> ``router`` (x S) --direct--> ``counter`` (x counter tasks)
---fields(word)--> ``aggregator`` (x A) --global--> ``topk`` (x 1).
+``feed`` (RedisStreamSpout x P) --shuffle--> ``router`` (x S) --fields(route) | direct--> ``counter`` (x counter
+tasks) --fields(word)--> ``aggregator`` (x A) --global--> ``topk`` (x 1).
+
+The counter subscribes to both of the router's streams, ``words`` fields-grouped on ``route`` and
+``words_direct`` with direct grouping; the router emits on one of them, chosen by ``keysplit.route`` at run time
+(so ``sparse submit -o keysplit.route=direct`` switches without another topology).
 
 A streamparse topology fixes its parallelism when the class is created, so the class is made by
 :func:`wordcount_topology` from a :class:`WordCountSettings`; ``topologies/wordcount.py`` builds it from the
@@ -18,6 +22,8 @@ from streamparse import Grouping, Topology
 from keysplit.storm.bolts import (
     AGGREGATOR,
     COUNTER,
+    DIRECT_STREAM,
+    ROUTE_FIELD,
     ROUTER,
     SPOUT,
     TOPK,
@@ -43,7 +49,8 @@ def wordcount_topology(settings: WordCountSettings, name: str = "WordCount",
     tick = {"topology.tick.tuple.freq.secs": settings.tick_secs}
     feed = RedisStreamSpout.spec(name=SPOUT, par=settings.spouts)
     router = RouterBolt.spec(name=ROUTER, inputs={feed: Grouping.SHUFFLE}, par=settings.sources)
-    counter = CounterBolt.spec(name=COUNTER, inputs={router[WORDS_STREAM]: Grouping.DIRECT},
+    counter = CounterBolt.spec(name=COUNTER, inputs={router[WORDS_STREAM]: Grouping.fields(ROUTE_FIELD),
+                                                     router[DIRECT_STREAM]: Grouping.DIRECT},
                                par=settings.counter_tasks, config=tick)
     aggregator = AggregatorBolt.spec(name=AGGREGATOR, inputs={counter: Grouping.fields("word")},
                                      par=settings.aggregators, config=tick)

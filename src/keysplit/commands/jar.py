@@ -1,0 +1,41 @@
+"""``keysplit jar``: the topology jar ``sparse submit -j`` uploads, built without Leiningen or a JVM."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from keysplit.commands.common import print_json
+
+DEFAULT_OUT = os.path.join("_build", "wordcount.jar")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "jar",
+        help="build the topology jar for `sparse submit -j` (no lein, no JVM)",
+        description="Write the jar streamparse's `sparse jar` would build for this project: a zip whose "
+        "resources/ tree holds the keysplit package (what `sparse jar` copies from src/), which a Storm "
+        "supervisor extracts and runs the Python components in. It holds no Storm class: the cluster's own "
+        "Storm runs the multi-lang components. Submit it with `sparse submit -j FILE`.",
+        epilog="example:\n  keysplit jar --out _build/wordcount.jar\n  LEIN_ROOT=1 sparse submit -e prod -n "
+        "wordcount -j _build/wordcount.jar -o keysplit.run_id=RUN_ID ...",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", "-o", default=DEFAULT_OUT, metavar="FILE",
+                   help=f"where to write it (default {DEFAULT_OUT})")
+    p.add_argument("--json", action="store_true", help="print one JSON object (path, entries) instead of a line")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from keysplit.local.submission import write_jar
+
+    names = write_jar(args.out)
+    if args.json:
+        print_json({"jar": os.path.abspath(args.out), "entries": len(names), "bytes": os.path.getsize(args.out)})
+    else:
+        sys.stdout.write(f"{args.out}: {len(names)} entries, {os.path.getsize(args.out):,} bytes "
+                         f"(sparse submit -j {args.out})\n")
+    return 0

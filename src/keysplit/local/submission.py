@@ -1,0 +1,105 @@
+"""What ``sparse submit`` hands to Storm, rebuilt without a JVM: the topology jar's ``resources/`` tree and
+the topology configuration, so the local runner starts components exactly as a supervisor would.
+
+- **Resources.** streamparse's ``prepare_topology`` (``streamparse/util.py``) copies the project's ``src/``
+  into ``_resources/resources/``, and ``lein jar`` (``project.clj``: ``:resource-paths ["_resources"]``) zips
+  it as ``resources/...``. A supervisor extracts ``resources/`` from the jar next to the topology's code
+  (apache/storm ``daemon/supervisor``: ``ServerConfigUtils.RESOURCES_SUBDIR``), and Storm's ``ShellProcess``
+  starts each multi-lang component there (``builder.directory(new File(context.getCodeDir()))``, apache/storm
+  ``utils/ShellProcess.java``). :func:`build_resources` makes that tree, :func:`write_jar` the jar.
+- **Configuration.** ``sparse submit`` sends ``streamparse.cli.common.resolve_options(-o options, the
+  config.json env, the topology class)`` as the topology's JSON conf: the env's ``options``, its
+  ``log`` settings as ``pystorm.log.*``, the topology's ``config``, then ``-o``. :func:`submit_conf` calls that
+  same function.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from keysplit.errors import KeysplitError
+
+#: Build leftovers that a source tree holds but a jar has no use for (bytecode is rebuilt on the worker).
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "*.egg-info", ".*")
+
+
+def build_resources(dest: str | os.PathLike, src: str | os.PathLike | None = None) -> Path:
+    """Copy ``src`` to ``dest``, laid out as the jar's ``resources/``; returns ``dest``.
+
+    A given ``src`` is copied whole, as streamparse copies a project's ``src/``. Without one, the ``keysplit``
+    package this code runs from is copied to ``dest/keysplit``: what this project's ``src/`` holds, and it
+    works for an installed keysplit too (whose parent directory is site-packages).
+    """
+    dest = Path(dest)
+    if dest.exists():
+        shutil.rmtree(dest)
+    if src is None:
+        package = Path(__file__).resolve().parents[1]
+        dest.mkdir(parents=True)
+        shutil.copytree(package, dest / package.name, ignore=_IGNORE)
+        return dest
+    src = Path(src)
+    if not src.is_dir():
+        raise KeysplitError(f"{src} is not a directory: a streamparse project keeps its Python code in src/")
+    shutil.copytree(src, dest, ignore=_IGNORE)
+    return dest
+
+
+def write_jar(out: str | os.PathLike, src: str | os.PathLike | None = None) -> list[str]:
+    """Write the topology jar ``sparse submit -j`` uploads: ``resources/<tree of build_resources>`` plus a
+    manifest; no Storm class (the cluster's own Storm runs the multi-lang components). Returns the entries."""
+    import tempfile
+
+    out = Path(out)
+    with tempfile.TemporaryDirectory(prefix="keysplit-jar-") as tmp:
+        tree = build_resources(Path(tmp) / "resources", src)
+        names: list[str] = ["META-INF/MANIFEST.MF"]
+        files = sorted(p for p in tree.rglob("*") if p.is_file())
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as jar:
+                jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: keysplit jar\r\n\r\n")
+                for path in files:
+                    name = "resources/" + path.relative_to(tree).as_posix()
+                    jar.write(path, name)
+                    names.append(name)
+        except OSError as exc:
+            raise KeysplitError(f"cannot write {out}: {exc.strerror or exc}") from None
+    return names
+
+
+def read_env(config_file: str | os.PathLike, env_name: str) -> dict[str, Any]:
+    """The ``envs[env_name]`` object of a streamparse ``config.json``; one-line errors."""
+    try:
+        with open(config_file, encoding="utf-8") as fh:
+            config = json.load(fh)
+    except OSError as exc:
+        raise KeysplitError(f"cannot read {config_file}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise KeysplitError(f"{config_file} is not valid JSON: {exc}") from None
+    envs = config.get("envs") if isinstance(config, dict) else None
+    if not isinstance(envs, dict) or env_name not in envs:
+        raise KeysplitError(f"{config_file} has no env {env_name!r} (envs: {sorted(envs or {})})")
+    return envs[env_name]
+
+
+def submit_conf(topology_class: Any, name: str, options: Mapping[str, Any] | None = None, *,
+                env_config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The topology configuration ``sparse submit -e ENV -o ...`` would send for ``topology_class``.
+
+    ``env_config`` is the config.json env (:func:`read_env`); None stands for a project without one (no
+    virtualenv, no log settings). Nimbus is not asked for its workers (``local_only``), so
+    ``topology.workers`` and ``topology.acker.executors`` default to 1 unless set.
+    """
+    from streamparse.cli.common import resolve_options
+
+    env = dict(env_config) if env_config is not None else {"use_virtualenv": False}
+    conf = resolve_options(dict(options or {}), env, topology_class, name, local_only=True)
+    conf.setdefault("topology.name", name)
+    return conf
