@@ -74,3 +74,11 @@ def test_distinct_choices_are_different_workers_drawn_uniformly_and_start_with_k
         a, b = distinct_choices(k, 2, 8)
         pairs[(a, b)] = pairs.get((a, b), 0) + 1
     assert len(pairs) == 56 and max(pairs.values()) < 2.5 * len(keys) / 56
+
+
+def test_a_ring_built_at_once_equals_one_built_worker_by_worker():
+    at_once = HashRing(range(12), vnodes=50)
+    one_by_one = HashRing([], vnodes=50)
+    for w in range(12):
+        one_by_one.add(w)
+    assert at_once.arcs() == one_by_one.arcs() and at_once.workers == one_by_one.workers
