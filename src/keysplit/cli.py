@@ -22,6 +22,7 @@ COMMANDS = (
     "simulate",
     "datasets",
     "run",
+    "runs",
     "replay",
     "compare",
     "partition",

@@ -15,6 +15,7 @@ from collections import Counter
 from streamparse import Bolt, Stream
 
 from keysplit.redis_server import client
+from keysplit.storm import quiet_exit
 from keysplit.storm.counting import PartialCounts, Totals, merge_top
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.routing import GroupingChannel, Router, component_tasks
@@ -23,6 +24,8 @@ from keysplit.storm.settings import WordCountSettings
 #: Component names in the topology (the router needs the counter's to find its task ids).
 SPOUT, ROUTER, COUNTER, AGGREGATOR, TOPK = "feed", "router", "counter", "aggregator", "topk"
 WORDS_STREAM = "words"
+
+quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
 
 
 def _setup(bolt: Bolt, conf, context) -> tuple[WordCountSettings, RunKeys, int]:

@@ -5,10 +5,13 @@ from __future__ import annotations
 from streamparse import Spout, Stream
 
 from keysplit.redis_server import client
+from keysplit.storm import quiet_exit
 from keysplit.storm.feed import StreamFeed
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.routing import component_tasks
 from keysplit.storm.settings import WordCountSettings
+
+quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
 
 
 class RedisStreamSpout(Spout):
