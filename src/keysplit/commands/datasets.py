@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from keysplit.commands.common import positive_int, print_json
 from keysplit.datasets import GENERATORS, READERS, FileDataset, open_dataset, require_records, write_dataset
