@@ -55,7 +55,8 @@ def reserve(conn: redis.Redis, keys: RunKeys, fields: dict[str, Any]) -> None:
                 "interrupted": "continue it with `keysplit run wordcount --resume {id}`, delete it with "
                                "`keysplit runs delete {id}`, or choose another id"}.get(
             state, "choose another id (see `keysplit runs`)")
-        raise KeysplitError(f"run id {keys.run_id} is already used by a {state} run; "
+        article = "an" if state[0] in "aeiou" else "a"
+        raise KeysplitError(f"run id {keys.run_id} is already taken by {article} {state} run; "
                             + hint.format(id=keys.run_id))
     set_state(conn, keys, "loading", **fields)
 
