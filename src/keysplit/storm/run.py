@@ -351,7 +351,12 @@ def run_wordcount(
     """
     opts = prepared.options
     deadline = time.monotonic() + opts.timeout
-    settings, keys, base = start_run(conn, prepared, redis_url, progress=progress, deadline=deadline)
+    try:
+        settings, keys, base = start_run(conn, prepared, redis_url, progress=progress, deadline=deadline)
+    except RunTimeout as exc:
+        run_id = prepared.settings.run_id
+        raise KeysplitError(f"run {run_id} did not finish within --timeout {opts.timeout:g} s ({exc}); a partly "
+                            f"loaded run cannot be resumed: delete it with `keysplit runs delete {run_id}`") from None
     return drive(conn, settings, keys, base, deadline=deadline, max_pending=opts.max_pending,
                  message_timeout=opts.message_timeout, kill_counter_at=opts.kill_counter_at, progress=progress,
                  log_dir=log_dir, python=python)
