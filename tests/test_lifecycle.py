@@ -386,3 +386,22 @@ def test_redis_killed_mid_run_is_one_line(tmp_path):
         redis_server.stop_server(own, force=True)
     assert proc.returncode == 2, err
     assert err.count("\n") == 1 and "lost its Redis" in err and "Traceback" not in err, err
+
+
+def test_the_summary_says_whether_totals_are_exact_and_names_the_timeout_setting(capsys):
+    from keysplit.commands.run import print_summary
+
+    summary = {"run_id": "R", "grouping": "kg", "dataset": "text:t.txt", "lines": 10, "messages": 30, "sources": 1,
+               "workers": 2, "aggregators": 1, "cpu_delay_ms": 0.0, "flush_secs": 1.0, "words_per_second": 1.0,
+               "lines_per_second": 1.0, "duration_s": 1.0, "replayed": 0, "totals": "exact", "timed_out": 0,
+               "latency_ms": {"mean": 1.0, "p50": 1.0, "p95": 1.0, "p99": 1.0}, "final_imbalance_fraction": 0.0,
+               "load_stddev": 0.0, "dist_cost": 1.0, "loads": [15, 15], "distinct_per_worker": [2, 2],
+               "top_k": [["a", 10]], "message_timeout_secs": 30}
+    print_summary(summary)
+    out = capsys.readouterr().out
+    assert "totals: exact" in out and "message timeout" not in out
+    print_summary({**summary, "replayed": 7, "totals": "at-least", "timed_out": 7})
+    out = capsys.readouterr().out
+    assert "totals: at least" in out and "7 replayed line(s)" in out
+    assert out.rstrip().endswith("7 line(s) were not acked within the message timeout of 30 s and were replayed: "
+                                 "raise --message-timeout (topology.message.timeout.secs) or lower --max-pending")

@@ -103,13 +103,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """SIGTERM and SIGHUP stop a run the way Ctrl-C does: tasks stopped, the run marked interrupted (it can
     be resumed), the managed Redis server's lease released; one line, and the shell's status for the signal."""
-    run_id = args.resume or args.collect or args.run_id
     try:
         with stop_on_signals():
             return _run(args)
     except (Stopped, KeyboardInterrupt) as exc:
         name, status = (str(exc), exc.status) if isinstance(exc, Stopped) else ("Ctrl-C", 130)
-        hint = f"; continue it with `keysplit run wordcount --resume {run_id}`" if run_id else ""
+        run_id = args.resume or args.run_id  # _run sets args.resume once a new run's id is chosen
+        hint = f"; continue it with `keysplit run wordcount --resume {run_id}`" if run_id and not args.load_only \
+            else ""
         print(f"keysplit: run stopped by {name}{hint}", file=sys.stderr)
         return status
 

@@ -54,6 +54,7 @@ class StreamFeed:
         self.in_flight: dict[str, tuple[str, float]] = {}  # entry id -> (encoded record, last emit time)
         self.buffer: deque[tuple[str, str, bool]] = deque()  # (entry id, encoded record, is a replay)
         self.replays: deque[str] = deque()
+        self._queued: set[str] = set()  # the ids in ``replays``: a line failed twice before resending goes once
         self.ack_buffer: list[str] = []
         self.histogram = LatencyHistogram()
         self.emitted = 0
@@ -74,6 +75,7 @@ class StreamFeed:
             self.flush_acks()
         while self.replays:
             entry_id = self.replays.popleft()
+            self._queued.discard(entry_id)
             item = self.in_flight.get(entry_id)
             if item is None:
                 continue
@@ -160,8 +162,9 @@ class StreamFeed:
 
     def fail(self, entry_id: str) -> None:
         """The tuple tree of ``entry_id`` failed or timed out: emit it again."""
-        if entry_id in self.in_flight:
+        if entry_id in self.in_flight and entry_id not in self._queued:
             self.replays.append(entry_id)
+            self._queued.add(entry_id)
 
     def flush_acks(self) -> None:
         """XACK the buffered ids and, in the same round trip, write the metrics that include them."""

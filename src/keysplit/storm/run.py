@@ -424,7 +424,7 @@ def drive(
             # the tasks' start-up counts against --timeout too
             "keysplit.local.startup.timeout.secs": max(1.0, min(60.0, remaining))}
     log_dir = Path(log_dir) if log_dir else private_dir(keysplit_home() / "logs") / settings.run_id
-    killed = [False]
+    killed, warned = [False], [False]
     quiet = _QuietWhenRedisIsGone(conn)
     # on the handlers, so that it also sees the task loggers below keysplit.local (logger filters do not)
     handlers = logging.getLogger().handlers
@@ -433,6 +433,12 @@ def drive(
     def finished() -> bool:
         if feed_done(conn, keys):
             return True
+        timed_out = cluster.stats()[SPOUT]["timed_out"]
+        if timed_out and not warned[0]:  # say so now: the run may take much longer than it should
+            warned[0] = True
+            log.warning("run %s: lines are timing out (not acked within topology.message.timeout.secs = %d s) "
+                        "and are replayed, so the totals will be at least, not exact: raise --message-timeout "
+                        "or lower --max-pending", settings.run_id, message_timeout)
         acked = spout_metrics(conn, keys, settings.spouts)["acked"]
         if progress is not None:
             progress("run", acked, lines)
