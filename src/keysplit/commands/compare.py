@@ -39,7 +39,7 @@ def check_outputs(out: str, replay: str) -> None:
     for name in OUTPUTS:
         refuse_inputs("--out", os.path.join(out, name), inputs)
     for folder in inputs:
-        if os.path.isdir(folder) and inside(out, folder):
+        if os.path.exists(folder) and inside(out, folder):
             raise KeysplitError(f"--out {out} is inside the replay's {folder}; choose another output directory")
 
 
