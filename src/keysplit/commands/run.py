@@ -130,8 +130,7 @@ def _run(args: argparse.Namespace) -> int:
             _check_writable(args.counts_out)
         with session(args.redis) as (conn, url):
             if args.counts_out:
-                dataset = stored_run(conn, args.collect or args.resume)[1].get("dataset")
-                _check_counts_out(args.counts_out, open_dataset(dataset) if dataset else None)
+                _check_counts_out(args.counts_out, _stored_dataset(conn, args.collect or args.resume))
             if args.collect:
                 return report(args, conn, collect_run(conn, args.collect))
             with _progress() as progress:
@@ -207,6 +206,15 @@ def _check_writable(path: str) -> None:
         raise KeysplitError(f"cannot write --counts-out {path}: directory {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise KeysplitError(f"cannot write --counts-out {path}: permission denied")
+
+
+def _stored_dataset(conn, run_id: str):
+    """The dataset a stored run read, if its file is still there (a moved file cannot be overwritten)."""
+    spec = stored_run(conn, run_id)[1].get("dataset")
+    try:
+        return open_dataset(spec) if spec else None
+    except KeysplitError:
+        return None
 
 
 def _check_counts_out(path: str, dataset) -> None:

@@ -107,7 +107,7 @@ def delete(conn, run_ids: list[str], as_json: bool) -> int:
         raise KeysplitError(f"no run {', '.join(missing)} in this Redis (see `keysplit runs`); nothing deleted")
     busy = [f"{r['run_id']} (pid {r.get('owner')})" for r in records.values() if r["state"] in ("loading", "running")]
     if busy:
-        raise KeysplitError(f"run {', '.join(busy)} is still {'running'}: stop it first; nothing deleted")
+        raise KeysplitError(f"run {', '.join(busy)} is still running: stop it first; nothing deleted")
     deleted = []
     for run_id in run_ids:
         keys = delete_run(conn, run_id)

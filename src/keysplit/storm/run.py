@@ -379,7 +379,6 @@ def resume_run(
     settings = WordCountSettings.from_conf({**config, "keysplit.redis_url": redis_url})
     base = {k: v for k, v in config.items() if not k.startswith("keysplit.")}
     resumes = int(record.get("resumes", 0)) + 1
-    set_state(conn, keys, "running", resumes=resumes)
     return drive(conn, settings, keys, base, deadline=time.monotonic() + timeout,
                  max_pending=int(config["max_pending"]), message_timeout=int(config["message_timeout_secs"]),
                  progress=progress, python=python, resumes=resumes)
