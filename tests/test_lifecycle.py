@@ -146,6 +146,7 @@ BAD_INPUTS = [
     (["runs", "show"], "exactly one run id"),
     (["runs", "--redis", "{not_redis}"], "does not answer like Redis"),
     (["replay", "--dataset", "csv:o/dataset.csv,key=key", "-g", "kg", "--out", "o"], "would overwrite the input"),
+    (["simulate", "--dataset", "text:d.png", "-g", "kg", "--plot", "./sub/../d.png"], "would overwrite the input"),
 ]
 
 
@@ -166,6 +167,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, message, shared, 
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "dataset.csv").write_text("key\na\nb\n")
     (tmp_path / "link.tsv").symlink_to(data)
+    (tmp_path / "d.png").write_text("a text dataset with an image's name\n")
     filled = [a.format(data=data, link=tmp_path / "link.tsv", not_redis=not_redis) for a in args]
     before, redis_before = snapshot(tmp_path), conn.dbsize()
     assert main(filled) == 2
