@@ -14,10 +14,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "runs",
         help="list, show or delete the word-count runs stored in Redis",
-        description="The runs of `keysplit run wordcount` stored in Redis, oldest first, with their state: "
-        "loading, loaded (--load-only; waiting for a cluster), running, finished, or interrupted (Ctrl-C, "
-        "SIGTERM, --timeout, a crash, or a process that died: `keysplit run wordcount --resume ID` continues "
-        "it).",
+        description="The runs of `keysplit run wordcount` stored in Redis, oldest first, with their state:\n"
+        "loading, loaded (--load-only; waiting for a cluster), running, finished, or interrupted\n"
+        "(Ctrl-C, SIGTERM, --timeout, a crash, or a process that died; `keysplit run wordcount\n"
+        "--resume ID` continues it). A run id is never reused: delete a run to use its id again.",
         epilog="examples:\n  keysplit runs\n  keysplit runs show 20260101T120000-pkg-1a2b3c\n"
         "  keysplit runs delete R1 R2",
         formatter_class=argparse.RawDescriptionHelpFormatter,
