@@ -11,6 +11,7 @@ whether the run's final counts equal the replay's exact counts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -251,15 +252,29 @@ def plot(result: dict, replay_dir: str, out: str) -> list[str]:
 
 
 def _save(fig: Any, out: str, name: str) -> str:
+    """Draw under a temporary name, then rename: a failure never leaves a half-written plot."""
     from keysplit.plots import save_figure
 
-    return save_figure(fig, os.path.join(out, name))
+    path = os.path.join(out, name)
+    base, ext = os.path.splitext(name)
+    tmp = os.path.join(out, f".{base}.{os.getpid()}.tmp{ext}")  # same extension: matplotlib picks the format by it
+    try:
+        save_figure(fig, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
 
 
 def write(result: dict, out: str) -> str:
+    """``out/comparison.json``, written whole or not at all."""
+    from keysplit.outputs import atomic_file
+
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "comparison.json")
-    with open(path, "w", encoding="utf-8") as fh:
+    with atomic_file(path, "--out") as fh:
         json.dump(result, fh, indent=2)
         fh.write("\n")
     return path

@@ -12,7 +12,9 @@ import heapq
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from keysplit.datasets import open_dataset
+from keysplit.datasets.readers import FileDataset
 from keysplit.errors import KeysplitError, SpecError
 from keysplit.metrics import (
     ImbalanceSeries,
@@ -31,6 +34,7 @@ from keysplit.metrics import (
     imbalance_fraction,
     load_stddev,
 )
+from keysplit.outputs import inside, replace_entry, same_file
 from keysplit.simulate import DEFAULT_RATE, SPLITS, Resize, check_checkpoint, check_resizes
 from spark_replay import aggregates, routing
 from spark_replay.ingest import Ingested, ingest, materialise
@@ -107,8 +111,42 @@ def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] 
     say = progress or (lambda _msg: None)
     modes = validate(opts)
     dataset = open_dataset(opts.dataset)
+    check_outputs(dataset, opts.out)
     os.makedirs(opts.out, exist_ok=True)
-    out = os.path.abspath(opts.out)
+    final = os.path.abspath(opts.out)
+    # Everything is built in a private folder inside --out and moved into place at the end: a replay that
+    # fails (or is stopped) leaves the previous outputs, or none, never a half-written set.
+    out = tempfile.mkdtemp(prefix=".replay-", dir=final)
+    try:
+        summary = _replay_into(spark, opts, modes, dataset, out, say)
+        summary = json.loads(json.dumps(summary).replace(out, final))  # paths as they will be
+        with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as fh:
+            json.dump(summary, fh, indent=2)
+            fh.write("\n")
+        for name in OUTPUTS:  # summary.json last: a reader that finds it finds the rest
+            if os.path.exists(os.path.join(out, name)):
+                replace_entry(os.path.join(out, name), os.path.join(final, name))
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return summary
+
+
+#: What a replay writes in --out, in the order it is moved into place.
+OUTPUTS = ("dataset.csv", "counts.parquet", "timeseries.parquet", "summary.json")
+
+
+def check_outputs(dataset: Any, out: str) -> None:
+    """Refuse an --out whose outputs would replace the dataset being read (same file, any spelling)."""
+    if isinstance(dataset, FileDataset):
+        for name in OUTPUTS:
+            target = os.path.join(out, name)
+            if same_file(target, dataset.path) or (os.path.isdir(target) and inside(dataset.path, target)):
+                raise KeysplitError(f"--out {out} would overwrite the input {dataset.path} ({name}); choose "
+                                    "another output directory")
+
+
+def _replay_into(spark: Any, opts: ReplayOptions, modes: list[str], dataset: Any, out: str,
+                 say: Callable[[str], None]) -> dict:
     started = time.perf_counter()
     source = materialise(dataset, out)
     if source is not dataset:
@@ -140,9 +178,6 @@ def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] 
         "runs": runs,
     }
     write_timeseries(os.path.join(out, "timeseries.parquet"), results)
-    with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as fh:
-        json.dump(summary, fh, indent=2)
-        fh.write("\n")
     return summary
 
 

@@ -72,17 +72,33 @@ def inside_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+_private: list[str] = []
+
+
+def _private_dir() -> str:
+    """This process's folder for the JVM's log and log4j settings: ``<state folder>/spark`` (0700), or a
+    fresh private temporary folder when the state folder cannot be created. Never a fixed name in the shared
+    /tmp, where another user could plant the log4j file or a symlink for the log to be appended through."""
+    if not _private:
+        from keysplit.redis_server import keysplit_home, private_dir
+
+        try:
+            _private.append(str(private_dir(keysplit_home() / "spark")))
+        except OSError:
+            _private.append(tempfile.mkdtemp(prefix="keysplit-spark-"))
+    return _private[0]
+
+
 def _log_config() -> str:
-    path = os.path.join(tempfile.gettempdir(), f"keysplit-log4j2-{os.getuid()}.properties")
-    if not os.path.exists(path):
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(_LOG4J2)
+    path = os.path.join(_private_dir(), "log4j2.properties")
+    with open(path, "w", encoding="utf-8") as fh:  # written each time: the folder is ours alone
+        fh.write(_LOG4J2)
     return path
 
 
 def jvm_log_path() -> str:
     """Where the JVM's own stderr goes (Spark's warnings, executor crashes): one file per driver process."""
-    return os.path.join(tempfile.gettempdir(), f"keysplit-spark-{os.getpid()}.log")
+    return os.path.join(_private_dir(), f"jvm-{os.getpid()}.log")
 
 
 def jvm_failure() -> str | None:
@@ -128,7 +144,8 @@ def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_M
         conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_log_config()}")
     try:
         if not inside_spark_submit():
-            with open(jvm_log_path(), "ab") as log:
+            with open(os.open(jvm_log_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600),
+                      "ab") as log:
                 gateway = launch_gateway(conf, popen_kwargs={"stderr": log, "stdout": log})
         sc = SparkContext(conf=conf, gateway=gateway)
         session = SparkSession(sc)

@@ -166,3 +166,28 @@ def test_an_empty_run_id_is_refused(tmp_path, capsys, runs, message):
     with pytest.raises(SystemExit) as exited:
         cli_main(["compare", "--run", runs, "--replay", str(tmp_path)])
     assert exited.value.code == 2 and capsys.readouterr().err.splitlines()[-1].endswith(message)
+
+
+def _tree(folder) -> dict:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("out", ["counts.parquet", "counts.parquet/sub", "timeseries.parquet/x/y"])
+def test_an_output_inside_the_replays_files_is_refused_and_nothing_written(replay_dir, capsys, out):
+    before = _tree(replay_dir)
+    assert cli_main(["compare", "--run", "r", "--replay", str(replay_dir), "--out", str(replay_dir / out),
+                     "--redis", NO_REDIS]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is inside the replay's" in err and "choose another output directory" in err
+    assert _tree(replay_dir) == before
+
+
+def test_an_output_file_that_is_an_input_under_another_name_is_refused(replay_dir, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    out.mkdir()
+    (out / "comparison.json").symlink_to(replay_dir / "summary.json")
+    before = (replay_dir / "summary.json").read_bytes()
+    assert cli_main(["compare", "--run", "r", "--replay", str(replay_dir), "--out", str(out),
+                     "--redis", NO_REDIS]) == 2
+    assert "would overwrite the input" in capsys.readouterr().err
+    assert (replay_dir / "summary.json").read_bytes() == before

@@ -264,3 +264,30 @@ def test_without_a_channel_the_router_keeps_the_in_process_semantics():
     router.route(encode_record((None, ["a"] * 10)), 0.0)
     router.route(encode_record((None, ["a"])), 1.5)
     assert router.grouping.rebuilds == 1  # every source rebuilds its (process-local) shared partitioner
+
+
+def test_replayed_counts_lines_sent_again_not_failures_cancelled_by_a_late_ack(conn):
+    """A fail queues a replay; an ack arriving before it is sent cancels it: nothing was re-sent, so nothing
+    is counted (issue 11: "replayed lines" counted lines that were never sent again)."""
+    keys = RunKeys("feed-late-ack")
+    _fill(conn, keys, 3)
+    feed = StreamFeed(conn, keys, "spout-0")
+    items = _drain(feed)
+    feed.fail(items[0][0])
+    feed.fail(items[0][0])  # failed twice before it could be replayed
+    feed.ack(items[0][0])  # ... and acked late: no replay happens
+    assert feed.next() is None and feed.replayed == 0
+    feed.fail(items[1][0])
+    feed.fail(items[1][0])
+    assert feed.next() == items[1] and feed.next() is None
+    assert feed.replayed == 1  # queued twice, sent once
+
+
+def test_a_pending_entry_already_in_flight_is_neither_sent_nor_counted_twice(conn):
+    keys = RunKeys("feed-in-flight")
+    _fill(conn, keys, 2)
+    feed = StreamFeed(conn, keys, "spout-0")
+    items = _drain(feed)
+    feed._read_own_pending()  # re-reads both entries, which this process still has in flight
+    assert feed.next() is None and feed.replayed == 0
+    assert [i for i, _ in items] == list(feed.in_flight)

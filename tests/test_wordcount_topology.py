@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -112,6 +113,7 @@ def test_pkg_through_the_cli_stores_everything_in_redis_and_writes_counts(home, 
         assert field in summary, field
     assert set(summary["latency_ms"]) >= {"mean", "p50", "p95", "p99"}
     assert summary["words_per_second"] > 0 and summary["latency_ms"]["p99"] >= summary["latency_ms"]["p50"] > 0
+    assert summary["totals"] == ("exact" if summary["replayed"] == 0 else "at-least")
     # PKG splits keys over two workers: memory between KG's 1.0 and 2.0
     assert 1.0 < summary["dist_cost"] <= 2.0
     assert dict((w, int(c)) for w, c in (line.split("\t") for line in out.read_text().splitlines())) == dict(exact)
@@ -122,15 +124,20 @@ def test_pkg_through_the_cli_stores_everything_in_redis_and_writes_counts(home, 
     assert summary["top_k"] == [[w, c] for w, c in sorted(exact.items(), key=lambda i: (-i[1], i[0]))[:5]]
 
 
-def test_a_counter_killed_mid_run_loses_no_word_and_replays_are_reported(home, redis_url, tmp_path):
+def test_a_counter_killed_mid_run_loses_no_word_and_replays_are_reported(home, redis_url, tmp_path, caplog):
     path = tmp_path / "long.txt"
     write_text(path, 400, seed=11)
     prepared = prepare(RunOptions("pkg", f"text:{path}", sources=2, workers=3, aggregators=2, cpu_delay_ms=1.0,
                                   max_pending=60, message_timeout=3, kill_counter_at=0.3, timeout=180))
     conn = redis_server.connect(redis_url)
-    summary = run_wordcount(prepared, conn, redis_url)
+    with caplog.at_level("WARNING", logger="keysplit.local"):
+        summary = run_wordcount(prepared, conn, redis_url)
     assert summary["killed_counter"] and summary["restarts"] >= 1
-    assert summary["replayed"] > 0
+    assert summary["replayed"] > 0 and summary["totals"] == "at-least"
+    # the counter held the tuples of lines in flight (until its tick): the warning counts them, not 0
+    death = re.search(r"task counter\[0\].* died with code -9; (\d+) tuples queued or in flight lost, from (\d+) "
+                      r"tuple trees", caplog.text)
+    assert death and int(death.group(1)) > 0 and int(death.group(2)) > 0, caplog.text
     counts = read_counts(conn, RunKeys(summary["run_id"]))
     exact = exact_counts(path)
     assert set(counts) == set(exact)

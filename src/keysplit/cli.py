@@ -23,6 +23,7 @@ COMMANDS = (
     "datasets",
     "run",
     "jar",
+    "runs",
     "replay",
     "compare",
     "partition",
@@ -39,6 +40,8 @@ SUMMARIES = {
     "simulate": ("simulate", "route a dataset through groupings in process and measure balance and memory"),
     "datasets": ("datasets", "generate dataset files and print dataset statistics"),
     "run": ("run", "run the word-count / top-k Storm topology locally and measure throughput and latency"),
+    "jar": ("jar", "build the topology jar for `sparse submit -j` (no lein, no JVM)"),
+    "runs": ("runs", "list, show or delete the word-count runs stored in Redis"),
     "replay": ("replay", "replay a dataset through groupings in PySpark: exact loads, counts and a queueing "
                "estimate"),
     "compare": ("compare", "put measured topology runs next to a replay's estimates (throughput, latency, "

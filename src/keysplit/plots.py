@@ -66,13 +66,21 @@ def imbalance_over_time(runs: Sequence, path: str, title: str = "") -> str:
 
 
 def save_figure(fig, path: str) -> str:
-    """Lay out, write and close ``fig``; an unwritable path is a one-line KeysplitError."""
+    """Lay out, write and close ``fig``; an unwritable path is a one-line KeysplitError. The figure is drawn
+    under a temporary name (same extension: matplotlib picks the format by it) and renamed, so a failure
+    leaves the old file or none, never a truncated one."""
     plt = pyplot()
     fig.tight_layout()
+    folder, name = os.path.split(path)
+    base, ext = os.path.splitext(name)
+    tmp = os.path.join(folder, f".{base}.{os.getpid()}.tmp{ext}")
     try:
-        fig.savefig(path, dpi=120)
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
     except OSError as exc:
         raise KeysplitError(f"cannot write plot {path}: {exc.strerror or exc}") from None
     finally:
         plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return path

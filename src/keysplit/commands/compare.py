@@ -6,6 +6,8 @@ import argparse
 import os
 
 from keysplit.commands.common import comma_list, ensure_output_dir, print_json, print_table
+from keysplit.errors import KeysplitError
+from keysplit.outputs import inside, refuse_inputs
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +28,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+#: What ``compare`` writes in --out, and what it reads in the replay directory.
+OUTPUTS = ("comparison.json", "throughput_latency.png", "loads.png", "imbalance.png")
+REPLAY_FILES = ("summary.json", "counts.parquet", "timeseries.parquet", "dataset.csv")
+
+
+def check_outputs(out: str, replay: str) -> None:
+    """Refuse an --out that would write over, or into, one of the replay's files (any spelling)."""
+    inputs = [os.path.join(replay, name) for name in REPLAY_FILES]
+    for name in OUTPUTS:
+        refuse_inputs("--out", os.path.join(out, name), inputs)
+    for folder in inputs:
+        if os.path.exists(folder) and inside(out, folder):
+            raise KeysplitError(f"--out {out} is inside the replay's {folder}; choose another output directory")
+
+
 def _pair(a, b, fmt) -> str:
     return f"{'-' if a is None else fmt(a)} | {'-' if b is None else fmt(b)}"
 
@@ -36,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
 
     compare.load_replay(args.replay)  # a missing replay fails before Redis starts
     # and so does an output directory that cannot be created (after the replay check: the default is in it)
-    out = ensure_output_dir(args.out if args.out is not None else os.path.join(args.replay, "compare"))
+    out = args.out if args.out is not None else os.path.join(args.replay, "compare")
+    check_outputs(out, args.replay)  # never over one of the replay's files
+    out = ensure_output_dir(out)
     with session(args.redis) as (conn, _url):  # a managed server started here is saved and stopped after
         result = compare.compare(conn, args.run, args.replay)
     path = compare.write(result, out)

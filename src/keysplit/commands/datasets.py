@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from keysplit.commands.common import positive_int, print_json
 from keysplit.datasets import GENERATORS, READERS, FileDataset, open_dataset, require_records, write_dataset
 from keysplit.errors import DatasetError
+from keysplit.outputs import same_file
 
 
 def dataset_help() -> str:
@@ -60,11 +60,3 @@ def stats(args: argparse.Namespace) -> int:
         print(f"{st['spec']}\n  records   {st['records']:,}\n  messages  {st['messages']:,}\n"
               f"  keys      {st['keys']:,}\n  p1        {st['p1']:.4f}")
     return 0
-
-
-def same_file(a: str, b: str) -> bool:
-    """Whether the two paths name one file (also through a symlink, a hard link or another spelling)."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet): not the same file
-        return False

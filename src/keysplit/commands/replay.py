@@ -6,6 +6,8 @@ Also runnable on a cluster as ``spark-submit --master URL spark_replay/job.py`` 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 
 from keysplit.commands.common import (
@@ -48,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spark_replay.job import ReplayOptions, run_replay, validate
+    from spark_replay.job import ReplayOptions, check_outputs, run_replay, validate
     from spark_replay.session import get_session
 
     opts = ReplayOptions(
@@ -68,13 +70,21 @@ def run(args: argparse.Namespace) -> int:
         messages = dataset.params["messages"]
         check_resizes(opts.groupings, opts.workers, opts.resizes, messages)
         check_checkpoint(opts.checkpoint, messages)
+    check_outputs(dataset, opts.out)  # and an output that would replace the input
+    existed = os.path.isdir(opts.out)
     ensure_output_dir(opts.out)  # and an output directory that cannot be created
-    spark, created = get_session(args.master, args.driver_memory)
     try:
-        summary = run_replay(spark, opts, progress=lambda msg: print(f"replay: {msg}", file=sys.stderr))
-    finally:
-        if created:
-            spark.stop()
+        spark, created = get_session(args.master, args.driver_memory)
+        try:
+            summary = run_replay(spark, opts, progress=lambda msg: print(f"replay: {msg}", file=sys.stderr))
+        finally:
+            if created:
+                spark.stop()
+    except BaseException:
+        if not existed:  # a failed replay leaves nothing behind, not an empty folder
+            with contextlib.suppress(OSError):
+                os.rmdir(opts.out)
+        raise
     if args.json:
         print_json(summary)
         return 0

@@ -3,28 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+from collections.abc import Callable, Iterator
 
 from keysplit.commands.common import (
+    Stopped,
     non_negative_float,
     positive_float,
     positive_int,
     print_json,
     print_table,
     progress_bar,
+    stop_on_signals,
 )
 from keysplit.commands.simulate import grouping_help
+from keysplit.datasets import open_dataset
+from keysplit.datasets.readers import FileDataset
 from keysplit.errors import KeysplitError
+from keysplit.outputs import refuse_inputs
 from keysplit.redis_server import redact, session
 from keysplit.storm.keys import RunKeys
+from keysplit.storm.records import check_run_id
 from keysplit.storm.run import (
     RunOptions,
     collect_run,
     prepare,
     read_counts,
+    resume_run,
     run_wordcount,
     start_run,
+    stored_run,
     write_counts,
 )
 
@@ -69,10 +80,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="topology.message.timeout.secs: a line not acked in time is replayed (default 30)")
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="k of the top-k (default 10)")
     p.add_argument("--redis", metavar="URL", help="Redis URL (default: a project-managed server under .keysplit/)")
-    p.add_argument("--run-id", metavar="ID", help="run id (default: time-grouping-random)")
+    p.add_argument("--run-id", metavar="ID", help="run id: up to 100 letters, digits, '.', '_', '-'; a new one "
+                   "(ids of finished runs are never reused; default: time-grouping-random)")
     p.add_argument("--timeout", type=positive_float, default=600.0, metavar="SECS",
-                   help="give up when the run has not finished after this long (default 600)")
-    p.add_argument("--counts-out", metavar="FILE", help="also write the final totals as word<TAB>count lines")
+                   help="give up when the run has not finished after this long, loading the feed and starting "
+                   "the tasks included; the run is then interrupted and can be resumed (default 600)")
+    p.add_argument("--counts-out", metavar="FILE", help="also write the final totals as word<TAB>count lines "
+                   "(written whole or not at all; never over the dataset)")
+    p.add_argument("--resume", metavar="RUN_ID",
+                   help="continue an interrupted run (Ctrl-C, SIGTERM, --timeout, a crash) with the settings it "
+                   "was started with: its pending lines are replayed, then the rest of its feed")
     p.add_argument("--kill-counter-at", type=fraction, metavar="FRACTION",
                    help="fault injection: kill -9 the first counter once this fraction of lines is acked")
     p.add_argument("--route", choices=["fields", "direct"], default="fields",
@@ -93,9 +110,41 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.collect:
-        with session(args.redis) as (conn, _):
-            return report(args, conn, collect_run(conn, args.collect))
+    """SIGTERM and SIGHUP stop a run the way Ctrl-C does: tasks stopped, the run marked interrupted (it can
+    be resumed), the managed Redis server's lease released; one line, and the shell's status for the signal."""
+    try:
+        with stop_on_signals():
+            return _run(args)
+    except (Stopped, KeyboardInterrupt) as exc:
+        name, status = (str(exc), exc.status) if isinstance(exc, Stopped) else ("Ctrl-C", 130)
+        run_id = args.resume or args.run_id  # _run sets args.resume once a new run's id is chosen
+        hint = f"; continue it with `keysplit run wordcount --resume {run_id}`" if run_id and not args.load_only \
+            else ""
+        print(f"keysplit: run stopped by {name}{hint}", file=sys.stderr)
+        return status
+
+
+def _run(args: argparse.Namespace) -> int:
+    modes = [f"--{name.replace('_', '-')}" for name in ("collect", "resume", "load_only") if getattr(args, name)]
+    if len(modes) > 1:
+        raise KeysplitError(f"{' and '.join(modes)} cannot be combined")
+    for given in (args.collect, args.resume):
+        if given:
+            check_run_id(given)
+    if args.collect or args.resume:
+        given = [f"--{name}" for name in ("grouping", "dataset", "run_id") if getattr(args, name)]
+        if given:
+            raise KeysplitError(f"{modes[0]} takes the run's own settings; drop {', '.join(given)}")
+        if args.counts_out:
+            _check_writable(args.counts_out)
+        with session(args.redis) as (conn, url):
+            if args.counts_out:
+                _check_counts_out(args.counts_out, _stored_dataset(conn, args.collect or args.resume))
+            if args.collect:
+                return report(args, conn, collect_run(conn, args.collect))
+            with _progress() as progress:
+                summary = resume_run(conn, args.resume, url, timeout=args.timeout, progress=progress)
+            return report(args, conn, summary)
     missing = [f"--{name}" for name in ("grouping", "dataset") if not getattr(args, name)]
     if missing:
         raise KeysplitError(f"keysplit run wordcount needs {' and '.join(missing)}")
@@ -109,29 +158,37 @@ def run(args: argparse.Namespace) -> int:
     )
     prepared = prepare(opts)  # every check that needs no server, before anything starts
     if args.counts_out:
-        _check_writable(args.counts_out)
+        _check_counts_out(args.counts_out, prepared.dataset)
     with session(args.redis) as (conn, url):
         if args.load_only:
             _, _, base = start_run(conn, prepared, url)
             print(json.dumps({"run_id": base["run_id"], "lines": base["lines"], "messages": base["messages"],
                               "redis": redact(url)}))
             return 0
-        bars: dict = {}
-
-        def progress(phase: str, done: int, total: int) -> None:
-            bar = bars.get(phase)
-            if bar is None:
-                for other in bars.values():
-                    other.close()
-                bar = bars[phase] = progress_bar(total or None, "loading feed" if phase == "load" else "acked lines")
-            bar.update(done - bar.n)
-
-        try:
+        args.resume = prepared.settings.run_id  # what the interruption message names
+        with _progress() as progress:
             summary = run_wordcount(prepared, conn, url, progress=progress)
-        finally:
-            for bar in bars.values():
-                bar.close()
         return report(args, conn, summary)
+
+
+@contextlib.contextmanager
+def _progress() -> Iterator[Callable[[str, int, int], None]]:
+    """Progress bars on a terminal: loading the feed, then acked lines."""
+    bars: dict = {}
+
+    def progress(phase: str, done: int, total: int) -> None:
+        bar = bars.get(phase)
+        if bar is None:
+            for other in bars.values():
+                other.close()
+            bar = bars[phase] = progress_bar(total or None, "loading feed" if phase == "load" else "acked lines")
+        bar.update(done - bar.n)
+
+    try:
+        yield progress
+    finally:
+        for bar in bars.values():
+            bar.close()
 
 
 def report(args: argparse.Namespace, conn, summary: dict) -> int:
@@ -140,17 +197,40 @@ def report(args: argparse.Namespace, conn, summary: dict) -> int:
         write_counts(read_counts(conn, RunKeys(summary["run_id"])), args.counts_out)
     if args.json:
         print_json(summary)
+        if summary.get("timed_out"):
+            print(f"keysplit: warning: {timeout_note(summary)}", file=sys.stderr)
     else:
         print_summary(summary)
     return 0
 
 
 def _check_writable(path: str) -> None:
+    """The folder of ``--counts-out`` must exist and be writable (the file is written at the end, atomically;
+    nothing is created now, so a run that fails leaves no empty file)."""
+    if not path.strip():
+        raise KeysplitError("--counts-out is an empty path; name a file")
+    if os.path.isdir(path):
+        raise KeysplitError(f"cannot write --counts-out {path}: it is a directory")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise KeysplitError(f"cannot write --counts-out {path}: directory {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise KeysplitError(f"cannot write --counts-out {path}: permission denied")
+
+
+def _stored_dataset(conn, run_id: str):
+    """The dataset a stored run read, if its file is still there (a moved file cannot be overwritten)."""
+    spec = stored_run(conn, run_id)[1].get("dataset")
     try:
-        with open(path, "a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        raise KeysplitError(f"cannot write --counts-out {path}: {exc.strerror or exc}") from None
+        return open_dataset(spec) if spec else None
+    except KeysplitError:
+        return None
+
+
+def _check_counts_out(path: str, dataset) -> None:
+    _check_writable(path)
+    if isinstance(dataset, FileDataset):
+        refuse_inputs("--counts-out", path, [dataset.path])
 
 
 def print_summary(s: dict) -> None:
@@ -163,14 +243,16 @@ def print_summary(s: dict) -> None:
               f"over {s['duration_s']:.1f} s\n")
     out.write(f"latency (ms): mean {lat['mean']:.1f}  p50 {lat['p50']:.1f}  p95 {lat['p95']:.1f}  "
               f"p99 {lat['p99']:.1f}\n")
+    resumed = f"  resumed: {s['resumes']} time(s)" if s.get("resumes") else ""
     if s.get("worker_restarts") is None and "worker_restarts" in s:
         restarts = "unknown" if s.get("restarts") is None else s["restarts"]
-        out.write(f"replayed lines: {s['replayed']}  task restarts: {restarts}  worker restarts and task deaths: "
-                  "unknown here (a cluster run: see Storm's UI and worker logs)\n")
+        out.write(f"replayed lines: {s['replayed']}  task restarts: {restarts}{resumed}  worker restarts and task "
+                  "deaths: unknown here (a cluster run: see Storm's UI and worker logs)\n")
     else:
         out.write(f"replayed lines: {s['replayed']}  worker restarts: {s.get('worker_restarts', 0)}  task deaths: "
                   f"{s.get('task_deaths', 0)}  task restarts: {s.get('restarts', 0)}  unacked inputs: "
-                  f"{s.get('unacked_inputs', 0)}\n")
+                  f"{s.get('unacked_inputs', 0)}{resumed}\n")
+    out.write(totals_line(s) + "\n")
     out.write(f"imbalance I(m)/m: {s['final_imbalance_fraction']:.4f}  load std-dev: {s['load_stddev']:.2f}%  "
               f"dist_cost (memory vs KG): {s['dist_cost']:.2f}\n")
     if s.get("grouping_stats"):
@@ -185,3 +267,18 @@ def print_summary(s: dict) -> None:
     out.write(f"\ntop-{len(s['top_k'])}:\n")
     print_table([{"rank": i + 1, "word": w, "count": c} for i, (w, c) in enumerate(s["top_k"])],
                 [("rank", "rank", str), ("word", "word", str), ("count", "count", str)])
+    if s.get("timed_out"):
+        out.write(f"\nnote: {timeout_note(s)}\n")
+
+
+def totals_line(s: dict) -> str:
+    """Whether the totals can be trusted to the unit."""
+    if s.get("totals", "exact") == "exact":
+        return "totals: exact (no line was replayed)"
+    return (f"totals: at least (each word counted at least once; {s['replayed']} replayed line(s) may have been "
+            "counted twice, in part)")
+
+
+def timeout_note(s: dict) -> str:
+    return (f"{s['timed_out']} line(s) were not acked within the message timeout of {s['message_timeout_secs']} s "
+            "and were replayed: raise --message-timeout (topology.message.timeout.secs) or lower --max-pending")

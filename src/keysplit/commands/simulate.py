@@ -14,10 +14,11 @@ from keysplit.commands.common import (
     progress_bar,
     spec_list,
 )
-from keysplit.datasets import Dataset, open_dataset, require_records
+from keysplit.datasets import Dataset, FileDataset, open_dataset, require_records
 from keysplit.errors import SpecError
 from keysplit.groupings import REGISTRY, check_grouping, grouping_class
 from keysplit.groupings.base import spec_value
+from keysplit.outputs import refuse_inputs
 from keysplit.plots import check_plot_path, imbalance_over_time
 from keysplit.simulate import DEFAULT_RATE, ENGINES, SPLITS, Resize, check_checkpoint, check_resizes, simulate
 
@@ -108,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         check_plot_path(args.plot)
     dataset = open_dataset(args.dataset)
+    if args.plot is not None and isinstance(dataset, FileDataset):
+        refuse_inputs("--plot", args.plot, [dataset.path])
     capacities: dict[int, list[float] | None] = {}
     for w in args.workers:  # validate everything before the first long run
         for spec in args.groupings:

@@ -99,6 +99,7 @@ class FileDataset(Dataset):
         if self.skip_header:
             next(lines, None)
         for number, line in enumerate(lines, start=2 if self.skip_header else 1):
+            self.line_number = number  # for readers that report where a skipped line was
             try:
                 record = self.parse_line(line)
             except DatasetError as exc:
@@ -197,6 +198,9 @@ class CsvDataset(_ColumnDataset):
                 )
         self.key_index = columns.index(key)
         self.time_index = columns.index(time) if time else None
+        self.width = len(columns)
+        self.ragged_rows = 0
+        self.first_ragged: int | None = None
 
     def parse_row(self, line: str) -> list[str]:
         """The fields of one CSV line. A quoted field cannot span lines: files are read (and cut into byte
@@ -216,11 +220,29 @@ class CsvDataset(_ColumnDataset):
         if not line.strip():
             return None
         row = self.parse_row(line)
-        if len(row) <= self.key_index:
-            self.empty_keys += 1
+        if len(row) != self.width:
+            # A row with more or fewer fields than the header has a missing or extra delimiter somewhere: its
+            # key column may hold another column's value, so it is skipped (not guessed), counted and reported
+            # with the first line number, like invalid UTF-8 and empty keys. Every reader (simulate, run,
+            # replay) skips the same rows, so their counts still agree.
+            self.ragged_rows += 1
+            if self.first_ragged is None:
+                self.first_ragged = getattr(self, "line_number", None)
             return None
-        ts = row[self.time_index] if self.time_index is not None and self.time_index < len(row) else None
+        ts = row[self.time_index] if self.time_index is not None else None
         return self.make_record(row[self.key_index], ts)
+
+    def records(self) -> Iterator[Record]:
+        self.ragged_rows = 0
+        self.first_ragged = None
+        yield from super().records()
+
+    def report(self) -> None:
+        super().report()
+        if self.ragged_rows:
+            where = f" (the first at line {self.first_ragged})" if self.first_ragged else ""
+            log.warning("%s: %d row(s) with %s fields than the header's %d were skipped%s", self.path,
+                        self.ragged_rows, "more or fewer", self.width, where)
 
 
 class ParquetDataset(_ColumnDataset):

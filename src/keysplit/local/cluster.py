@@ -404,6 +404,8 @@ class LocalCluster:
             task.alive = False
             return
         lost = len(task.queue) + len(task.inflight)
+        # the spout trees (lines) those tuples belong to: they time out and are replayed
+        trees = len({root for roots, _ in task.inflight.values() for root in roots})
         task.dropped += len(task.queue)
         task.queue.clear()
         task.urgent = []
@@ -413,9 +415,11 @@ class LocalCluster:
         dropped_trees = self.acker.drop_spout(task) if task.is_spout else 0
         self._dirty.discard(task)
         tail = task.stderr_tail(5)
-        log.warning("task %s[%d] (id %d, pid %s, worker %d) %s with code %s; %d tuples in flight lost, %d spout "
-                    "trees forgotten; restarting in %.1f s%s", task.name, task.index, task.task_id, task.pid,
-                    task.worker, "went down with its worker" if taken_down else "died", code, lost, dropped_trees,
+        log.warning("task %s[%d] (id %d, pid %s, worker %d) %s with code %s; %s; restarting in %.1f s%s", task.name,
+                    task.index, task.task_id, task.pid, task.worker,
+                    "went down with its worker" if taken_down else "died", code,
+                    f"{dropped_trees} tuple trees in flight forgotten (the spout replays them)" if task.is_spout else
+                    f"{lost} tuples queued or in flight lost, from {trees} tuple trees (they time out and replay)",
                     self.conf["keysplit.local.restart.delay.secs"],
                     f"\n{tail}" if code not in (None, 0, -9) and tail else "")
         task.restart_at = now + float(self.conf["keysplit.local.restart.delay.secs"])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -97,7 +98,9 @@ def submit_conf(topology_class: Any, name: str, options: Mapping[str, Any] | Non
     virtualenv, no log settings). Nimbus is not asked for its workers (``local_only``), so
     ``topology.workers`` and ``topology.acker.executors`` default to 1 unless set.
     """
-    from streamparse.cli.common import resolve_options
+    with warnings.catch_warnings():  # streamparse's CLI imports paramiko and pkg_resources, which warn on import
+        warnings.simplefilter("ignore")
+        from streamparse.cli.common import resolve_options
 
     env = dict(env_config) if env_config is not None else {"use_virtualenv": False}
     conf = resolve_options(dict(options or {}), env, topology_class, name, local_only=True)

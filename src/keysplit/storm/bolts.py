@@ -16,6 +16,7 @@ from collections import Counter
 from streamparse import Bolt, Stream
 
 from keysplit.redis_server import client
+from keysplit.storm import quiet_exit
 from keysplit.storm.counting import PartialCounts, Totals, merge_top
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.routing import GroupingChannel, Router, component_tasks
@@ -26,6 +27,8 @@ SPOUT, ROUTER, COUNTER, AGGREGATOR, TOPK = "feed", "router", "counter", "aggrega
 #: The router's streams: (word, route) fields-grouped on route, and (word) emitted directly (keysplit.route).
 WORDS_STREAM, DIRECT_STREAM = "words", "words_direct"
 ROUTE_FIELD = "route"
+
+quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
 
 
 def _setup(bolt: Bolt, conf, context) -> tuple[WordCountSettings, RunKeys, int]:

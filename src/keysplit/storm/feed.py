@@ -52,8 +52,9 @@ class StreamFeed:
         self.clock = clock
         self.metrics_key = metrics_key
         self.in_flight: dict[str, tuple[str, float]] = {}  # entry id -> (encoded record, last emit time)
-        self.buffer: deque[tuple[str, str]] = deque()
+        self.buffer: deque[tuple[str, str, bool]] = deque()  # (entry id, encoded record, is a replay)
         self.replays: deque[str] = deque()
+        self._queued: set[str] = set()  # the ids in ``replays``: a line failed twice before resending goes once
         self.ack_buffer: list[str] = []
         self.histogram = LatencyHistogram()
         self.emitted = 0
@@ -74,21 +75,27 @@ class StreamFeed:
             self.flush_acks()
         while self.replays:
             entry_id = self.replays.popleft()
+            self._queued.discard(entry_id)
             item = self.in_flight.get(entry_id)
             if item is None:
                 continue
             # reset the entry's idle time and keep it ours while it is replayed
             self.conn.xclaim(self.stream, FEED_GROUP, self.consumer, 0, [entry_id], justid=True)
             self.in_flight[entry_id] = (item[0], now)
+            self.replayed += 1  # counted when sent again, not when failed: a late ack may cancel the replay
             return entry_id, item[0]
         if not self.buffer:
             self._fill(now)
         while self.buffer:
-            entry_id, record = self.buffer.popleft()
+            entry_id, record, replay = self.buffer.popleft()
             if entry_id in self.in_flight:
                 continue
             self.in_flight[entry_id] = (record, now)
             self.emitted += 1
+            # Lines re-read from a pending list count as replays when they are sent: the process that read
+            # them first may have sent them (there is no telling which it had sent), so counting them keeps
+            # "totals: exact" a promise.
+            self.replayed += replay
             if not self.first_emit:
                 self.first_emit = now
             return entry_id, record
@@ -134,9 +141,7 @@ class StreamFeed:
             if not data:  # the entry was deleted from the stream while pending
                 gone.append(entry_id)
                 continue
-            self.buffer.append((entry_id, data["r"]))
-            if replay:
-                self.replayed += 1
+            self.buffer.append((entry_id, data["r"], replay))
         if gone:
             self.conn.xack(self.stream, FEED_GROUP, *gone)
 
@@ -157,9 +162,9 @@ class StreamFeed:
 
     def fail(self, entry_id: str) -> None:
         """The tuple tree of ``entry_id`` failed or timed out: emit it again."""
-        if entry_id in self.in_flight:
+        if entry_id in self.in_flight and entry_id not in self._queued:
             self.replays.append(entry_id)
-            self.replayed += 1
+            self._queued.add(entry_id)
 
     def flush_acks(self) -> None:
         """XACK the buffered ids and, in the same round trip, write the metrics that include them."""

@@ -5,7 +5,9 @@
 ==========================  =====================================================================
 key                         content
 ==========================  =====================================================================
-``keysplit:runs``           sorted set: run id -> start time (Unix seconds)
+``keysplit:runs``           sorted set: run id -> start time (Unix seconds); an id here is taken for good
+``...:record``              hash: state (loading/loaded/running/finished/interrupted), owner pid, host,
+                            started, grouping, dataset, lines, messages, reason (:mod:`.records`)
 ``...:summary``             string: JSON object of ``keysplit run --json``
 ``...:config``              string: JSON of the run's settings (what the topology was told)
 ``...:counts``              hash: word -> final total (HINCRBY by the aggregators before they ack)
@@ -44,6 +46,7 @@ class RunKeys:
         self.run_id = run_id
         self.prefix = p = f"keysplit:run:{run_id}:"
         self.summary = p + "summary"
+        self.record = p + "record"
         self.config = p + "config"
         self.counts = p + "counts"
         self.topk = p + "topk"

@@ -8,10 +8,13 @@ The steps are separate functions so a cluster deployment can reuse them: :func:`
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import resource
 import secrets
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -25,17 +28,26 @@ from keysplit.datasets import Dataset, encode_record, open_dataset, require_reco
 from keysplit.errors import KeysplitError
 from keysplit.groupings import check_grouping, grouping_class
 from keysplit.metrics import dist_cost, imbalance_fraction, load_stddev
-from keysplit.redis_server import keysplit_home
+from keysplit.outputs import atomic_file
+from keysplit.redis_server import keysplit_home, private_dir
 from keysplit.specs import parse_spec
-from keysplit.storm.bolts import COUNTER
+from keysplit.storm.bolts import COUNTER, SPOUT
 from keysplit.storm.feed import create_group, feed_done
-from keysplit.storm.keys import RUNS, RunKeys
+from keysplit.storm.keys import RunKeys
 from keysplit.storm.latency import LatencyHistogram
+from keysplit.storm.records import check_run_id, mark_interrupted, read_record, reserve, set_state
 from keysplit.storm.settings import PASSWORD_ENV, WordCountSettings, split_password
 from keysplit.storm.topology import wordcount_topology
 
 #: Records per pipelined XADD batch when loading the feed.
 LOAD_BATCH = 2000
+#: Resident memory of one task process (a Python interpreter with streamparse and redis loaded), measured
+#: at 25-35 MB; the size check counts this much per task.
+TASK_MEMORY_MB = 32
+#: File descriptors the runner holds per task (its stdin and stdout pipes, its log file).
+TASK_FDS = 3
+
+log = logging.getLogger("keysplit.run")
 
 
 @dataclass
@@ -88,7 +100,10 @@ def prepare(opts: RunOptions) -> Prepared:
         raise KeysplitError(f"--message-timeout must be at least 1 second, got {opts.message_timeout}")
     if opts.kill_counter_at is not None and not 0 < opts.kill_counter_at < 1:
         raise KeysplitError(f"--kill-counter-at must be a fraction between 0 and 1, got {opts.kill_counter_at}")
+    if opts.run_id is not None:
+        check_run_id(opts.run_id)
     counter_tasks = opts.counter_tasks or opts.workers
+    check_task_count(opts.spouts + opts.sources + max(counter_tasks, opts.workers) + opts.aggregators + 1)
     grouping = check_grouping(opts.grouping, opts.workers, opts.sources)
     if parse_spec(opts.grouping)[1].get("load") == "global":
         raise KeysplitError(f"{opts.grouping}: load=global is the simulator's oracle (one load vector shared by "
@@ -107,9 +122,39 @@ def prepare(opts: RunOptions) -> Prepared:
     return Prepared(opts, dataset, grouping, settings)
 
 
+def machine_task_limit() -> tuple[int, str]:
+    """How many task processes this machine can start, and what limits it (free memory, open files,
+    processes)."""
+    limits = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            info = dict(line.split(":", 1) for line in fh)
+        available_mb = int(info["MemAvailable"].split()[0]) // 1024
+        limits.append((available_mb // TASK_MEMORY_MB,
+                       f"{available_mb / 1024:.1f} GB of memory available at ~{TASK_MEMORY_MB} MB a task"))
+    except (OSError, KeyError, ValueError):
+        pass
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if files != resource.RLIM_INFINITY:
+        limits.append(((files - 64) // TASK_FDS, f"ulimit -n {files}, {TASK_FDS} open files a task"))
+    procs = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if procs != resource.RLIM_INFINITY:
+        limits.append((procs, f"ulimit -u {procs}"))
+    return min(limits) if limits else (1 << 30, "no limit known")
+
+
+def check_task_count(tasks: int) -> None:
+    """Refuse a topology this machine cannot start, before anything is loaded or spawned."""
+    limit, why = machine_task_limit()
+    if tasks > limit:
+        raise KeysplitError(f"this run needs {tasks:,} task processes (spouts + routers + counters + aggregators + "
+                            f"top-k); this machine can start about {max(limit, 0):,} ({why}): lower -S, -W, "
+                            "--counter-tasks, -A or --spouts")
+
+
 def load_feed(
     conn: redis.Redis, keys: RunKeys, dataset: Dataset, *, with_frequencies: bool = False,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, deadline: float | None = None,
 ) -> tuple[int, int]:
     """Append every record with at least one key to the run's feed stream (pipelined); returns (lines,
     words). Records without keys are skipped, as the simulator skips them. ``with_frequencies`` also stores
@@ -131,6 +176,8 @@ def load_feed(
             pipe.execute()
             if progress is not None:
                 progress(LOAD_BATCH)
+            if deadline is not None and time.monotonic() > deadline:
+                raise RunTimeout(f"{lines:,} lines loaded into the feed")
     pipe.execute()
     if progress is not None:
         progress(lines % LOAD_BATCH)
@@ -190,12 +237,16 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
     }
 
 
+class RunTimeout(KeysplitError):
+    """``--timeout`` passed (set-up included); the message says how far the run got."""
+
+
 def start_run(
     conn: redis.Redis, prepared: Prepared, redis_url: str, *,
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None, deadline: float | None = None,
 ) -> tuple[WordCountSettings, RunKeys, dict[str, Any]]:
-    """Load the feed and register the run in Redis (its config and ``keysplit:runs``); returns the settings
-    the topology must be given, the run's keys and the summary fields known before it runs."""
+    """Reserve the run id, load the feed and register the run in Redis (its record and config); returns the
+    settings the topology must be given, the run's keys and the summary fields known before it runs."""
     opts = prepared.options
     url, password = split_password(redis_url)  # the password reaches components through their environment
     settings = WordCountSettings.from_conf({"keysplit.redis_url": url,
@@ -203,6 +254,7 @@ def start_run(
                                            base=prepared.settings)
     keys = RunKeys(settings.run_id)
     started = time.time()
+    reserve(conn, keys, {"started": started, "grouping": prepared.grouping, "dataset": prepared.dataset.spec})
     needs_pass = grouping_class(parse_spec(prepared.grouping)[0]).needs_full_pass
     loaded = [0]
 
@@ -211,42 +263,75 @@ def start_run(
         if progress is not None:
             progress("load", loaded[0], 0)
 
-    lines, words = load_feed(conn, keys, prepared.dataset, with_frequencies=needs_pass, progress=load_progress)
-    base = {
-        "run_id": settings.run_id,
-        "topology": "wordcount",
-        "grouping": prepared.grouping,
-        "dataset": prepared.dataset.spec,
-        "dataset_sha256": prepared.dataset.sha256(),
-        "messages": words,
-        "lines": lines,
-        "workers": settings.workers,
-        "counter_tasks": settings.counter_tasks,
-        "sources": settings.sources,
-        "aggregators": settings.aggregators,
-        "spouts": settings.spouts,
-        "cpu_delay_ms": settings.cpu_delay_ms,
-        "flush_secs": settings.flush_secs,
-        "max_pending": opts.max_pending,
-        "message_timeout_secs": opts.message_timeout,
-        "started": started,
-    }
-    conn.set(keys.config, json.dumps({**base, **settings.conf(), "keysplit.redis_url": ""}))
-    conn.zadd(RUNS, {settings.run_id: started})
+    try:
+        lines, words = load_feed(conn, keys, prepared.dataset, with_frequencies=needs_pass, progress=load_progress,
+                                 deadline=deadline)
+        base = {
+            "run_id": settings.run_id,
+            "topology": "wordcount",
+            "grouping": prepared.grouping,
+            "dataset": prepared.dataset.spec,
+            "dataset_sha256": prepared.dataset.sha256(),
+            "messages": words,
+            "lines": lines,
+            "workers": settings.workers,
+            "counter_tasks": settings.counter_tasks,
+            "sources": settings.sources,
+            "aggregators": settings.aggregators,
+            "spouts": settings.spouts,
+            "cpu_delay_ms": settings.cpu_delay_ms,
+            "flush_secs": settings.flush_secs,
+            "max_pending": opts.max_pending,
+            "message_timeout_secs": opts.message_timeout,
+            "storm_env": opts.storm_env,
+            "worker_processes": opts.worker_processes,
+            "started": started,
+        }
+        conn.set(keys.config, json.dumps({**base, **settings.conf(), "keysplit.redis_url": ""}))
+        set_state(conn, keys, "loaded", lines=lines, messages=words, feed_complete=1)
+    except BaseException as exc:
+        mark_interrupted(conn, keys, _reason(exc, "while loading the feed"))
+        raise
     return settings, keys, base
 
 
+def _reason(exc: BaseException, where: str) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{text} ({where})" if isinstance(exc, KeysplitError) else f"{type(exc).__name__} {where}: {text}"
+
+
+def stored_run(conn: redis.Redis, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run's record and config; a KeysplitError when there is no such run."""
+    check_run_id(run_id)
+    record = read_record(conn, run_id)
+    if record is None:
+        raise KeysplitError(f"no run {run_id!r} in this Redis (see `keysplit runs`)")
+    raw = conn.get(RunKeys(run_id).config)
+    return record, json.loads(raw) if raw else {}
+
+
 def collect_run(conn: redis.Redis, run_id: str) -> dict[str, Any]:
-    """Summarise a run that ran elsewhere (``sparse submit`` on a cluster) once every line is acked."""
+    """Summarise a run that ran elsewhere (``sparse submit`` on a cluster) once every line is acked; a run
+    already finished (here or by an earlier ``--collect``) gives its stored summary."""
+    record, config = stored_run(conn, run_id)
     keys = RunKeys(run_id)
-    raw = conn.get(keys.config)
-    if raw is None:
-        raise KeysplitError(f"no run {run_id!r} in this Redis (load it with --load-only first)")
-    config = json.loads(raw)
+    stored = conn.get(keys.summary)
+    if record["state"] == "finished" and stored:
+        return json.loads(stored)
+    if record["state"] == "running":
+        raise KeysplitError(f"run {run_id} is running on this machine (pid {record.get('owner')}); "
+                            "it writes its summary when it ends")
+    if not config or not record.get("feed_complete", "1" if conn.exists(keys.feed) else ""):
+        raise KeysplitError(f"run {run_id} is {record['state']} and its feed was never completely loaded; "
+                            f"delete it with `keysplit runs delete {run_id}`")
+    if not conn.exists(keys.feed):
+        raise KeysplitError(f"run {run_id} is {record['state']} and has no feed left to collect")
     settings = WordCountSettings.from_conf(config)
     if not feed_done(conn, keys):
         acked = spout_metrics(conn, keys, settings.spouts)["acked"]
-        raise KeysplitError(f"run {run_id} has not finished: {acked} of {config['lines']} lines acked")
+        hint = (f"; continue it here with `keysplit run wordcount --resume {run_id}`"
+                if record["state"] == "interrupted" else "")
+        raise KeysplitError(f"run {run_id} has not finished: {acked} of {config['lines']} lines acked{hint}")
     base = {k: v for k, v in config.items() if not k.startswith("keysplit.")}
     summary = collect(conn, keys, settings, base)
     # task restarts are counted by the components themselves (process starts beyond one per task); which
@@ -255,8 +340,18 @@ def collect_run(conn: redis.Redis, run_id: str) -> dict[str, Any]:
     starts = [int(n) for n in conn.hgetall(keys.starts).values()]
     summary.update({"restarts": sum(n - 1 for n in starts) if starts else None, "worker_restarts": None,
                     "task_deaths": None, "unacked_inputs": None})
+    _mark_totals(summary, timed_out=None)
     conn.set(keys.summary, json.dumps(summary))
+    set_state(conn, keys, "finished", finished=time.time())
     return summary
+
+
+def _mark_totals(summary: dict[str, Any], timed_out: int | None) -> None:
+    """Whether the totals are exact. A replayed line may have been counted (in part) before it was replayed
+    (Storm's at-least-once guarantee), so after any replay each total is only known to be at least right."""
+    summary["totals"] = "exact" if summary["replayed"] == 0 else "at-least"
+    if timed_out is not None:
+        summary["timed_out"] = timed_out
 
 
 def run_wordcount(
@@ -271,65 +366,173 @@ def run_wordcount(
     """Run the topology on the local runner until every line is acked; store and return the summary.
 
     ``progress(phase, done, total)`` is called while loading ("load") and while running ("run").
+    ``--timeout`` counts from here: loading the feed and starting the tasks are part of it.
     """
-    import tempfile
+    opts = prepared.options
+    deadline = time.monotonic() + opts.timeout
+    try:
+        settings, keys, base = start_run(conn, prepared, redis_url, progress=progress, deadline=deadline)
+    except RunTimeout as exc:
+        run_id = prepared.settings.run_id
+        raise KeysplitError(f"run {run_id} did not finish within --timeout {opts.timeout:g} s ({exc}); a partly "
+                            f"loaded run cannot be resumed: delete it with `keysplit runs delete {run_id}`") from None
+    return drive(conn, settings, keys, base, deadline=deadline, max_pending=opts.max_pending,
+                 message_timeout=opts.message_timeout, kill_counter_at=opts.kill_counter_at, progress=progress,
+                 log_dir=log_dir, python=python, storm_env=opts.storm_env,
+                 worker_processes=opts.worker_processes, password=split_password(redis_url)[1])
 
+
+def resume_run(
+    conn: redis.Redis, run_id: str, redis_url: str, *, timeout: float,
+    progress: Callable[[str, int, int], None] | None = None, python: str = sys.executable,
+) -> dict[str, Any]:
+    """Continue an interrupted (or only loaded) run with the settings it was started with: the spouts
+    re-read their pending lines (delivered, never acked) and go on with the rest of the feed."""
+    record, config = stored_run(conn, run_id)
+    keys = RunKeys(run_id)
+    state = record["state"]
+    if state not in ("interrupted", "loaded"):
+        raise KeysplitError(f"run {run_id} is {state}; only an interrupted or loaded run can be resumed")
+    if not config or not record.get("feed_complete") or not conn.exists(keys.feed):
+        raise KeysplitError(f"run {run_id} was interrupted before its feed was completely loaded; delete it with "
+                            f"`keysplit runs delete {run_id}` and start again")
+    url, password = split_password(redis_url)  # the password reaches components through their environment
+    settings = WordCountSettings.from_conf({**config, "keysplit.redis_url": url,
+                                            "keysplit.redis_password_env": PASSWORD_ENV if password else ""})
+    base = {k: v for k, v in config.items() if not k.startswith("keysplit.")}
+    resumes = int(record.get("resumes", 0)) + 1
+    return drive(conn, settings, keys, base, deadline=time.monotonic() + timeout,
+                 max_pending=int(config["max_pending"]), message_timeout=int(config["message_timeout_secs"]),
+                 progress=progress, python=python, resumes=resumes, storm_env=config.get("storm_env", "local"),
+                 worker_processes=int(config.get("worker_processes", 1)), password=password)
+
+
+class _QuietWhenRedisIsGone(logging.Filter):
+    """Drops the runner's warnings and the tasks' forwarded errors once the Redis server stops answering:
+    every task then dies with a traceback (kept in its log), and the run ends with one line saying Redis
+    went away."""
+
+    def __init__(self, conn: redis.Redis) -> None:
+        super().__init__()
+        self.conn = conn
+        self.gone = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not record.name.startswith("keysplit.local"):
+            return True
+        if not self.gone:
+            try:
+                self.conn.ping()
+            except (redis.RedisError, OSError):
+                self.gone = True
+        return not self.gone
+
+
+def drive(
+    conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: dict[str, Any], *, deadline: float,
+    max_pending: int, message_timeout: int, kill_counter_at: float | None = None,
+    progress: Callable[[str, int, int], None] | None = None, log_dir: str | os.PathLike | None = None,
+    python: str = sys.executable, resumes: int = 0, storm_env: str = "local", worker_processes: int = 1,
+    password: str = "",
+) -> dict[str, Any]:
+    """The local runner's part: start the tasks, wait until the feed is done, collect the summary."""
     from keysplit.local import LocalCluster
     from keysplit.local.submission import build_resources, read_env, submit_conf
 
-    opts = prepared.options
-    settings, keys, base = start_run(conn, prepared, redis_url, progress=progress)
     lines = base["lines"]
-    started = base["started"]
-
+    started = time.time()
     topology = wordcount_topology(settings)
+    remaining = deadline - time.monotonic()
     # the conf `sparse submit -e ENV -o ...` would send (config.json in the working directory, when there is one)
-    env_config = read_env("config.json", opts.storm_env) if os.path.exists("config.json") else None
+    env_config = read_env("config.json", storm_env) if os.path.exists("config.json") else None
     conf = submit_conf(topology, "wordcount", {
-        "topology.max.spout.pending": opts.max_pending, "topology.message.timeout.secs": opts.message_timeout,
-        "topology.workers": opts.worker_processes}, env_config=env_config)
-    _, password = split_password(redis_url)
+        "topology.max.spout.pending": max_pending, "topology.message.timeout.secs": message_timeout,
+        "topology.workers": worker_processes,
+        # the tasks' start-up counts against --timeout too
+        "keysplit.local.startup.timeout.secs": max(1.0, min(60.0, remaining))}, env_config=env_config)
     worker_env = {PASSWORD_ENV: password} if password else {}
-    log_dir = Path(log_dir) if log_dir else keysplit_home() / "logs" / settings.run_id
-    killed = [False]
+    log_dir = Path(log_dir) if log_dir else private_dir(keysplit_home() / "logs") / settings.run_id
+    killed, warned = [False], [False]
+    quiet = _QuietWhenRedisIsGone(conn)
+    # on the handlers, so that it also sees the task loggers below keysplit.local (logger filters do not)
+    handlers = logging.getLogger().handlers
+    set_state(conn, keys, "running", **({"resumes": resumes} if resumes else {}))
 
     def finished() -> bool:
         if feed_done(conn, keys):
             return True
+        timed_out = cluster.stats()[SPOUT]["timed_out"]
+        if timed_out and not warned[0]:  # say so now: the run may take much longer than it should
+            warned[0] = True
+            log.warning("run %s: lines are timing out (not acked within topology.message.timeout.secs = %d s) "
+                        "and are replayed, so the totals will be at least, not exact: raise --message-timeout "
+                        "or lower --max-pending", settings.run_id, message_timeout)
         acked = spout_metrics(conn, keys, settings.spouts)["acked"]
         if progress is not None:
             progress("run", acked, lines)
-        if opts.kill_counter_at is not None and not killed[0] and acked >= opts.kill_counter_at * lines:
+        if kill_counter_at is not None and not killed[0] and acked >= kill_counter_at * lines:
             cluster.kill_task(COUNTER, 0)
             killed[0] = True
         return False
 
+    old_umask = os.umask(0o077)  # task logs (.stderr, .log) hold the dataset's words: 0600, like dump.rdb
+    for handler in handlers:
+        handler.addFilter(quiet)
     try:
+        if remaining <= 0:
+            raise RunTimeout("the feed was loaded, no task started")
         with tempfile.TemporaryDirectory(prefix="keysplit-resources-") as tmp, \
                 LocalCluster(topology, conf, cwd=os.getcwd(), python=python, log_dir=str(log_dir), env=worker_env,
                              resources=str(build_resources(os.path.join(tmp, "resources")))) as cluster:
             cluster.start()
-            if not cluster.run_until(finished, opts.timeout, poll=0.2):
+            if not cluster.run_until(finished, max(0.0, deadline - time.monotonic()), poll=0.2):
                 acked = spout_metrics(conn, keys, settings.spouts)["acked"]
-                raise KeysplitError(f"run {settings.run_id} did not finish within {opts.timeout:g} s "
-                                    f"({acked} of {lines} lines acked); logs in {log_dir}")
+                raise RunTimeout(f"{acked} of {lines} lines acked")
             cluster.quiesce(timeout=5.0)  # let the bolts answer what they were given; then count what is unacked
             stats = cluster.stats()
             run_summary = cluster.summary()
             cluster.shutdown()
+    except RunTimeout as exc:
+        mark_interrupted(conn, keys, f"--timeout: {exc}")
+        raise KeysplitError(f"run {settings.run_id} did not finish within --timeout ({exc}); logs in {log_dir}; "
+                            f"continue it with `keysplit run wordcount --resume {settings.run_id}`") from None
     except redis.RedisError as exc:
-        raise KeysplitError(f"run {settings.run_id} lost its Redis connection: {exc}") from None
+        mark_interrupted(conn, keys, f"lost its Redis connection: {exc}")
+        raise KeysplitError(f"run {settings.run_id} lost its Redis connection: {exc} (task logs in {log_dir})") \
+            from None
+    except BaseException as exc:
+        if isinstance(exc, Exception) and (quiet.gone or _redis_gone(conn)):
+            raise KeysplitError(f"run {settings.run_id} lost its Redis server (task logs in {log_dir})") from None
+        mark_interrupted(conn, keys, _reason(exc, "while running"))
+        raise
+    finally:
+        os.umask(old_umask)
+        for handler in handlers:
+            handler.removeFilter(quiet)
     summary = collect(conn, keys, settings, base)
+    spout_stats = stats.get(SPOUT, {}) if isinstance(stats, dict) else {}
+    _mark_totals(summary, timed_out=int(spout_stats.get("timed_out", 0)))
     summary["restarts"] = _restarts(stats)
     summary.update({k: run_summary[k] for k in ("worker_restarts", "task_deaths", "unacked_inputs")})
     summary["worker_processes"] = run_summary["workers"]
     summary["route"] = settings.route
     summary["killed_counter"] = killed[0]
     summary["wall_s"] = time.time() - started
+    if resumes:
+        summary["resumes"] = resumes
     conn.set(keys.summary, json.dumps(summary))
+    set_state(conn, keys, "finished", finished=time.time())
     # the feed and the per-worker key sets are large and fully summarised: drop them, keep counts and metrics
     conn.delete(keys.feed, keys.frequencies, *[keys.keys(i) for i in range(settings.counter_tasks)])
     return summary
+
+
+def _redis_gone(conn: redis.Redis) -> bool:
+    try:
+        conn.ping()
+        return False
+    except (redis.RedisError, OSError):
+        return True
 
 
 def _restarts(stats: Any) -> int:
@@ -353,10 +556,8 @@ def read_counts(conn: redis.Redis, keys: RunKeys) -> dict[str, int]:
 
 
 def write_counts(counts: dict[str, int], path: str) -> None:
-    """``word<TAB>count`` lines, most frequent first (ties by word)."""
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            for word, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-                fh.write(f"{word}\t{count}\n")
-    except OSError as exc:
-        raise KeysplitError(f"cannot write {path}: {exc.strerror or exc}") from None
+    """``word<TAB>count`` lines, most frequent first (ties by word), written atomically: a failure leaves the
+    old file (or none), never a partial one."""
+    with atomic_file(path, "--counts-out") as fh:
+        for word, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+            fh.write(f"{word}\t{count}\n")

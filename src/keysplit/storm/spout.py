@@ -5,11 +5,14 @@ from __future__ import annotations
 from streamparse import Spout, Stream
 
 from keysplit.redis_server import client
+from keysplit.storm import quiet_exit
 from keysplit.storm.bolts import record_start
 from keysplit.storm.feed import StreamFeed
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.routing import component_tasks
 from keysplit.storm.settings import WordCountSettings
+
+quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
 
 
 class RedisStreamSpout(Spout):

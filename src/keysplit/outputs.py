@@ -1,0 +1,91 @@
+"""Writing outputs safely: never over an input, and all-or-nothing.
+
+Every command that writes a file checks first that the file is none of its inputs (the same file under any
+spelling: a relative path, a symlink, a hard link), and writes it under a temporary name in the same
+directory, renamed over the final name only when complete: a failure (a full disk, Ctrl-C, a crash) leaves
+the old file or nothing, never an empty or half-written one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from typing import IO
+
+from keysplit.errors import KeysplitError
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether the two paths name one file (also through a symlink, a hard link or another spelling)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): not the same file
+        return False
+
+
+def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """Whether ``path`` is ``folder`` or lies under it (symlinks resolved)."""
+    p, f = os.path.realpath(path), os.path.realpath(folder)
+    return p == f or p.startswith(f.rstrip(os.sep) + os.sep)
+
+
+def refuse_inputs(option: str, output: str | os.PathLike, inputs: Iterable[str | os.PathLike]) -> None:
+    """A one-line KeysplitError when ``output`` is one of ``inputs``, or a folder holding one of them."""
+    for source in inputs:
+        if same_file(output, source) or (os.path.isdir(output) and inside(source, output)):
+            raise KeysplitError(f"{option} {os.fspath(output)} would overwrite the input {os.fspath(source)}; "
+                                "choose another output")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _final_mode(path: str) -> int:
+    """An existing file keeps its mode; a new one gets the usual 0666 & ~umask (mkstemp makes 0600)."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, option: str = "output", mode: str = "w") -> Iterator[IO]:
+    """Open a temporary file beside ``path``; on success it replaces ``path``, on any failure it is removed.
+    OSErrors become one-line KeysplitErrors naming ``option``."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise KeysplitError(f"cannot write {option} {path}: {exc.strerror or exc}") from None
+    try:
+        with open(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            yield fh
+        os.chmod(tmp, _final_mode(path))
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise KeysplitError(f"cannot write {option} {path}: {exc.strerror or exc}") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def replace_entry(built: str, final: str) -> None:
+    """Move the finished file or folder ``built`` to ``final`` (same file system), replacing what was there.
+    A folder cannot be renamed over a non-empty one: the old one is moved aside first and removed after."""
+    if os.path.isdir(final) and not os.path.islink(final):
+        aside = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.old.", dir=os.path.dirname(final) or ".")
+        os.rename(final, os.path.join(aside, "old"))
+        os.rename(built, final)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.replace(built, final)
