@@ -67,6 +67,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="topology.max.spout.pending: lines in flight per spout (default 1000)")
     p.add_argument("--message-timeout", type=positive_int, default=30, metavar="SECS",
                    help="topology.message.timeout.secs: a line not acked in time is replayed (default 30)")
+    p.add_argument("--rate", type=positive_float, metavar="MSG_PER_S",
+                   help="open loop: the spouts emit this many words (messages) per second, line by line, "
+                   "--max-pending still a cap (default: closed loop, as fast as max pending allows)")
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="k of the top-k (default 10)")
     p.add_argument("--redis", metavar="URL", help="Redis URL (default: a project-managed server under .keysplit/)")
     p.add_argument("--run-id", metavar="ID", help="run id (default: time-grouping-random)")
@@ -95,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         counter_tasks=args.counter_tasks, aggregators=args.aggregators, spouts=args.spouts,
         cpu_delay_ms=args.cpu_delay, flush_secs=args.flush, max_pending=args.max_pending,
         message_timeout=args.message_timeout, top_k=args.top, timeout=args.timeout, run_id=args.run_id,
-        kill_counter_at=args.kill_counter_at,
+        kill_counter_at=args.kill_counter_at, rate=args.rate,
     )
     prepared = prepare(opts)  # every check that needs no server, before anything starts
     if args.counts_out:
@@ -147,7 +150,8 @@ def print_summary(s: dict) -> None:
     out = sys.stdout
     out.write(f"run {s['run_id']}: grouping {s['grouping']}, dataset {s['dataset']}\n")
     out.write(f"  {s['lines']} lines, {s['messages']} words; S={s['sources']} W={s['workers']} "
-              f"A={s['aggregators']} cpu delay {s['cpu_delay_ms']:g} ms, flush {s['flush_secs']:g} s\n")
+              f"A={s['aggregators']} cpu delay {s['cpu_delay_ms']:g} ms, flush {s['flush_secs']:g} s"
+              + (f", rate {s['rate']:g} words/s" if s.get("rate") else "") + "\n")
     lat = s["latency_ms"]
     out.write(f"throughput: {s['words_per_second']:,.0f} words/s, {s['lines_per_second']:,.0f} lines/s "
               f"over {s['duration_s']:.1f} s\n")

@@ -57,6 +57,7 @@ class RunOptions:
     timeout: float = 600.0
     run_id: str | None = None
     kill_counter_at: float | None = None  # fault injection: kill -9 counter 0 after this fraction is acked
+    rate: float | None = None  # open loop: words/s the spouts emit (max pending still caps); None: closed loop
 
 
 @dataclass
@@ -83,6 +84,8 @@ def prepare(opts: RunOptions) -> Prepared:
         raise KeysplitError(f"--max-pending must be at least 1, got {opts.max_pending}")
     if opts.message_timeout < 1:
         raise KeysplitError(f"--message-timeout must be at least 1 second, got {opts.message_timeout}")
+    if opts.rate is not None and not opts.rate > 0:
+        raise KeysplitError(f"--rate must be positive, got {opts.rate}")
     if opts.kill_counter_at is not None and not 0 < opts.kill_counter_at < 1:
         raise KeysplitError(f"--kill-counter-at must be a fraction between 0 and 1, got {opts.kill_counter_at}")
     counter_tasks = opts.counter_tasks or opts.workers
@@ -93,7 +96,7 @@ def prepare(opts: RunOptions) -> Prepared:
     settings = WordCountSettings(
         run_id=opts.run_id or new_run_id(opts.grouping), grouping=opts.grouping, spouts=opts.spouts,
         sources=opts.sources, workers=opts.workers, counter_tasks=counter_tasks, aggregators=opts.aggregators,
-        cpu_delay_ms=opts.cpu_delay_ms, flush_secs=opts.flush_secs, top_k=opts.top_k,
+        cpu_delay_ms=opts.cpu_delay_ms, flush_secs=opts.flush_secs, top_k=opts.top_k, rate=opts.rate or 0.0,
     )
     dataset = open_dataset(opts.dataset)
     require_records(dataset)
@@ -219,6 +222,7 @@ def start_run(
         "flush_secs": settings.flush_secs,
         "max_pending": opts.max_pending,
         "message_timeout_secs": opts.message_timeout,
+        "rate": opts.rate,
         "started": started,
     }
     conn.set(keys.config, json.dumps({**base, **settings.conf(), "keysplit.redis_url": ""}))
@@ -283,6 +287,8 @@ def run_wordcount(
     try:
         with LocalCluster(topology, conf, cwd=os.getcwd(), python=python, log_dir=str(log_dir)) as cluster:
             cluster.start()
+            # wall-clock time of tick 0: the runner sends every tick at started_at + k * T (monotonic clock)
+            ticks_at = time.time() - (time.monotonic() - cluster.started_at)
             if not cluster.run_until(finished, opts.timeout, poll=0.2):
                 acked = spout_metrics(conn, keys, settings.spouts)["acked"]
                 raise KeysplitError(f"run {settings.run_id} did not finish within {opts.timeout:g} s "
@@ -295,6 +301,8 @@ def run_wordcount(
     summary["restarts"] = _restarts(stats)
     summary["killed_counter"] = killed[0]
     summary["wall_s"] = time.time() - started
+    # where the flush ticks fell relative to the first emit (the replay's --tick-phase; ticks at phase + k*T)
+    summary["tick_phase_s"] = ticks_at - spout_metrics(conn, keys, settings.spouts)["first_emit"]
     conn.set(keys.summary, json.dumps(summary))
     # the feed and the per-worker key sets are large and fully summarised: drop them, keep counts and metrics
     conn.delete(keys.feed, keys.frequencies, *[keys.keys(i) for i in range(settings.counter_tasks)])
