@@ -10,7 +10,8 @@ What the model follows, each a fact of the topology (``keysplit.storm``, ``keysp
   max pending still a cap);
 - **the runner** (one thread: the multi-lang runner, routers and protocol) handles the words one after the
   other, ``overhead_us`` each: the per-tuple overhead measured by a calibration run with no CPU delay, whose
-  throughput is ``1e6 / overhead_us`` words/s (see :func:`calibration_from_run`);
+  throughput is ``1e6 / overhead_us`` words/s (see :func:`calibrate`); a word then reaches its counter
+  ``hop_delay_ms`` later (the hops through the router processes, which on a shared machine wait for a core);
 - **a counter** serves its words first come first served, ``cpu_delay_ms + counter_overhead_us`` each (the sleep
   and what one tuple costs the counter process); the words it has served wait for its next tick tuple;
 - **ticks** reach every counter and aggregator at the same instants ``tick_phase + k * T``, ``T`` the tick period
@@ -64,13 +65,14 @@ class TopologyParams:
     counter_overhead_us: float = 0.0  # a counter's per-word cost beyond the CPU delay (calibrated)
     tuple_us: float = 0.0  # cost of one emitted or acked tuple in a counter's or aggregator's tick
     ack_delay_ms: float = 0.0  # from an aggregator's ack to the spout's ack of a completed line
+    hop_delay_ms: float = 0.0  # from the runner to the counter: the processes' hops when nothing queues (calibrated)
     tick_phase_s: float = 0.0  # time of tick 0 relative to the first emit (ticks at phase + k*T, k >= 1)
 
     def __post_init__(self) -> None:
         for name in ("workers", "aggregators", "max_pending", "spouts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("cpu_delay_ms", "overhead_us", "counter_overhead_us", "tuple_us", "ack_delay_ms"):
+        for name in ("cpu_delay_ms", "overhead_us", "counter_overhead_us", "tuple_us", "ack_delay_ms", "hop_delay_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.flush_secs <= 0 or self.message_timeout <= 0:
@@ -180,7 +182,7 @@ def _pop(ht, hs, hk, ha, n):
 
 @numba.njit(cache=True)
 def simulate_kernel(line_start, word_worker, word_agg, word_key, n_keys, n_workers, n_aggs, service, runner,
-                    tuple_cost, ack_delay, tick, phase, cap, rate, timeout):
+                    tuple_cost, ack_delay, tick, phase, cap, rate, timeout, hop):
     """The event loop (see the module docstring). Times in seconds; ``rate`` 0 means closed loop.
 
     Returns ``(emit, done, counter_busy, timeouts)``; ``done[i]`` is line i's completion time."""
@@ -247,7 +249,7 @@ def simulate_kernel(line_start, word_worker, word_agg, word_key, n_keys, n_worke
             runner_free = max(runner_free, now)
             for j in range(line_start[i], line_start[i + 1]):
                 runner_free += runner
-                ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, runner_free, _ARRIVE, j)
+                ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, runner_free + hop, _ARRIVE, j)
                 seq += 1
             ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, max(runner_free, now + tuple_cost), _EMIT, 0)
             seq += 1
@@ -381,7 +383,8 @@ def simulate(params: TopologyParams, line_start: np.ndarray, workers: np.ndarray
     emit, done, busy, timeouts = simulate_kernel(
         line_start, workers, aggregators, key_ids, n_keys, params.workers, params.aggregators, params.service_s,
         params.overhead_us / 1e6, params.tuple_us / 1e6, params.ack_delay_ms / 1000.0, params.tick_secs,
-        params.tick_phase_s, params.max_pending * params.spouts, params.rate or 0.0, params.message_timeout)
+        params.tick_phase_s, params.max_pending * params.spouts, params.rate or 0.0, params.message_timeout,
+        params.hop_delay_ms / 1000.0)
     return ModelResult(emit, done, len(workers), busy, int(timeouts), params)
 
 
@@ -464,7 +467,7 @@ def spark_estimate(routed: object, dataset_spec: str, params: TopologyParams) ->
 #: Where ``keysplit replay`` looks for the calibration when ``--calibration`` is not given.
 DEFAULT_CALIBRATION = os.path.join(".keysplit", "calibration.json")
 #: The calibrated quantities a calibration file holds (microseconds, seconds).
-CALIBRATED = ("overhead_us", "counter_overhead_us", "tuple_us", "tick_phase_s")
+CALIBRATED = ("overhead_us", "counter_overhead_us", "tuple_us", "tick_phase_s", "hop_delay_ms")
 
 
 def model_params(opts: Any, workers: int | None = None) -> TopologyParams:
@@ -513,6 +516,24 @@ def fit_overhead(name: str, measured_wps: float, params: TopologyParams, arrays:
     return hi
 
 
+def fit_delay(name: str, measured_mean_ms: float, params: TopologyParams, arrays: tuple, high: float = 5000.0,
+              steps: int = 30) -> float:
+    """The value of delay ``name`` (ms) at which the model's mean complete latency equals ``measured_mean_ms``
+    (a pure delay only lengthens a line's trip, so bisection finds it); 0 when the model is already slower."""
+    def quicker(value: float) -> bool:
+        return float(simulate(replace(params, **{name: value}), *arrays).latency_ms.mean()) < measured_mean_ms
+
+    if not quicker(0.0):
+        return 0.0
+    lo, hi = 0.0, high
+    if quicker(hi):
+        return hi
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if quicker(mid) else (lo, mid)
+    return (lo + hi) / 2
+
+
 def calibrate(ceiling: dict, ceiling_arrays: tuple, saturation: dict, saturation_arrays: tuple) -> dict:
     """The model's overheads from two calibration runs of ``keysplit run`` (their ``--json`` summaries) and the
     routed streams of their datasets (:func:`route_dataset`):
@@ -524,6 +545,9 @@ def calibrate(ceiling: dict, ceiling_arrays: tuple, saturation: dict, saturation
     - ``saturation``: a CPU delay with every counter saturated (shuffle grouping, high max pending):
       ``counter_overhead_us``, what a counter spends per word beyond the delay (the sleep's overshoot when the
       cores are shared, reading and parsing the tuple), is fitted so that the model reproduces its words/s;
+    - ``hop_delay_ms``: the delay from the runner to a counter when nothing queues (the hops through the router
+      processes, which wait for a core on a shared machine), fitted so that the model reproduces the ceiling
+      run's mean complete latency;
     - ``tick_phase_s``: the mean, over both runs, of where their ticks fell relative to the first emit.
     """
     if ceiling.get("cpu_delay_ms"):
@@ -533,13 +557,17 @@ def calibrate(ceiling: dict, ceiling_arrays: tuple, saturation: dict, saturation
     phase = float(np.mean([float(r.get("tick_phase_s") or 0.0) for r in (ceiling, saturation)]))
     base = params_of_run(ceiling, tick_phase_s=phase)
     per_word = fit_overhead("overhead_us", ceiling["words_per_second"], replace(base, tuple_us=0.0), ceiling_arrays)
-    sat = params_of_run(saturation, overhead_us=per_word, tuple_us=per_word, tick_phase_s=phase)
+    hop = fit_delay("hop_delay_ms", ceiling["latency_ms"]["mean"],
+                    replace(base, overhead_us=per_word, tuple_us=per_word), ceiling_arrays)
+    sat = params_of_run(saturation, overhead_us=per_word, tuple_us=per_word, tick_phase_s=phase, hop_delay_ms=hop)
     counter = fit_overhead("counter_overhead_us", saturation["words_per_second"], sat, saturation_arrays)
     return {"overhead_us": per_word, "counter_overhead_us": counter, "tuple_us": per_word, "tick_phase_s": phase,
+            "hop_delay_ms": hop,
             "runs": {"ceiling": {k: ceiling.get(k) for k in _RUN_FIELDS},
                      "saturation": {k: saturation.get(k) for k in _RUN_FIELDS}},
-            "how": "fitted so that the model reproduces the words/s of a `keysplit run` with no CPU delay "
-                   "(runner and protocol per word) and of one with every counter saturated (counter per word)"}
+            "how": "fitted so that the model reproduces the words/s and mean latency of a `keysplit run` with no CPU "
+                   "delay (runner and protocol per word, hop delay) and the words/s of one with every counter "
+                   "saturated (counter per word)"}
 
 
 _RUN_FIELDS = ("run_id", "grouping", "dataset", "workers", "sources", "aggregators", "cpu_delay_ms", "max_pending",

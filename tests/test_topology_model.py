@@ -112,3 +112,17 @@ def test_bad_parameters_and_inputs_are_refused():
         simulate(TopologyParams(workers=2), line_starts(np.array([2])), np.array([0, 2]), np.array([0, 1]))
     assert TopologyParams(workers=1, flush_secs=0.4).tick_secs == 1.0  # Storm's ticks are whole seconds
     assert math.isclose(TopologyParams(workers=1, flush_secs=2.4).tick_secs, 2.0)
+
+
+def test_run_rate_is_a_setting_of_the_topology_and_checked_before_it_starts(tmp_path):
+    from keysplit.errors import KeysplitError
+    from keysplit.storm.run import RunOptions, prepare
+    from keysplit.storm.settings import WordCountSettings
+
+    path = tmp_path / "t.txt"
+    path.write_text("a b c\nb c\n")
+    prepared = prepare(RunOptions("kg", f"text:{path}", sources=1, workers=2, rate=1500.0))
+    assert WordCountSettings.from_conf(prepared.settings.conf()).rate == 1500.0  # what the spouts read
+    assert prepare(RunOptions("kg", f"text:{path}", sources=1, workers=2)).settings.rate == 0.0  # closed loop
+    with pytest.raises(KeysplitError, match="--rate must be positive"):
+        prepare(RunOptions("kg", f"text:{path}", sources=1, workers=2, rate=0.0))

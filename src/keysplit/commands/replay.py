@@ -58,7 +58,8 @@ def model_line(replay: dict) -> str:
         else f"open loop at {replay['rate']:g} words/s, max pending {replay['max_pending']} as a cap"
     return (f"topology model ({loop}, A={replay['aggregators']}, flush {replay['flush_secs']:g} s, overheads: "
             f"runner {o.get('overhead_us', 0):.0f} us/word, counter {o.get('counter_overhead_us', 0):.0f} us/word, "
-            f"tick phase {o.get('tick_phase_s', 0):.2f} s; from {o.get('source') or 'no calibration'})")
+            f"hop {o.get('hop_delay_ms', 0):.0f} ms, tick phase {o.get('tick_phase_s', 0):.2f} s; from "
+            f"{o.get('source') or 'no calibration'})")
 
 
 def run(args: argparse.Namespace) -> int:
