@@ -494,44 +494,37 @@ def params_of_run(run: dict, **overheads: float) -> TopologyParams:
         message_timeout=float(run.get("message_timeout_secs") or 30), rate=run.get("rate") or None, **overheads)
 
 
+def _bisect(below: Any, high: float, steps: int) -> float:
+    """The threshold in [0, high] where the monotone predicate ``below(value)`` turns false: 0 when it is false at 0,
+    ``high`` when it is still true there, else the smallest value found where it is false."""
+    if not below(0.0):
+        return 0.0
+    if below(high):
+        return high
+    lo, hi = 0.0, high
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if below(mid) else (lo, mid)
+    return hi
+
+
 def fit_overhead(name: str, measured_wps: float, params: TopologyParams, arrays: tuple, high: float = 20_000.0,
                  steps: int = 30) -> float:
     """The value of overhead ``name`` (microseconds) at which the model's throughput equals ``measured_wps``.
 
-    The model's throughput does not increase with any overhead, so bisection finds it; 0 when the model is
-    already slower at 0 (the run was faster than the model can be), ``high`` when it is still faster there."""
-    def faster(value: float) -> bool:
-        return simulate(replace(params, **{name: value}), *arrays).words_per_second > measured_wps
-
-    if not faster(0.0):
-        return 0.0
-    lo, hi = 0.0, high
-    if faster(hi):
-        return hi
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if faster(mid) else (lo, mid)
-    # the ticks quantise a run's duration, so the throughput is flat over a range of overheads: ``hi`` is the
-    # smallest value found that is not faster than the run, i.e. the start of the range that reproduces it
-    return hi
+    The model's throughput does not increase with any overhead, so bisection finds it. The ticks quantise a
+    run's duration, so the throughput is flat over a range of overheads: the result is the start of the range
+    that reproduces the run (0 when the model is already slower at 0, ``high`` when still faster there)."""
+    return _bisect(lambda v: simulate(replace(params, **{name: v}), *arrays).words_per_second > measured_wps,
+                   high, steps)
 
 
 def fit_delay(name: str, measured_mean_ms: float, params: TopologyParams, arrays: tuple, high: float = 5000.0,
               steps: int = 30) -> float:
     """The value of delay ``name`` (ms) at which the model's mean complete latency equals ``measured_mean_ms``
     (a pure delay only lengthens a line's trip, so bisection finds it); 0 when the model is already slower."""
-    def quicker(value: float) -> bool:
-        return float(simulate(replace(params, **{name: value}), *arrays).latency_ms.mean()) < measured_mean_ms
-
-    if not quicker(0.0):
-        return 0.0
-    lo, hi = 0.0, high
-    if quicker(hi):
-        return hi
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if quicker(mid) else (lo, mid)
-    return (lo + hi) / 2
+    return _bisect(lambda v: float(simulate(replace(params, **{name: v}), *arrays).latency_ms.mean())
+                   < measured_mean_ms, high, steps)
 
 
 def calibrate(ceiling: dict, ceiling_arrays: tuple, saturation: dict, saturation_arrays: tuple) -> dict:

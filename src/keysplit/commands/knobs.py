@@ -29,17 +29,23 @@ KNOBS: dict[str, str] = {
 ARRIVALS = ("closed", "open", "lindley")
 
 
-def add_topology_options(p: argparse.ArgumentParser) -> None:
-    """The replay's copies of `keysplit run`'s knobs (same names and defaults), and the model's own options."""
+def add_shared_knobs(p: argparse.ArgumentParser) -> None:
+    """The knobs `keysplit run` and `keysplit replay` both take, beyond -S, -W, --cpu-delay and --rate (which each
+    command declares with its own default and help)."""
     p.add_argument("--aggregators", "-A", type=positive_int, default=2, metavar="A",
-                   help="aggregator tasks of the modelled topology (default 2, as keysplit run)")
+                   help="aggregator tasks (default 2)")
     p.add_argument("--spouts", type=positive_int, default=1, metavar="P", help="spout tasks (default 1)")
     p.add_argument("--flush", type=positive_float, default=1.0, metavar="SECS",
-                   help="aggregation period T: counters flush every T s on a tick (whole seconds; default 1)")
+                   help="aggregation period T: counters flush partial counts every T s (tick tuples; default 1)")
     p.add_argument("--max-pending", type=positive_int, default=1000, metavar="N",
                    help="topology.max.spout.pending: lines in flight per spout (default 1000)")
     p.add_argument("--message-timeout", type=positive_int, default=30, metavar="SECS",
-                   help="topology.message.timeout.secs: lines the model sees exceed it are counted (default 30)")
+                   help="topology.message.timeout.secs: a line not acked in time is replayed (default 30)")
+
+
+def add_topology_options(p: argparse.ArgumentParser) -> None:
+    """The replay's copies of `keysplit run`'s knobs (same names and defaults), and the model's own options."""
+    add_shared_knobs(p)
     p.add_argument("--arrivals", choices=ARRIVALS, default="closed",
                    help="closed (default): the topology model with the spouts kept at --max-pending, as "
                    "`keysplit run` runs; open: the same model with the spouts emitting --rate words/s (`keysplit "

@@ -14,6 +14,7 @@ from keysplit.commands.common import (
     print_table,
     progress_bar,
 )
+from keysplit.commands.knobs import add_shared_knobs
 from keysplit.commands.simulate import grouping_help
 from keysplit.errors import KeysplitError
 from keysplit.redis_server import redact, session
@@ -56,17 +57,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="workers the grouping chooses among (default 10)")
     p.add_argument("--counter-tasks", type=positive_int, metavar="N",
                    help="counter tasks (default W; W must not exceed it)")
-    p.add_argument("--aggregators", "-A", type=positive_int, default=2, metavar="A",
-                   help="aggregator tasks (default 2)")
-    p.add_argument("--spouts", type=positive_int, default=1, metavar="P", help="spout tasks (default 1)")
     p.add_argument("--cpu-delay", type=non_negative_float, default=0.0, metavar="MS",
                    help="per-word work at the counters in ms, a sleep (the paper's CPU delay; default 0)")
-    p.add_argument("--flush", type=positive_float, default=1.0, metavar="SECS",
-                   help="aggregation period T: counters flush partial counts every T s (tick tuples; default 1)")
-    p.add_argument("--max-pending", type=positive_int, default=1000, metavar="N",
-                   help="topology.max.spout.pending: lines in flight per spout (default 1000)")
-    p.add_argument("--message-timeout", type=positive_int, default=30, metavar="SECS",
-                   help="topology.message.timeout.secs: a line not acked in time is replayed (default 30)")
+    add_shared_knobs(p)  # -A, --spouts, --flush, --max-pending, --message-timeout, as keysplit replay
     p.add_argument("--rate", type=positive_float, metavar="MSG_PER_S",
                    help="open loop: the spouts emit this many words (messages) per second, line by line, "
                    "--max-pending still a cap (default: closed loop, as fast as max pending allows)")
