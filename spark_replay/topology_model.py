@@ -464,8 +464,15 @@ def spark_estimate(routed: object, dataset_spec: str, params: TopologyParams) ->
 # ---------------------------------------------------------------------------------------- calibration
 
 
-#: Where ``keysplit replay`` looks for the calibration when ``--calibration`` is not given.
-DEFAULT_CALIBRATION = os.path.join(".keysplit", "calibration.json")
+#: The calibration file ``keysplit replay`` reads when ``--calibration`` is not given, in the project's state
+#: directory (``$KEYSPLIT_HOME``, else ``./.keysplit``).
+CALIBRATION_NAME = "calibration.json"
+
+
+def default_calibration() -> str:
+    from keysplit.redis_server import keysplit_home
+
+    return str(keysplit_home() / CALIBRATION_NAME)
 #: The calibrated quantities a calibration file holds (microseconds, seconds).
 CALIBRATED = ("overhead_us", "counter_overhead_us", "tuple_us", "tick_phase_s", "hop_delay_ms")
 
@@ -568,10 +575,10 @@ _RUN_FIELDS = ("run_id", "grouping", "dataset", "workers", "sources", "aggregato
 
 
 def load_calibration(path: str | None) -> dict:
-    """A calibration file's overheads; ``path`` None reads DEFAULT_CALIBRATION if it exists, else zeros."""
+    """A calibration file's overheads; ``path`` None reads :func:`default_calibration` if it exists, else zeros."""
     import json
 
-    target = path or DEFAULT_CALIBRATION
+    target = path or default_calibration()
     if path is None and not os.path.exists(target):
         return {name: 0.0 for name in CALIBRATED} | {"source": None}
     try:

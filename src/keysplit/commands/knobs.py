@@ -51,7 +51,8 @@ def add_topology_options(p: argparse.ArgumentParser) -> None:
                    "`keysplit run` runs; open: the same model with the spouts emitting --rate words/s (`keysplit "
                    "run --rate`); lindley: the earlier open-loop estimate, one D/D/1 queue per worker at --rate")
     p.add_argument("--calibration", metavar="FILE",
-                   help="the model's overheads (default .keysplit/calibration.json when it exists, else none; "
+                   help="the model's overheads (default $KEYSPLIT_HOME/calibration.json, i.e. "
+                   ".keysplit/calibration.json, when it exists, else none; "
                    "written by `python benchmarks/agreement.py --calibrate`)")
     p.add_argument("--overhead-us", type=non_negative_float, metavar="US",
                    help="runner and protocol time per word, microseconds (overrides the calibration)")
