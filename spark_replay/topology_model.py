@@ -181,6 +181,33 @@ def _pop(ht, hs, hk, ha, n):
 
 
 @numba.njit(cache=True)
+def _append(head, tail, nxt, q, j):
+    """Append word j to chain q (one linked list per counter or aggregator: ``head``/``tail`` over ``nxt``)."""
+    nxt[j] = -1
+    if head[q] < 0:
+        head[q] = j
+    else:
+        nxt[tail[q]] = j
+    tail[q] = j
+
+
+@numba.njit(cache=True)
+def _count(head, nxt, word_key, stamp, stamp_no):
+    """Words and distinct keys of the chain starting at ``head`` (``stamp`` marks keys seen with ``stamp_no``)."""
+    words = 0
+    distinct = 0
+    j = head
+    while j >= 0:
+        words += 1
+        k = word_key[j]
+        if stamp[k] != stamp_no:
+            stamp[k] = stamp_no
+            distinct += 1
+        j = nxt[j]
+    return words, distinct
+
+
+@numba.njit(cache=True)
 def simulate_kernel(line_start, word_worker, word_agg, word_key, n_keys, n_workers, n_aggs, service, runner,
                     tuple_cost, ack_delay, tick, phase, cap, rate, timeout, hop):
     """The event loop (see the module docstring). Times in seconds; ``rate`` 0 means closed loop.
@@ -259,29 +286,15 @@ def simulate_kernel(line_start, word_worker, word_agg, word_key, n_keys, n_worke
             start = max(now, c_free[w])
             c_free[w] = start + service
             c_busy[w] += service
-            nxt[j] = -1
-            if c_head[w] < 0:
-                c_head[w] = j
-            else:
-                nxt[c_tail[w]] = j
-            c_tail[w] = j
+            _append(c_head, c_tail, nxt, w, j)
         elif kind == _TICK:
             # every counter's tick, queued behind its backlog: it flushes the words that arrived before it
             for w in range(n_workers):
                 head = c_head[w]
                 c_head[w] = -1
                 c_tail[w] = -1
-                words = 0
-                distinct = 0
                 stamp_no += 1
-                j = head
-                while j >= 0:
-                    words += 1
-                    k = word_key[j]
-                    if stamp[k] != stamp_no:
-                        stamp[k] = stamp_no
-                        distinct += 1
-                    j = nxt[j]
+                words, distinct = _count(head, nxt, word_key, stamp, stamp_no)
                 start = max(now, c_free[w])
                 c_free[w] = start + tuple_cost * (words + distinct)
                 c_busy[w] += tuple_cost * (words + distinct)
@@ -296,14 +309,7 @@ def simulate_kernel(line_start, word_worker, word_agg, word_key, n_keys, n_worke
                 if head < 0:
                     continue
                 stamp_no += 1
-                distinct = 0
-                j = head
-                while j >= 0:
-                    k = word_key[j]
-                    if stamp[k] != stamp_no:
-                        stamp[k] = stamp_no
-                        distinct += 1
-                    j = nxt[j]
+                _, distinct = _count(head, nxt, word_key, stamp, stamp_no)
                 start = max(now, a_free[a])
                 a_free[a] = start + tuple_cost * distinct
                 ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, a_free[a] + ack_delay, _ACK, head)
@@ -324,12 +330,7 @@ def simulate_kernel(line_start, word_worker, word_agg, word_key, n_keys, n_worke
                 if stamp[k] != stamp_no:
                     stamp[k] = stamp_no
                     a_seen[a] += 1
-                nxt[j] = -1
-                if a_head[a] < 0:
-                    a_head[a] = j
-                else:
-                    nxt[a_tail[a]] = j
-                a_tail[a] = j
+                _append(a_head, a_tail, nxt, a, j)
                 j = after
             for a in range(n_aggs):
                 if a_seen[a]:
