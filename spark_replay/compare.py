@@ -120,6 +120,50 @@ def check_same_dataset(run: dict, replay: dict) -> None:
             "replay the run's dataset to compare them")
 
 
+def knobs(run: dict, replay: dict) -> list[dict]:
+    """The topology's knobs of the run and of the replay side by side (``keysplit.commands.knobs.KNOBS``),
+    each with whether they agree; ``arrivals`` is the run's loop (closed, or open at its rate) against the
+    replay's ``--arrivals``."""
+    from keysplit.commands.knobs import KNOBS
+
+    settings = replay["replay"]
+    rows = []
+    for name, option in KNOBS.items():
+        if name == "rate":
+            continue
+        a, b = run.get(name), settings.get(name)
+        same = a is None or b is None or float(a) == float(b)
+        rows.append({"knob": name, "option": option, "run": a, "replay": b, "agree": same})
+    rate = run.get("rate")
+    arrivals = settings.get("arrivals", "lindley")
+    want = "closed" if not rate else "open"
+    run_side = "closed loop" if not rate else f"open, {rate:g} words/s"
+    replay_side = f"{arrivals}" + (f", {settings.get('rate'):g} words/s" if arrivals != "closed" else "")
+    agree = arrivals == "lindley" or (arrivals == want and (want == "closed" or float(settings.get("rate")) == rate))
+    rows.append({"knob": "arrivals", "option": "--rate / --arrivals", "run": run_side, "replay": replay_side,
+                 "agree": agree})
+    return rows
+
+
+def check_same_knobs(run: dict, replay: dict) -> list[dict]:
+    """Refuse a run and a replay whose topology knobs differ (the estimate would be of another topology)."""
+    rows = knobs(run, replay)
+    bad = [r for r in rows if not r["agree"]]
+    if bad:
+        raise KeysplitError(
+            f"run {run.get('run_id')} and the replay in {replay['dir']} model different topologies: "
+            + "; ".join(f"{r['option']} {r['run']} vs {r['replay']}" for r in bad)
+            + "; replay with the run's knobs to compare them")
+    return rows
+
+
+def ratio(estimate: float | None, measured: float | None) -> float | None:
+    """replay / run, or None when either is missing or the run measured 0."""
+    if estimate is None or not measured:
+        return None
+    return float(estimate) / float(measured)
+
+
 def counts_diff(measured: Mapping[str, int], exact: Mapping[str, int]) -> dict:
     """Whether the run's totals equal the exact counts, and how many words differ, are missing or extra."""
     missing = [w for w in exact if w not in measured]
@@ -141,11 +185,17 @@ def compare_one(run: dict, counts: Mapping[str, int], replay: dict, exact: Mappi
         raise KeysplitError(f"the replay in {replay['dir']} has no grouping {want!r} (it has: "
                             f"{', '.join(entries)}); replay it with --groupings {want}")
     latency = run.get("latency_ms") or {}
+    knob_rows = check_same_knobs(run, replay)
     notes = []
-    for name, a, b in (("workers", workers, est["workers"]), ("sources", sources, est["sources"]),
-                       ("cpu_delay_ms", run.get("cpu_delay_ms"), est.get("cpu_delay_ms"))):
+    for name, a, b in (("workers", workers, est["workers"]), ("sources", sources, est["sources"])):
         if a is not None and b is not None and float(a) != float(b):
             notes.append(f"{name} differ: run {a}, replay {b}")
+    missing = [r["knob"] for r in knob_rows if r["replay"] is None and r["run"] is not None]
+    if missing:
+        notes.append(f"the replay does not record {', '.join(missing)} (made before they were knobs)")
+    if est.get("model", "lindley") == "lindley":
+        notes.append("the replay's estimate is the open-loop D/D/1 queue per worker (--arrivals lindley): no max "
+                     "pending, flush or overheads, so its latencies are lower bounds")
     diff = counts_diff(counts, exact)
     return {
         "grouping": est["grouping"],
@@ -155,6 +205,11 @@ def compare_one(run: dict, counts: Mapping[str, int], replay: dict, exact: Mappi
                        "replay_estimate": est.get("throughput_estimate")},
         "latency_p50_ms": {"run": latency.get("p50"), "replay": est.get("latency_p50_ms")},
         "latency_p99_ms": {"run": latency.get("p99"), "replay": est.get("latency_p99_ms")},
+        "ratio": {"throughput": ratio(est.get("throughput_estimate"), run.get("words_per_second")),
+                  "latency_p50_ms": ratio(est.get("latency_p50_ms"), latency.get("p50")),
+                  "latency_p99_ms": ratio(est.get("latency_p99_ms"), latency.get("p99"))},
+        "knobs": knob_rows,
+        "model": est.get("model", "lindley"),
         "final_imbalance_fraction": {"run": run.get("final_imbalance_fraction"),
                                      "replay": est.get("final_imbalance_fraction")},
         "dist_cost": {"run": run.get("dist_cost"), "replay": est.get("dist_cost")},
@@ -174,6 +229,7 @@ def compare(conn: Any, run_ids: Sequence[str], replay_dir: str) -> dict:
     loaded = [load_run(conn, r) for r in run_ids]
     for run, _ in loaded:  # refuse before reading the counts
         check_same_dataset(run, replay)
+        check_same_knobs(run, replay)
     exact = replay_counts(replay)
     rows = [compare_one(run, counts, replay, exact) for run, counts in loaded]
     return {"replay": os.path.abspath(replay_dir), "dataset": replay["dataset"], "rows": rows}
@@ -217,6 +273,8 @@ def plot(result: dict, replay_dir: str, out: str) -> list[str]:
     fig.tight_layout()
     files.append(_save(fig, out, "throughput_latency.png"))
 
+    files.append(plot_agreement(rows, out))
+
     fig, axes = plt.subplots(1, len(rows), figsize=(max(6, 4 * len(rows)), 4), squeeze=False)
     for ax, r, name in zip(axes[0], rows, names):
         run_loads, est_loads = r["loads"]["run"] or [], r["loads"]["replay"] or []
@@ -249,6 +307,46 @@ def plot(result: dict, replay_dir: str, out: str) -> list[str]:
     fig.tight_layout()
     files.append(_save(fig, out, "imbalance.png"))
     return files
+
+
+#: Metric -> (label, tolerance of the agreement target of benchmarks/agreement.py).
+AGREEMENT = {"throughput": ("throughput, words/s", 0.15), "latency_p50_ms": ("p50 complete latency, ms", 0.25),
+             "latency_p99_ms": ("p99 complete latency, ms", 0.25)}
+
+
+def measured_predicted(row: dict, metric: str) -> tuple[float | None, float | None]:
+    """(run, replay) of one metric of a comparison row."""
+    if metric == "throughput":
+        return row["throughput"]["run_words_per_second"], row["throughput"]["replay_estimate"]
+    return row[metric]["run"], row[metric]["replay"]
+
+
+def plot_agreement(rows: list[dict], out: str) -> str:
+    """``agreement.png``: predicted (replay) against measured (run), one panel per metric, the diagonal and the
+    target band around it, a point per run labelled with its grouping."""
+    import numpy as np
+
+    from keysplit.plots import pyplot
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(AGREEMENT), figsize=(4.5 * len(AGREEMENT), 4.3))
+    for ax, (metric, (label, tol)) in zip(axes, AGREEMENT.items()):
+        pts = [(m, p, r["grouping"]) for r in rows for m, p in [measured_predicted(r, metric)] if m and p]
+        top = max([max(m, p) for m, p, _ in pts], default=1.0) * 1.15
+        line = np.array([0.0, top])
+        ax.plot(line, line, color="black", linewidth=0.8, label="predicted = measured")
+        ax.fill_between(line, line * (1 - tol), line * (1 + tol), color="grey", alpha=0.2, label=f"±{tol:.0%}")
+        for m, p, name in pts:
+            ax.scatter([m], [p], s=25)
+            ax.annotate(name, (m, p), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.set_xlabel(f"measured (keysplit run): {label}", fontsize=8)
+        ax.set_ylabel(f"predicted (keysplit replay): {label}", fontsize=8)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle("replay against run", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, out, "agreement.png")
 
 
 def _save(fig: Any, out: str, name: str) -> str:

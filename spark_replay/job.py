@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from keysplit.commands.knobs import ARRIVALS
 from keysplit.datasets import open_dataset
 from keysplit.datasets.readers import FileDataset
 from keysplit.errors import KeysplitError, SpecError
@@ -39,6 +40,7 @@ from keysplit.simulate import DEFAULT_RATE, SPLITS, Resize, check_checkpoint, ch
 from spark_replay import aggregates, routing
 from spark_replay.ingest import Ingested, ingest, materialise
 from spark_replay.queueing import throughput_estimate
+from spark_replay.topology_model import model_params, spark_estimate
 
 DEFAULT_CPU_DELAY_MS = 1.0
 DEFAULT_OUT = os.path.join(".keysplit", "replay")
@@ -61,6 +63,14 @@ class ReplayOptions:
     partitions: int | None = None  # input partitions (default: by file size and cores)
     fast: bool = True  # route kg/sg/pkg with keysplit.fast's proven kernel
     resizes: list[Resize] = field(default_factory=list)  # worker changes mid-stream, as simulate's --resize
+    # the topology the estimate models (keysplit run's knobs, same names) and how its words arrive
+    aggregators: int = 2
+    spouts: int = 1
+    flush_secs: float = 1.0
+    max_pending: int = 1000
+    message_timeout: int = 30
+    arrivals: str = "closed"  # closed | open (the topology model) | lindley (one D/D/1 queue per worker)
+    overheads: dict = field(default_factory=dict)  # the model's calibrated overheads (topology_model.CALIBRATED)
 
 
 @dataclass
@@ -100,6 +110,10 @@ def validate(opts: ReplayOptions) -> list[str]:
         raise SpecError(f"unknown split {opts.split!r}; valid: {', '.join(SPLITS)}")
     if not opts.groupings:
         raise SpecError("no grouping to replay")
+    if opts.arrivals not in ARRIVALS:
+        raise SpecError(f"unknown arrivals {opts.arrivals!r}; valid: {', '.join(ARRIVALS)}")
+    if opts.arrivals != "lindley":
+        model_params(opts)  # the model's knobs are checked before Spark starts too
     if opts.capacities is not None and len(opts.capacities) != opts.workers:
         raise SpecError(f"--capacities needs {opts.workers} values, got {len(opts.capacities)}")
     check_resizes(opts.groupings, opts.workers, opts.resizes)
@@ -172,6 +186,9 @@ def _replay_into(spark: Any, opts: ReplayOptions, modes: list[str], dataset: Any
                     "p1": counts_info["top_count"] / ing.messages, "sha256": sha},
         "replay": {"master": spark.sparkContext.master, "workers": opts.workers, "sources": opts.sources,
                    "split": opts.split, "rate": opts.rate, "cpu_delay_ms": opts.cpu_delay_ms,
+                   "aggregators": opts.aggregators, "spouts": opts.spouts, "flush_secs": opts.flush_secs,
+                   "max_pending": opts.max_pending, "message_timeout_secs": opts.message_timeout,
+                   "arrivals": opts.arrivals, "overheads": opts.overheads,
                    "checkpoint": every, "input_partitions": ing.partitions, "ingest_seconds": ingest_s,
                    "total_seconds": time.perf_counter() - started, "counts": counts_path,
                    "timeseries": os.path.join(out, "timeseries.parquet")},
@@ -201,7 +218,7 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
     every = opts.checkpoint or default_checkpoint(ing.messages)
     results = []
     for n, (spec, mode) in enumerate(zip(opts.groupings, modes), 1):
-        r = replay_grouping(spark, ing, spec, mode, opts, every, frequencies)
+        r = replay_grouping(spark, ing, spec, mode, opts, every, frequencies, source.spec)
         s = r.summary
         say(f"[{n}/{len(opts.groupings)}] {s['grouping']} ({s['mode']}): {ing.messages:,} messages in "
             f"{s['seconds']:.2f} s ({s['messages_per_second']:,.0f} msg/s); final imbalance "
@@ -230,7 +247,7 @@ def _partition_top(items: Iterator[tuple[str, int]], k: int) -> tuple[int, list]
 
 
 def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: ReplayOptions, every: int,
-                    frequencies: Any) -> GroupingResult:
+                    frequencies: Any, dataset_spec: str | None = None) -> GroupingResult:
     """Route every sub-stream with ``spec`` and measure it (loads, I(t), memory, queueing)."""
     W, S = opts.workers, opts.sources
     changes = sorted(opts.resizes, key=lambda r: r.at)
@@ -251,16 +268,20 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
         routed = ing.streams.mapPartitions(lambda it: [route(sub) for sub in it])
     rate = opts.rate
     reducers = max(2, spark.sparkContext.defaultParallelism)
+    lindley = opts.arrivals == "lindley" and service > 0  # else the topology model estimates, below
     partial = (
-        routed.flatMap(lambda r: aggregates.tag_partition(r, n_workers, every, rows, rate, service > 0, reducers))
+        routed.flatMap(lambda r: aggregates.tag_partition(r, n_workers, every, rows, rate, lindley, reducers))
         .reduceByKey(aggregates.merge_values, numPartitions=reducers)
         .mapPartitions(lambda it: [aggregates.finish_partition(it, n_workers, service)])
         .reduce(lambda a, b: a.merge(b))
     )
     matrix, loads_arr, fast = partial.agg
     distinct, keys, hist = partial.distinct, partial.keys, partial.hist
-    if service == 0:
+    if not lindley:
         hist.add(np.zeros(ing.messages))
+    estimate = None
+    if opts.arrivals != "lindley" and dataset_spec is not None:
+        estimate = spark_estimate(routed, dataset_spec, model_params(opts, n_workers))
     elapsed = time.perf_counter() - t0
 
     loads = [int(x) for x in loads_arr.tolist()]
@@ -301,6 +322,10 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
         "fast_path": bool(fast),
         "seconds": elapsed,
     }
+    if estimate is not None:  # the topology model's throughput (words/s) and complete latency of a line
+        summary.update(estimate, model="topology")
+    else:
+        summary["model"] = "lindley"
     return GroupingResult(summary, series.times, series.values, series_loads)
 
 

@@ -105,7 +105,7 @@ def test_the_demo_runs_end_to_end(tmp_path):
     assert [row["grouping"] for row in comparison["rows"]] == ["kg", "sg", "pkg"]
     assert all(row["counts_equal"] for row in comparison["rows"])
     assert {p.name for p in (out / "compare").glob("*.png")} == {"throughput_latency.png", "loads.png",
-                                                                  "imbalance.png"}
+                                                                  "imbalance.png", "agreement.png"}
     assert (out / "simulate.png").stat().st_size > 10_000
 
 

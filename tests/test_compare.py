@@ -191,3 +191,51 @@ def test_an_output_file_that_is_an_input_under_another_name_is_refused(replay_di
                      "--redis", NO_REDIS]) == 2
     assert "would overwrite the input" in capsys.readouterr().err
     assert (replay_dir / "summary.json").read_bytes() == before
+def test_the_replay_models_the_topology_and_compare_shows_knobs_and_ratios(redis_conn, replay_dir, text_spec,
+                                                                            tmp_path, capsys):
+    conn, url = redis_conn
+    replay = json.loads((replay_dir / "summary.json").read_text())
+    assert replay["replay"]["arrivals"] == "closed" and replay["replay"]["max_pending"] == 1000
+    kg_est = replay["runs"][0]
+    assert kg_est["model"] == "topology" and kg_est["throughput_estimate"] > 0
+    # a closed loop holds every line at least one flush period (counter tick, then the aggregator's)
+    assert 1000.0 <= kg_est["latency_p50_ms"] <= kg_est["latency_p99_ms"]
+    summary = store_run(conn, "k-kg", text_spec, "kg", exact_counts(text_spec))
+    summary.update(aggregators=2, max_pending=1000, flush_secs=1.0, message_timeout_secs=30, spouts=1, rate=None)
+    conn.set("keysplit:run:k-kg:summary", json.dumps(summary))
+    out = tmp_path / "cmp"
+    assert cli_main(["compare", "--run", "k-kg", "--replay", str(replay_dir), "--out", str(out),
+                     "--redis", url]) == 0
+    printed = capsys.readouterr().out
+    assert ("knobs: --sources 2, --workers 4, --aggregators 2, --spouts 1, --cpu-delay 1.0, --max-pending 1000"
+            in printed)
+    row = json.loads((out / "comparison.json").read_text())["rows"][0]
+    assert row["ratio"]["throughput"] == pytest.approx(kg_est["throughput_estimate"] / 1234.5)
+    assert row["ratio"]["latency_p99_ms"] == pytest.approx(kg_est["latency_p99_ms"] / 9.0)
+    assert f"({row['ratio']['throughput']:.2f})" in printed
+    assert (out / "agreement.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"max_pending": 4000}, "--max-pending 4000 vs 1000"),
+    ({"aggregators": 3, "flush_secs": 2.0}, "--aggregators 3 vs 2; --flush 2.0 vs 1.0"),
+    ({"rate": 500.0}, "--rate / --arrivals open, 500 words/s vs closed"),
+])
+def test_a_run_whose_knobs_differ_is_refused(redis_conn, replay_dir, text_spec, capsys, change, message):
+    conn, url = redis_conn
+    summary = store_run(conn, "k-other", text_spec, "kg", exact_counts(text_spec))
+    summary.update(change)
+    conn.set("keysplit:run:k-other:summary", json.dumps(summary))
+    assert cli_main(["compare", "--run", "k-other", "--replay", str(replay_dir), "--redis", url]) == 2
+    err = capsys.readouterr().err
+    assert "model different topologies" in err and message in err and err.count("\n") == 1
+
+
+def test_run_and_replay_spell_the_knobs_the_same():
+    from keysplit.cli import build_parser
+    from keysplit.commands.knobs import KNOBS
+
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    for command in ("run", "replay"):
+        options = {o for a in sub.choices[command]._actions for o in a.option_strings}
+        assert set(KNOBS.values()) <= options, command

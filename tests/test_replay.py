@@ -185,7 +185,7 @@ def explicit_latencies(dataset_spec: str, spec: str, workers: int, sources: int,
 def test_queueing_estimate_follows_lindley_and_the_busiest_worker(spark, tmp_path, zipf_spec):
     rate, delay_ms, workers = 4000.0, 1.0, 5
     opts = ReplayOptions(dataset=zipf_spec, groupings=["kg", "sg"], workers=workers, sources=3, rate=rate,
-                         cpu_delay_ms=delay_ms, out=str(tmp_path))
+                         cpu_delay_ms=delay_ms, out=str(tmp_path), arrivals="lindley")
     summary = run_replay(spark, opts)
     for run in summary["runs"]:
         lat = explicit_latencies(zipf_spec, run["grouping"], workers, 3, rate, delay_ms / 1000) * 1000

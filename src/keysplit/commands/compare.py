@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 #: What ``compare`` writes in --out, and what it reads in the replay directory.
-OUTPUTS = ("comparison.json", "throughput_latency.png", "loads.png", "imbalance.png")
+OUTPUTS = ("comparison.json", "throughput_latency.png", "loads.png", "imbalance.png", "agreement.png")
 REPLAY_FILES = ("summary.json", "counts.parquet", "timeseries.parquet", "dataset.csv")
 
 
@@ -43,8 +43,9 @@ def check_outputs(out: str, replay: str) -> None:
             raise KeysplitError(f"--out {out} is inside the replay's {folder}; choose another output directory")
 
 
-def _pair(a, b, fmt) -> str:
-    return f"{'-' if a is None else fmt(a)} | {'-' if b is None else fmt(b)}"
+def _pair(a, b, fmt, ratio=None) -> str:
+    text = f"{'-' if a is None else fmt(a)} | {'-' if b is None else fmt(b)}"
+    return text if ratio is None else f"{text} ({ratio:.2f})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,15 +69,20 @@ def run(args: argparse.Namespace) -> int:
     sci = lambda v: f"{v:.2e}"  # noqa: E731
     rows = [{
         "grouping": r["grouping"], "run": r["run_id"],
-        "tp": _pair(r["throughput"]["run_words_per_second"], r["throughput"]["replay_estimate"], num),
-        "p50": _pair(r["latency_p50_ms"]["run"], r["latency_p50_ms"]["replay"], ms),
-        "p99": _pair(r["latency_p99_ms"]["run"], r["latency_p99_ms"]["replay"], ms),
+        "tp": _pair(r["throughput"]["run_words_per_second"], r["throughput"]["replay_estimate"], num,
+                    r["ratio"]["throughput"]),
+        "p50": _pair(r["latency_p50_ms"]["run"], r["latency_p50_ms"]["replay"], ms, r["ratio"]["latency_p50_ms"]),
+        "p99": _pair(r["latency_p99_ms"]["run"], r["latency_p99_ms"]["replay"], ms, r["ratio"]["latency_p99_ms"]),
         "imb": _pair(r["final_imbalance_fraction"]["run"], r["final_imbalance_fraction"]["replay"], sci),
         "mem": _pair(r["dist_cost"]["run"], r["dist_cost"]["replay"], lambda v: f"{v:.2f}"),
         "counts": "equal" if r["counts_equal"] else
         "DIFFER ({missing} missing, {extra} extra, {different} different)".format(**r["counts_diff"]),
     } for r in result["rows"]]
-    print(f"dataset {result['dataset']['spec']} (sha256 {result['dataset']['sha256'][:12]}): run | replay")
+    print(f"dataset {result['dataset']['spec']} (sha256 {result['dataset']['sha256'][:12]}): run | replay "
+          "(replay / run)")
+    if result["rows"]:  # every row's knobs agree with the replay's (compare refuses otherwise): print the first's
+        print("knobs: " + ", ".join(f"{k['option']} {k['run'] if k['run'] is not None else k['replay']}"
+                                    for k in result["rows"][0]["knobs"]))
     print_table(rows, [
         ("grouping", "grouping", str), ("run", "run", str), ("words/s", "tp", str), ("p50 ms", "p50", str),
         ("p99 ms", "p99", str), ("final imbalance", "imb", str), ("dist_cost", "mem", str),

@@ -58,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     corpus = out / "zipf.txt"
     dataset = f"text:{corpus}"
     shape = ["-W", str(args.workers), "-S", str(args.sources)]
+    # the topology's knobs, given to the runs and to the replay alike (compare refuses a pair whose knobs differ)
+    knobs = ["-A", "2", "--cpu-delay", f"{args.cpu_delay:g}", "--max-pending", "4000"]
     step("1. a skewed corpus: Zipf z=1.1 over 5,000 words, 10 words a line",
          "datasets", "generate", DEMO_DATA, "--out", str(corpus), "--words-per-line", "10")
     step("2. every grouping in the simulator (imbalance and memory)",
@@ -68,11 +70,10 @@ def run(args: argparse.Namespace) -> int:
     runs = [f"demo-{stamp}-{g}" for g in TOPOLOGY_GROUPINGS]
     for grouping, run_id in zip(TOPOLOGY_GROUPINGS, runs):
         step(f"3. the word-count topology with {grouping.upper()} (real multi-lang subprocesses, Redis feed)",
-             "run", "wordcount", "--grouping", grouping, "--dataset", dataset, *shape, "-A", "2",
-             "--cpu-delay", f"{args.cpu_delay:g}", "--max-pending", "4000", "--run-id", run_id)
-    step("4. the same file replayed in Spark, with a queueing estimate of throughput and latency",
-         "replay", "--dataset", dataset, "-g", ",".join(TOPOLOGY_GROUPINGS), *shape,
-         "--cpu-delay", f"{args.cpu_delay:g}", "--out", str(out / "replay"))
+             "run", "wordcount", "--grouping", grouping, "--dataset", dataset, *shape, *knobs, "--run-id", run_id)
+    step("4. the same file replayed in Spark, with the topology model's estimate of throughput and latency",
+         "replay", "--dataset", dataset, "-g", ",".join(TOPOLOGY_GROUPINGS), *shape, *knobs,
+         "--out", str(out / "replay"))
     step("5. measured runs next to the replay",
          "compare", "--run", ",".join(runs), "--replay", str(out / "replay"), "--out", str(out / "compare"))
     print(f"\nplots: {out / 'simulate.png'} and {out / 'compare'}/*.png")

@@ -17,6 +17,7 @@ from keysplit.commands.common import (
     print_json,
     print_table,
 )
+from keysplit.commands.knobs import add_topology_options, overheads
 from keysplit.commands.simulate import add_routing_options, parse_capacities
 
 _DEFAULT_CPU_DELAY_MS = 1.0  # keep equal to spark_replay.job.DEFAULT_CPU_DELAY_MS (not imported: fast --help)
@@ -37,6 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_routing_options(p)
     p.add_argument("--cpu-delay", type=non_negative_float, default=_DEFAULT_CPU_DELAY_MS, metavar="MS",
                    help=f"service time of one tuple at a worker, ms (default {_DEFAULT_CPU_DELAY_MS:g})")
+    add_topology_options(p)
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="top-k size (default 10)")
     p.add_argument("--master", metavar="URL", help="Spark master (default local[*]; kept from spark-submit)")
     p.add_argument("--driver-memory", default="2g", metavar="MEM", help="Spark driver memory (default 2g)")
@@ -49,6 +51,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def model_line(replay: dict) -> str:
+    """One line saying which throughput / latency model the replay's estimates come from."""
+    if replay.get("arrivals") == "lindley":
+        return "one D/D/1 queue per worker fed at --rate (no max pending, flush or overheads: lower bounds)"
+    o = replay.get("overheads") or {}
+    loop = f"closed loop, max pending {replay['max_pending']}" if replay.get("arrivals") == "closed" \
+        else f"open loop at {replay['rate']:g} words/s, max pending {replay['max_pending']} as a cap"
+    return (f"topology model ({loop}, A={replay['aggregators']}, flush {replay['flush_secs']:g} s, overheads: "
+            f"runner {o.get('overhead_us', 0):.0f} us/word, counter {o.get('counter_overhead_us', 0):.0f} us/word, "
+            f"hop {o.get('hop_delay_ms', 0):.0f} ms, tick phase {o.get('tick_phase_s', 0):.2f} s; from "
+            f"{o.get('source') or 'no calibration'})")
+
+
 def run(args: argparse.Namespace) -> int:
     from spark_replay.job import ReplayOptions, check_outputs, run_replay, validate
     from spark_replay.session import get_session
@@ -58,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
         cpu_delay_ms=args.cpu_delay, rate=args.rate, split=args.split, checkpoint=args.checkpoint,
         top_k=args.top, out=args.out, capacities=parse_capacities(args.capacities, args.workers),
         partitions=args.partitions, fast=args.engine == "auto", resizes=args.resize,
+        aggregators=args.aggregators, spouts=args.spouts, flush_secs=args.flush, max_pending=args.max_pending,
+        message_timeout=args.message_timeout, arrivals=args.arrivals, overheads=overheads(args),
     )
     validate(opts)  # bad groupings and numbers fail before the JVM starts
     from keysplit.datasets import Generator, open_dataset
@@ -91,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     d = summary["dataset"]
     print(f"dataset {d['spec']}: {d['messages']:,} messages, {d['keys']:,} keys, p1 = {d['p1']:.4f}; "
           f"W={opts.workers}, S={opts.sources}, cpu delay {opts.cpu_delay_ms:g} ms, rate {opts.rate:g} msg/s")
+    print(f"estimate: {model_line(summary['replay'])}")
     print_table(summary["runs"], [
         ("grouping", "grouping", str),
         ("mode", "mode", lambda v: v.split(" ")[0]),

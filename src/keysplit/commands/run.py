@@ -19,6 +19,7 @@ from keysplit.commands.common import (
     progress_bar,
     stop_on_signals,
 )
+from keysplit.commands.knobs import add_shared_knobs
 from keysplit.commands.simulate import grouping_help
 from keysplit.datasets import open_dataset
 from keysplit.datasets.readers import FileDataset
@@ -67,17 +68,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="workers the grouping chooses among (default 10)")
     p.add_argument("--counter-tasks", type=positive_int, metavar="N",
                    help="counter tasks (default W; W must not exceed it)")
-    p.add_argument("--aggregators", "-A", type=positive_int, default=2, metavar="A",
-                   help="aggregator tasks (default 2)")
-    p.add_argument("--spouts", type=positive_int, default=1, metavar="P", help="spout tasks (default 1)")
     p.add_argument("--cpu-delay", type=non_negative_float, default=0.0, metavar="MS",
                    help="per-word work at the counters in ms, a sleep (the paper's CPU delay; default 0)")
-    p.add_argument("--flush", type=positive_float, default=1.0, metavar="SECS",
-                   help="aggregation period T: counters flush partial counts every T s (tick tuples; default 1)")
-    p.add_argument("--max-pending", type=positive_int, default=1000, metavar="N",
-                   help="topology.max.spout.pending: lines in flight per spout (default 1000)")
-    p.add_argument("--message-timeout", type=positive_int, default=30, metavar="SECS",
-                   help="topology.message.timeout.secs: a line not acked in time is replayed (default 30)")
+    add_shared_knobs(p)  # -A, --spouts, --flush, --max-pending, --message-timeout, as keysplit replay
+    p.add_argument("--rate", type=positive_float, metavar="MSG_PER_S",
+                   help="open loop: the spouts emit this many words (messages) per second, line by line, "
+                   "--max-pending still a cap (default: closed loop, as fast as max pending allows)")
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="k of the top-k (default 10)")
     p.add_argument("--redis", metavar="URL", help="Redis URL (default: a project-managed server under .keysplit/)")
     p.add_argument("--run-id", metavar="ID", help="run id: up to 100 letters, digits, '.', '_', '-'; a new one "
@@ -154,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
         cpu_delay_ms=args.cpu_delay, flush_secs=args.flush, max_pending=args.max_pending,
         message_timeout=args.message_timeout, top_k=args.top, timeout=args.timeout, run_id=args.run_id,
         kill_counter_at=args.kill_counter_at, route=args.route, storm_env=args.env,
-        worker_processes=args.worker_processes,
+        worker_processes=args.worker_processes, rate=args.rate,
     )
     prepared = prepare(opts)  # every check that needs no server, before anything starts
     if args.counts_out:
@@ -237,7 +233,8 @@ def print_summary(s: dict) -> None:
     out = sys.stdout
     out.write(f"run {s['run_id']}: grouping {s['grouping']}, dataset {s['dataset']}\n")
     out.write(f"  {s['lines']} lines, {s['messages']} words; S={s['sources']} W={s['workers']} "
-              f"A={s['aggregators']} cpu delay {s['cpu_delay_ms']:g} ms, flush {s['flush_secs']:g} s\n")
+              f"A={s['aggregators']} cpu delay {s['cpu_delay_ms']:g} ms, flush {s['flush_secs']:g} s"
+              + (f", rate {s['rate']:g} words/s" if s.get("rate") else "") + "\n")
     lat = s["latency_ms"]
     out.write(f"throughput: {s['words_per_second']:,.0f} words/s, {s['lines_per_second']:,.0f} lines/s "
               f"over {s['duration_s']:.1f} s\n")

@@ -72,6 +72,7 @@ class RunOptions:
     route: str = "fields"  # keysplit.route: fields (every Storm release) or direct (Storm < 2.6)
     storm_env: str = "local"  # the config.json env whose options and log settings the components receive
     worker_processes: int = 1  # topology.workers
+    rate: float | None = None  # open loop: words/s the spouts emit (max pending still caps); None: closed loop
 
 
 @dataclass
@@ -98,6 +99,8 @@ def prepare(opts: RunOptions) -> Prepared:
         raise KeysplitError(f"--max-pending must be at least 1, got {opts.max_pending}")
     if opts.message_timeout < 1:
         raise KeysplitError(f"--message-timeout must be at least 1 second, got {opts.message_timeout}")
+    if opts.rate is not None and not opts.rate > 0:
+        raise KeysplitError(f"--rate must be positive, got {opts.rate}")
     if opts.kill_counter_at is not None and not 0 < opts.kill_counter_at < 1:
         raise KeysplitError(f"--kill-counter-at must be a fraction between 0 and 1, got {opts.kill_counter_at}")
     if opts.run_id is not None:
@@ -112,6 +115,7 @@ def prepare(opts: RunOptions) -> Prepared:
         run_id=opts.run_id or new_run_id(opts.grouping), grouping=opts.grouping, spouts=opts.spouts,
         sources=opts.sources, workers=opts.workers, counter_tasks=counter_tasks, aggregators=opts.aggregators,
         cpu_delay_ms=opts.cpu_delay_ms, flush_secs=opts.flush_secs, top_k=opts.top_k, route=opts.route,
+        rate=opts.rate or 0.0,
     )
     if os.path.exists("config.json"):  # the env whose conf the components will get must exist (--env)
         from keysplit.local.submission import read_env
@@ -285,6 +289,7 @@ def start_run(
             "message_timeout_secs": opts.message_timeout,
             "storm_env": opts.storm_env,
             "worker_processes": opts.worker_processes,
+            "rate": opts.rate,
             "started": started,
         }
         conn.set(keys.config, json.dumps({**base, **settings.conf(), "keysplit.redis_url": ""}))
@@ -485,6 +490,8 @@ def drive(
                 LocalCluster(topology, conf, cwd=os.getcwd(), python=python, log_dir=str(log_dir), env=worker_env,
                              resources=str(build_resources(os.path.join(tmp, "resources")))) as cluster:
             cluster.start()
+            # wall-clock time of tick 0: the runner sends every tick at started_at + k * T (monotonic clock)
+            ticks_at = time.time() - (time.monotonic() - cluster.started_at)
             if not cluster.run_until(finished, max(0.0, deadline - time.monotonic()), poll=0.2):
                 acked = spout_metrics(conn, keys, settings.spouts)["acked"]
                 raise RunTimeout(f"{acked} of {lines} lines acked")
@@ -520,6 +527,8 @@ def drive(
     summary["wall_s"] = time.time() - started
     if resumes:
         summary["resumes"] = resumes
+    # where the flush ticks fell relative to the first emit (the replay's --tick-phase; ticks at phase + k*T)
+    summary["tick_phase_s"] = ticks_at - spout_metrics(conn, keys, settings.spouts)["first_emit"]
     conn.set(keys.summary, json.dumps(summary))
     set_state(conn, keys, "finished", finished=time.time())
     # the feed and the per-worker key sets are large and fully summarised: drop them, keep counts and metrics

@@ -53,6 +53,7 @@ class WordCountSettings:
     flush_secs: float = 1.0  # the paper's aggregation period T, delivered by tick tuples
     top_k: int = 10
     stats_secs: float = 1.0  # how often components write their metrics to Redis
+    rate: float = 0.0  # open loop: the spouts emit at most this many words (messages) per second; 0: closed loop
 
     def __post_init__(self) -> None:
         if self.counter_tasks == 0:
@@ -69,6 +70,8 @@ class WordCountSettings:
                                 f"the grouping can only choose among existing tasks (use W <= counter tasks)")
         if self.cpu_delay_ms < 0:
             raise KeysplitError(f"cpu delay must not be negative, got {self.cpu_delay_ms}")
+        if self.rate < 0:
+            raise KeysplitError(f"rate must not be negative, got {self.rate}")
         if self.flush_secs <= 0 or self.stats_secs <= 0:
             raise KeysplitError("flush and stats periods must be positive")
         if self.route not in ("fields", "direct"):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 from streamparse import Spout, Stream
 
+from keysplit.datasets import decode_record
 from keysplit.redis_server import client
 from keysplit.storm import quiet_exit
 from keysplit.storm.bolts import record_start
@@ -16,7 +19,12 @@ quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stde
 
 
 class RedisStreamSpout(Spout):
-    """Emits each feed entry's encoded record with the entry id as tuple id; acks XACK, fails replay."""
+    """Emits each feed entry's encoded record with the entry id as tuple id; acks XACK, fails replay.
+
+    With ``keysplit.rate`` R > 0 (open loop) the P spout tasks together emit R words per second: a spout emits
+    a line of k words no earlier than k / (R/P) seconds after its previous line was due, so line i is due at
+    (words before it) / R as the replay's ``sequence / rate`` says; a spout that fell behind catches up at once,
+    still capped by ``topology.max.spout.pending``."""
 
     outputs = [Stream(fields=["record"])]
 
@@ -32,11 +40,18 @@ class RedisStreamSpout(Spout):
             orphan_idle_ms=int(3 * timeout * 1000), metrics_key=keys.spout(index),
         )
         self.feed.restore()
+        self.rate = settings.rate / settings.spouts  # words per second of this spout; 0: closed loop
+        self.due: float | None = None  # when the next line may be emitted (open loop)
 
     def next_tuple(self):
+        if self.rate and self.due is not None and time.time() < self.due:
+            return  # not yet due: the runner's spout wait strategy calls again shortly
         item = self.feed.next()
         if item is None:  # Storm's spout wait strategy sleeps before asking again
             return
+        if self.rate:
+            words = len(decode_record(item[1])[1])
+            self.due = (self.due if self.due is not None else time.time()) + words / self.rate
         self.emit([item[1]], tup_id=item[0])
 
     def ack(self, tup_id):

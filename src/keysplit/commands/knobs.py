@@ -1,0 +1,76 @@
+"""The topology's knobs, under the same names in `keysplit run` and `keysplit replay`, and checked by `compare`.
+
+``keysplit run`` declares them for the topology it starts; ``keysplit replay`` declares the ones ``run`` has and
+the replay's model needs with :func:`add_topology_options` (a test checks both parsers spell them the same).
+Both record them under the names of :data:`KNOBS` (the run summary's field names), so ``keysplit compare`` can
+refuse a run and a replay whose knobs differ, as it refuses different datasets.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from keysplit.commands.common import non_negative_float, positive_float, positive_int
+
+#: Summary field -> the option of `keysplit run` and `keysplit replay` that sets it.
+KNOBS: dict[str, str] = {
+    "sources": "--sources",
+    "workers": "--workers",
+    "aggregators": "--aggregators",
+    "spouts": "--spouts",
+    "cpu_delay_ms": "--cpu-delay",
+    "max_pending": "--max-pending",
+    "flush_secs": "--flush",
+    "message_timeout_secs": "--message-timeout",
+    "rate": "--rate",
+}
+
+#: What `--arrivals` offers the replay.
+ARRIVALS = ("closed", "open", "lindley")
+
+
+def add_shared_knobs(p: argparse.ArgumentParser) -> None:
+    """The knobs `keysplit run` and `keysplit replay` both take, beyond -S, -W, --cpu-delay and --rate (which each
+    command declares with its own default and help)."""
+    p.add_argument("--aggregators", "-A", type=positive_int, default=2, metavar="A",
+                   help="aggregator tasks (default 2)")
+    p.add_argument("--spouts", type=positive_int, default=1, metavar="P", help="spout tasks (default 1)")
+    p.add_argument("--flush", type=positive_float, default=1.0, metavar="SECS",
+                   help="aggregation period T: counters flush partial counts every T s (tick tuples; default 1)")
+    p.add_argument("--max-pending", type=positive_int, default=1000, metavar="N",
+                   help="topology.max.spout.pending: lines in flight per spout (default 1000)")
+    p.add_argument("--message-timeout", type=positive_int, default=30, metavar="SECS",
+                   help="topology.message.timeout.secs: a line not acked in time is replayed (default 30)")
+
+
+def add_topology_options(p: argparse.ArgumentParser) -> None:
+    """The replay's copies of `keysplit run`'s knobs (same names and defaults), and the model's own options."""
+    add_shared_knobs(p)
+    p.add_argument("--arrivals", choices=ARRIVALS, default="closed",
+                   help="closed (default): the topology model with the spouts kept at --max-pending, as "
+                   "`keysplit run` runs; open: the same model with the spouts emitting --rate words/s (`keysplit "
+                   "run --rate`); lindley: the earlier open-loop estimate, one D/D/1 queue per worker at --rate")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="the model's overheads (default $KEYSPLIT_HOME/calibration.json, i.e. "
+                   ".keysplit/calibration.json, when it exists, else none; "
+                   "written by `python benchmarks/agreement.py --calibrate`)")
+    p.add_argument("--overhead-us", type=non_negative_float, metavar="US",
+                   help="runner and protocol time per word, microseconds (overrides the calibration)")
+    p.add_argument("--counter-overhead-us", type=non_negative_float, metavar="US",
+                   help="a counter's time per word beyond the CPU delay, microseconds (overrides the calibration)")
+    p.add_argument("--tick-phase", type=float, metavar="SECS",
+                   help="when the first tick falls after the first emit, modulo T (overrides the calibration)")
+
+
+def overheads(args: argparse.Namespace) -> dict:
+    """The calibration file's overheads with the command line's overrides (a KeysplitError for a bad file)."""
+    from spark_replay.topology_model import load_calibration
+
+    cal = load_calibration(args.calibration)
+    for key, value in (("overhead_us", args.overhead_us), ("counter_overhead_us", args.counter_overhead_us),
+                       ("tick_phase_s", args.tick_phase)):
+        if value is not None:
+            cal[key] = value
+    if args.overhead_us is not None and args.calibration is None:
+        cal["tuple_us"] = args.overhead_us
+    return cal

@@ -1,0 +1,128 @@
+"""The replay's topology model where the answer is known: a saturated worker, Little's law, the flush wait and
+an open loop at low load (``spark_replay.topology_model``; pure computation, no processes)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from spark_replay.topology_model import TopologyParams, fit_overhead, line_starts, simulate
+
+
+def stream(lines: int, words_per_line: int, workers: int, keys: int = 50, seed: int = 1) -> tuple:
+    """``lines`` lines of words dealt round-robin to the workers, keys drawn at random."""
+    rng = np.random.default_rng(seed)
+    m = lines * words_per_line
+    return line_starts(np.full(lines, words_per_line)), np.arange(m) % workers, rng.integers(0, keys, m)
+
+
+def test_one_saturated_worker_serves_1000_over_d_words_per_second():
+    d_ms = 0.5
+    durations = []
+    for lines in (3000, 7000):  # 1.5 s and 3.5 s of service (off the ticks, whose ties float rounding decides)
+        p = TopologyParams(workers=1, aggregators=1, cpu_delay_ms=d_ms, max_pending=lines)
+        r = simulate(p, *stream(lines, 1, 1))
+        service = lines * d_ms / 1000
+        assert r.counter_busy[0] == pytest.approx(service)
+        # the stream is all served within [service, service + 2 flush periods] (flush at a tick, ack at the next)
+        assert service <= r.duration_s <= service + 2 * p.tick_secs
+        durations.append(r.duration_s)
+    # the extra 4000 words took exactly 4000 * D: the worker's rate is 1000 / D words/s
+    assert 4000 / (durations[1] - durations[0]) == pytest.approx(1000 / d_ms, rel=1e-6)
+
+
+def test_closed_loop_obeys_littles_law():
+    p = TopologyParams(workers=4, aggregators=2, cpu_delay_ms=2.0, max_pending=200)
+    r = simulate(p, *stream(6000, 5, 4))
+    lines_per_s = len(r.done) / r.duration_s
+    # the spout keeps max pending lines in flight, so mean latency ~ pending / throughput (start and drain aside)
+    assert r.latency_ms.mean() / 1000 == pytest.approx(p.max_pending / lines_per_s, rel=0.05)
+    # and the bound it implies: throughput <= pending * words per line / mean latency
+    assert r.words_per_second <= p.max_pending * 5 / (r.latency_ms.mean() / 1000) * 1.01
+
+
+@pytest.mark.parametrize("phase", [0.0, -0.3, -0.75])
+def test_the_flush_wait_is_between_one_and_two_periods(phase):
+    # no CPU delay and no overheads: only the ticks hold a line (counter tick, then the aggregator's next one);
+    # ticks at phase + k*T, k >= 1 (the runner's first tick is one period after it started, before the first emit)
+    p = TopologyParams(workers=3, aggregators=2, cpu_delay_ms=0.0, max_pending=10**6, rate=200.0, tick_phase_s=phase)
+    r = simulate(p, *stream(2000, 2, 3))
+    lat = r.latency_ms / 1000
+    assert lat.min() >= p.tick_secs - 1e-9 and lat.max() <= 2 * p.tick_secs + 1e-9
+    assert lat.mean() == pytest.approx(1.5 * p.tick_secs, rel=0.02)  # arrivals uniform over the period
+
+
+def test_open_loop_latency_at_low_load_is_service_plus_flush_wait():
+    d_ms, overhead_us, counter_us, rate, phase = 2.0, 300.0, 150.0, 40.0, -0.25
+    p = TopologyParams(workers=2, aggregators=1, cpu_delay_ms=d_ms, max_pending=1000, rate=rate,
+                       overhead_us=overhead_us, counter_overhead_us=counter_us, tick_phase_s=phase)
+    starts, workers, keys = stream(400, 1, 2)
+    r = simulate(p, starts, workers, keys)
+    emit = starts[:-1] / rate
+    assert np.allclose(r.emit, emit)  # open loop: line i leaves the spout at (words before it) / rate
+    served = emit + overhead_us / 1e6 + p.service_s  # no queue at this load: runner, then the counter at once
+    # the counter flushes at the first tick its word reached it before, the aggregator acks at the next tick
+    arrived = emit + overhead_us / 1e6
+    k = np.ceil((arrived - phase) / p.tick_secs)
+    flush_wait = phase + (k + 1) * p.tick_secs - served
+    assert np.allclose(r.done - r.emit, (served - emit) + flush_wait)
+    assert ((flush_wait > 0) & (flush_wait <= 2 * p.tick_secs)).all()
+
+
+def test_open_loop_rate_is_capped_by_max_pending():
+    p = TopologyParams(workers=1, aggregators=1, cpu_delay_ms=0.0, max_pending=10, rate=1000.0)
+    r = simulate(p, *stream(100, 1, 1))
+    # at most 10 lines in flight: line 10 cannot leave before line 0 is acked (a flush period later at least)
+    assert r.emit[10] >= r.done.min() - 1e-12
+    in_flight = [(r.emit <= t).sum() - (r.done <= t).sum() for t in r.emit]
+    assert max(in_flight) <= 10
+
+
+def test_a_hot_worker_and_the_overheads_slow_the_run_down():
+    starts, _, keys = stream(3000, 10, 8)
+    spread = np.arange(len(keys)) % 8
+    hot = np.where(np.arange(len(keys)) % 4 == 0, 0, spread)  # worker 0 gets a quarter more of the words
+    p = TopologyParams(workers=8, cpu_delay_ms=2.0)
+    even, skewed = simulate(p, starts, spread, keys), simulate(p, starts, hot, keys)
+    assert skewed.words_per_second < even.words_per_second
+    assert skewed.percentile(50) > even.percentile(50)
+    slower = TopologyParams(workers=8, cpu_delay_ms=2.0, counter_overhead_us=500.0)
+    assert simulate(slower, starts, spread, keys).words_per_second < even.words_per_second
+
+
+def test_fitting_an_overhead_recovers_it():
+    starts, workers, keys = stream(20000, 5, 4)  # 12 s of runner time: the ticks quantise the duration by < 10%
+    p = TopologyParams(workers=4, cpu_delay_ms=0.0, max_pending=5000, overhead_us=120.0)
+    measured = simulate(p, starts, workers, keys).words_per_second
+    fitted = fit_overhead("overhead_us", measured, TopologyParams(workers=4, cpu_delay_ms=0.0, max_pending=5000),
+                          (starts, workers, keys))
+    assert simulate(TopologyParams(workers=4, cpu_delay_ms=0.0, max_pending=5000, overhead_us=fitted),
+                    starts, workers, keys).words_per_second == pytest.approx(measured, rel=1e-3)
+    assert fitted == pytest.approx(120.0, rel=0.1)
+
+
+def test_bad_parameters_and_inputs_are_refused():
+    with pytest.raises(ValueError, match="workers"):
+        TopologyParams(workers=0)
+    with pytest.raises(ValueError, match="rate"):
+        TopologyParams(workers=1, rate=0.0)
+    with pytest.raises(ValueError, match="outside"):
+        simulate(TopologyParams(workers=2), line_starts(np.array([2])), np.array([0, 2]), np.array([0, 1]))
+    assert TopologyParams(workers=1, flush_secs=0.4).tick_secs == 1.0  # Storm's ticks are whole seconds
+    assert math.isclose(TopologyParams(workers=1, flush_secs=2.4).tick_secs, 2.0)
+
+
+def test_run_rate_is_a_setting_of_the_topology_and_checked_before_it_starts(tmp_path):
+    from keysplit.errors import KeysplitError
+    from keysplit.storm.run import RunOptions, prepare
+    from keysplit.storm.settings import WordCountSettings
+
+    path = tmp_path / "t.txt"
+    path.write_text("a b c\nb c\n")
+    prepared = prepare(RunOptions("kg", f"text:{path}", sources=1, workers=2, rate=1500.0))
+    assert WordCountSettings.from_conf(prepared.settings.conf()).rate == 1500.0  # what the spouts read
+    assert prepare(RunOptions("kg", f"text:{path}", sources=1, workers=2)).settings.rate == 0.0  # closed loop
+    with pytest.raises(KeysplitError, match="--rate must be positive"):
+        prepare(RunOptions("kg", f"text:{path}", sources=1, workers=2, rate=0.0))
