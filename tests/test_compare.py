@@ -235,7 +235,7 @@ def test_run_and_replay_spell_the_knobs_the_same():
     from keysplit.cli import build_parser
     from keysplit.commands.knobs import KNOBS
 
-    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    sub = next(a for a in build_parser(eager=True)._actions if a.__class__.__name__ == "_SubParsersAction")
     for command in ("run", "replay"):
         options = {o for a in sub.choices[command]._actions for o in a.option_strings}
         assert set(KNOBS.values()) <= options, command
