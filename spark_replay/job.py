@@ -7,7 +7,6 @@ On a cluster: ``spark-submit [--master URL] spark_replay/job.py --dataset SPEC -
 
 from __future__ import annotations
 
-import concurrent.futures
 import heapq
 import json
 import os
@@ -34,7 +33,9 @@ from keysplit.metrics import (
 from keysplit.simulate import DEFAULT_RATE, SPLITS, Resize, check_checkpoint, check_resizes
 from spark_replay import aggregates, routing
 from spark_replay.ingest import Ingested, ingest, materialise
+from spark_replay.ordered import in_order
 from spark_replay.queueing import throughput_estimate
+from spark_replay.session import worker_problem
 
 DEFAULT_CPU_DELAY_MS = 1.0
 DEFAULT_OUT = os.path.join(".keysplit", "replay")
@@ -71,17 +72,23 @@ _REMOTE_ERROR = re.compile(r"keysplit\.errors\.(\w+Error): (.+)")
 
 
 @contextmanager
-def user_errors() -> Iterator[None]:
-    """A KeysplitError raised inside a Spark task (a bad CSV time value) surfaces as that one line."""
+def user_errors(master: str = "") -> Iterator[None]:
+    """A KeysplitError raised inside a Spark task (a bad CSV time value) surfaces as that one line, and so does
+    a worker environment problem (:func:`spark_replay.session.worker_problem`)."""
     try:
         yield
     except KeysplitError:
         raise
     except Exception as exc:
-        match = _REMOTE_ERROR.search(str(exc))
-        if match is None or type(exc).__module__.split(".")[0] not in ("pyspark", "py4j"):
+        if type(exc).__module__.split(".")[0] not in ("pyspark", "py4j"):
             raise
-        raise KeysplitError(match.group(2).strip()) from None
+        match = _REMOTE_ERROR.search(str(exc))
+        if match is not None:
+            raise KeysplitError(match.group(2).strip()) from None
+        problem = worker_problem(str(exc), os.environ.get("PYSPARK_PYTHON", sys.executable), master)
+        if problem is None:
+            raise
+        raise KeysplitError(problem) from None
 
 
 def validate(opts: ReplayOptions) -> list[str]:
@@ -113,17 +120,10 @@ def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] 
     source = materialise(dataset, out)
     if source is not dataset:
         say(f"generator written to {source.path} (read back as {source.spec})")
-    pool = concurrent.futures.ThreadPoolExecutor(1)  # the fingerprint streams the file on the driver meanwhile
-    digest = pool.submit(source.sha256)
-    try:
-        with user_errors():
-            ing, ingest_s, counts_path, counts_info, every, results = _replay_all(spark, opts, modes, source, out,
-                                                                                  say)
-        sha = digest.result()
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-    ing.streams.unpersist()
-    ing.counts.unpersist()
+    with user_errors(spark.sparkContext.master):
+        ing, ingest_s, counts_path, counts_info, every, results = _replay_all(spark, opts, modes, source, out, say)
+    ing.unpersist()
+    sha = ing.sha256  # computed by the executors (keysplit.fingerprint), equal to keysplit run's
     runs = []
     for r in results:
         r.summary.update(dataset_sha256=sha, counts=counts_path, top_k=counts_info["top_k"])
@@ -150,7 +150,8 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
                 say: Callable[[str], None]) -> tuple:
     """Ingest once, write the exact counts, then replay every grouping."""
     t0 = time.perf_counter()
-    ing = ingest(spark, source, opts.sources, opts.split, opts.partitions)
+    ing = ingest(spark, source, opts.sources, opts.split, opts.partitions, opts.rate,
+                 merged=routing.GLOBAL in modes)
     ingest_s = time.perf_counter() - t0
     say(f"read {ing.messages:,} messages in {ing.records:,} records from {ing.partitions} partition(s) "
         f"into {opts.sources} sub-stream(s) in {ingest_s:.1f} s")
@@ -205,27 +206,33 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
     params = {"spec": spec, "workers": W, "sources": S, "rate": opts.rate, "mode": mode,
               "capacities": opts.capacities, "fast": opts.fast, "split": opts.split, "resizes": changes}
 
-    def route(part: Any) -> Any:
+    order = ing.order
+    groups = max(2, spark.sparkContext.defaultParallelism)  # reduce tasks; worker w's queue is in task w % groups
+    stream, sources = (ing.merged, [0]) if mode == routing.GLOBAL else (ing.streams, list(range(S)))
+    rate, arrivals, rising = opts.rate, service > 0, ing.rising_times
+
+    def route(index: int, items: Iterator) -> Iterator:
         p = dict(params, frequencies=frequencies.value if frequencies is not None else None)
-        return routing.run_partition(part, p)
+        source = 0 if mode == routing.GLOBAL else index  # partition s holds source s's pieces
+        pieces = in_order(((part, sub) for _, (part, sub) in items), order)
+        routed = enumerate(routing.route_pieces(source, pieces, p))
+        return aggregates.tag_pieces(routed, source, n_workers, every, rows, rate, arrivals, groups)
+
+    def finish(group: int, items: Iterator) -> list:
+        return [aggregates.finish_partition(items, group, len(order), sources, n_workers, service, rising)]
 
     t0 = time.perf_counter()
-    if mode == routing.GLOBAL:
-        routed = ing.streams.coalesce(1).mapPartitions(lambda it: [route(it)])
-    else:
-        routed = ing.streams.mapPartitions(lambda it: [route(sub) for sub in it])
-    rate = opts.rate
-    reducers = max(2, spark.sparkContext.defaultParallelism)
     partial = (
-        routed.flatMap(lambda r: aggregates.tag_partition(r, n_workers, every, rows, rate, service > 0, reducers))
-        .reduceByKey(aggregates.merge_values, numPartitions=reducers)
-        .mapPartitions(lambda it: [aggregates.finish_partition(it, n_workers, service)])
+        stream.mapPartitionsWithIndex(route)
+        .partitionBy(groups, aggregates.shuffle_partition)
+        .mapPartitionsWithIndex(finish)
         .reduce(lambda a, b: a.merge(b))
     )
     matrix, loads_arr, fast = partial.agg
     distinct, keys, hist = partial.distinct, partial.keys, partial.hist
     if service == 0:
-        hist.add(np.zeros(ing.messages))
+        for start in range(0, ing.messages, 1 << 20):  # every latency is 0: in bounded steps
+            hist.add(np.zeros(min(1 << 20, ing.messages - start)))
     elapsed = time.perf_counter() - t0
 
     loads = [int(x) for x in loads_arr.tolist()]

@@ -38,6 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="top-k size (default 10)")
     p.add_argument("--master", metavar="URL", help="Spark master (default local[*]; kept from spark-submit)")
     p.add_argument("--driver-memory", default="2g", metavar="MEM", help="Spark driver memory (default 2g)")
+    p.add_argument("--conf", action="append", metavar="KEY=VALUE",
+                   help="a Spark setting for the session, e.g. spark.executor.memory=4g (repeatable; wins over "
+                   "keysplit's own settings)")
     p.add_argument("--partitions", type=positive_int, metavar="N",
                    help="input partitions of the dataset file (default: by size and cores)")
     p.add_argument("--engine", choices=("auto", "reference"), default="auto",
@@ -49,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spark_replay.job import ReplayOptions, run_replay, validate
-    from spark_replay.session import get_session
+    from spark_replay.session import get_session, parse_conf, stop_session
 
     opts = ReplayOptions(
         dataset=args.dataset, groupings=args.groupings, workers=args.workers, sources=args.sources,
@@ -58,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         partitions=args.partitions, fast=args.engine == "auto", resizes=args.resize,
     )
     validate(opts)  # bad groupings and numbers fail before the JVM starts
+    conf = parse_conf(args.conf)
     from keysplit.datasets import Generator, open_dataset
     from keysplit.simulate import check_checkpoint, check_resizes
 
@@ -69,12 +73,12 @@ def run(args: argparse.Namespace) -> int:
         check_resizes(opts.groupings, opts.workers, opts.resizes, messages)
         check_checkpoint(opts.checkpoint, messages)
     ensure_output_dir(opts.out)  # and an output directory that cannot be created
-    spark, created = get_session(args.master, args.driver_memory)
+    spark, created = get_session(args.master, args.driver_memory, conf)
     try:
         summary = run_replay(spark, opts, progress=lambda msg: print(f"replay: {msg}", file=sys.stderr))
     finally:
         if created:
-            spark.stop()
+            stop_session(spark)
     if args.json:
         print_json(summary)
         return 0
