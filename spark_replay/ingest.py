@@ -23,7 +23,7 @@ import itertools
 import math
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,6 +159,62 @@ def parse_slice(reader: Any, piece: Slice) -> list[Chunk]:
     return list(slice_chunks(reader, piece))
 
 
+class ChunkBuilder:
+    """Records in file order, cut into :class:`Chunk` s of about ``limit`` messages numbered ``(part, 0), (part,
+    1), ...``: the one way every reader turns records into chunks."""
+
+    def __init__(self, part: int, limit: int = CHUNK_MESSAGES) -> None:
+        self.part, self.limit, self.number = part, limit, 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.index: dict[str, int] = {}
+        self.ids: list[int] = []
+        self.lengths: list[int] = []
+        self.times: list[float] = []
+        self.timed: list[bool] = []
+        self.any_ts = False
+
+    def add(self, records: Iterable) -> Iterator[Chunk]:
+        """Take records ``(ts, keys)``; yield every chunk that fills up."""
+        index, ids, lengths, times, timed = self.index, self.ids, self.lengths, self.times, self.timed
+        for ts, keys in records:
+            for key in keys:
+                i = index.get(key)
+                if i is None:
+                    i = index[key] = len(index)
+                ids.append(i)
+            lengths.append(len(keys))
+            if ts is None:
+                times.append(0.0)
+                timed.append(False)
+            else:
+                times.append(ts)
+                timed.append(True)
+                self.any_ts = True
+            if len(ids) >= self.limit:
+                yield self._take()
+                index, ids, lengths, times, timed = self.index, self.ids, self.lengths, self.times, self.timed
+
+    def finish(self) -> Iterator[Chunk]:
+        """The last, partly filled chunk (if any record is left)."""
+        if self.lengths:
+            yield self._take()
+
+    def _take(self) -> Chunk:
+        chunk = Chunk(
+            part=(self.part, self.number),
+            vocab=list(self.index),
+            key_ids=np.asarray(self.ids, dtype=np.int32),
+            rec_len=np.asarray(self.lengths, dtype=np.int32),
+            ts=np.asarray(self.times, dtype=np.float64) if self.any_ts else None,
+            has_ts=np.asarray(self.timed, dtype=bool) if self.any_ts else None,
+        )
+        self.number += 1
+        self._reset()
+        return chunk
+
+
 def slice_chunks(reader: Any, piece: Slice, limit: int = CHUNK_MESSAGES) -> Iterator[Chunk]:
     """Parse one input partition with the reader's ``parse_line`` into chunks of about ``limit`` messages."""
     if isinstance(reader, tuple):
@@ -168,45 +224,9 @@ def slice_chunks(reader: Any, piece: Slice, limit: int = CHUNK_MESSAGES) -> Iter
         if reader.skip_header and piece.start == 0:
             next(lines, None)
         records = filter(None, map(reader.parse_line, lines))
-    number = 0
-    index: dict[str, int] = {}
-    ids: list[int] = []
-    lengths: list[int] = []
-    times: list[float] = []
-    timed: list[bool] = []
-    any_ts = False
-    for ts, keys in records:
-        for key in keys:
-            i = index.get(key)
-            if i is None:
-                i = index[key] = len(index)
-            ids.append(i)
-        lengths.append(len(keys))
-        if ts is None:
-            times.append(0.0)
-            timed.append(False)
-        else:
-            times.append(ts)
-            timed.append(True)
-            any_ts = True
-        if len(ids) >= limit:
-            yield _chunk((piece.part, number), index, ids, lengths, times, timed, any_ts)
-            number += 1
-            index, ids, lengths, times, timed, any_ts = {}, [], [], [], [], False
-    if lengths or number == 0:
-        yield _chunk((piece.part, number), index, ids, lengths, times, timed, any_ts)
-
-
-def _chunk(part: tuple[int, int], index: dict[str, int], ids: list[int], lengths: list[int], times: list[float],
-           timed: list[bool], any_ts: bool) -> Chunk:
-    return Chunk(
-        part=part,
-        vocab=list(index),
-        key_ids=np.asarray(ids, dtype=np.int32),
-        rec_len=np.asarray(lengths, dtype=np.int32),
-        ts=np.asarray(times, dtype=np.float64) if any_ts else None,
-        has_ts=np.asarray(timed, dtype=bool) if any_ts else None,
-    )
+    builder = ChunkBuilder(piece.part, limit)
+    yield from builder.add(records)
+    yield from builder.finish()
 
 
 def _parquet_records(dataset: ParquetDataset, groups: tuple[int, ...]) -> Iterator:
@@ -309,7 +329,8 @@ class Ingested:
 def materialise(dataset: Dataset, out_dir: str) -> FileDataset:
     """A file dataset for ``dataset``: itself, or a generator written out first as ``out_dir/dataset.csv``."""
     if isinstance(dataset, FileDataset):
-        dataset.path = os.path.abspath(dataset.path)
+        if "://" not in dataset.path:
+            dataset.path = os.path.abspath(dataset.path)
         return dataset
     os.makedirs(out_dir, exist_ok=True)
     spec, _ = write_dataset(dataset, os.path.join(out_dir, "dataset.csv"))
@@ -324,12 +345,17 @@ def ingest(spark: Any, dataset: FileDataset, sources: int, split: str, partition
     ``merged`` also keeps every chunk whole, for the groupings routed in one partition."""
     from pyspark import StorageLevel
 
-    sc = spark.sparkContext
-    slices = plan_slices(dataset, partitions, sc.defaultParallelism)
-    reader = executor_dataset(dataset)
-    chunks = sc.parallelize(slices, len(slices)).flatMap(lambda p: slice_chunks(reader, p))
+    from spark_replay.sparkinput import read_failure, spark_chunks
+
+    chunks, n_input = spark_chunks(spark, dataset, partitions)
     chunks = chunks.persist(StorageLevel.MEMORY_AND_DISK)
-    sizes = sorted(chunks.map(lambda c: (c.part, len(c.rec_len), len(c.key_ids))).collect())
+    try:
+        sizes = sorted(chunks.map(lambda c: (c.part, len(c.rec_len), len(c.key_ids))).collect())
+    except Exception as exc:
+        failure = read_failure(exc, dataset)
+        if failure is None:
+            raise
+        raise failure from None
     records = sum(r for _, r, _ in sizes)
     messages = sum(m for _, _, m in sizes)
     if messages == 0:
@@ -365,7 +391,7 @@ def ingest(spark: Any, dataset: FileDataset, sources: int, split: str, partition
         whole = whole.persist(StorageLevel.MEMORY_AND_DISK)
         whole.count()
     chunks.unpersist()
-    return Ingested(streams, whole, [part for part, _, _ in sizes], counts, records, messages, len(slices),
+    return Ingested(streams, whole, [part for part, _, _ in sizes], counts, records, messages, n_input,
                     fingerprint.hexdigest(), rising)
 
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from keysplit.datasets import open_dataset
 from keysplit.errors import KeysplitError, SpecError
 from keysplit.metrics import (
     ImbalanceSeries,
@@ -36,6 +35,7 @@ from spark_replay.ingest import Ingested, ingest, materialise
 from spark_replay.ordered import in_order
 from spark_replay.queueing import throughput_estimate
 from spark_replay.session import worker_problem
+from spark_replay.sparkinput import open_for_spark
 
 DEFAULT_CPU_DELAY_MS = 1.0
 DEFAULT_OUT = os.path.join(".keysplit", "replay")
@@ -113,7 +113,7 @@ def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] 
     """Replay ``opts.dataset`` through every grouping; write and return the summary (see the README)."""
     say = progress or (lambda _msg: None)
     modes = validate(opts)
-    dataset = open_dataset(opts.dataset)
+    dataset = open_for_spark(spark, opts.dataset)
     os.makedirs(opts.out, exist_ok=True)
     out = os.path.abspath(opts.out)
     started = time.perf_counter()

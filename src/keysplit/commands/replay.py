@@ -64,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)
     from keysplit.datasets import Generator, open_dataset
     from keysplit.simulate import check_checkpoint, check_resizes
+    from spark_replay.sparkinput import remote_spec
 
-    dataset = open_dataset(opts.dataset)  # and so does a missing file
+    # A missing local file fails before the JVM too; a file named by URI (hdfs://...) is checked through Spark.
+    dataset = None if remote_spec(opts.dataset) else open_dataset(opts.dataset)
     if isinstance(dataset, Generator):
         # A generator's length is a parameter (one message per record), so what depends on it is checked now;
         # a file's length is known only after the ingest has read it.
