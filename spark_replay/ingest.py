@@ -326,10 +326,16 @@ class Ingested:
                 rdd.unpersist()
 
 
+def is_uri(path: str) -> bool:
+    """A path with a scheme (``hdfs://``, ``s3a://``, ``file:``) rather than a local file name."""
+    head = path.split("/", 1)[0]
+    return ":" in head and len(head.split(":", 1)[0]) > 1
+
+
 def materialise(dataset: Dataset, out_dir: str) -> FileDataset:
     """A file dataset for ``dataset``: itself, or a generator written out first as ``out_dir/dataset.csv``."""
     if isinstance(dataset, FileDataset):
-        if "://" not in dataset.path:
+        if not is_uri(dataset.path):
             dataset.path = os.path.abspath(dataset.path)
         return dataset
     os.makedirs(out_dir, exist_ok=True)

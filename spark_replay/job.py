@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from keysplit.datasets import FileDataset
 from keysplit.errors import KeysplitError, SpecError
 from keysplit.metrics import (
     ImbalanceSeries,
@@ -30,12 +31,12 @@ from keysplit.metrics import (
     load_stddev,
 )
 from keysplit.simulate import DEFAULT_RATE, SPLITS, Resize, check_checkpoint, check_resizes
-from spark_replay import aggregates, routing
-from spark_replay.ingest import Ingested, ingest, materialise
+from spark_replay import aggregates, routing, storage
+from spark_replay.ingest import Ingested, ingest, is_uri, materialise
 from spark_replay.ordered import in_order
 from spark_replay.queueing import throughput_estimate
 from spark_replay.session import worker_problem
-from spark_replay.sparkinput import open_for_spark
+from spark_replay.sparkinput import open_for_spark, uri_of
 
 DEFAULT_CPU_DELAY_MS = 1.0
 DEFAULT_OUT = os.path.join(".keysplit", "replay")
@@ -114,10 +115,9 @@ def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] 
     say = progress or (lambda _msg: None)
     modes = validate(opts)
     dataset = open_for_spark(spark, opts.dataset)
-    os.makedirs(opts.out, exist_ok=True)
-    out = os.path.abspath(opts.out)
+    out = storage.prepare_out(spark, opts.out)
     started = time.perf_counter()
-    source = materialise(dataset, out)
+    source = _materialise(spark, dataset, out)
     if source is not dataset:
         say(f"generator written to {source.path} (read back as {source.spec})")
     with user_errors(spark.sparkContext.master):
@@ -136,14 +136,27 @@ def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] 
                    "split": opts.split, "rate": opts.rate, "cpu_delay_ms": opts.cpu_delay_ms,
                    "checkpoint": every, "input_partitions": ing.partitions, "ingest_seconds": ingest_s,
                    "total_seconds": time.perf_counter() - started, "counts": counts_path,
-                   "timeseries": os.path.join(out, "timeseries.parquet")},
+                   "timeseries": storage.join(out, "timeseries.parquet")},
         "runs": runs,
     }
-    write_timeseries(os.path.join(out, "timeseries.parquet"), results)
-    with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as fh:
-        json.dump(summary, fh, indent=2)
-        fh.write("\n")
+    write_timeseries(spark, storage.join(out, "timeseries.parquet"), results)
+    storage.write_text(spark, storage.join(out, "summary.json"), json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _materialise(spark: Any, dataset: Any, out: str) -> Any:
+    """The dataset as a file Spark reads: a generator is written to ``OUT/dataset.csv`` first (through a local
+    scratch folder when OUT is a URI)."""
+    if not is_uri(out) or isinstance(dataset, FileDataset):
+        return materialise(dataset, out)
+    scratch = storage.local_scratch()
+    try:
+        local = materialise(dataset, scratch)
+        target = storage.join(out, "dataset.csv")
+        storage.put_file(spark, local.path, target)
+    finally:
+        storage.remove(scratch)
+    return open_for_spark(spark, local.spec.replace(local.path, target))
 
 
 def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, out: str,
@@ -157,7 +170,7 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
         f"into {opts.sources} sub-stream(s) in {ingest_s:.1f} s")
     check_resizes(opts.groupings, opts.workers, opts.resizes, ing.messages)
     check_checkpoint(opts.checkpoint, ing.messages)
-    counts_path = os.path.join(out, "counts.parquet")
+    counts_path = storage.join(out, "counts.parquet")
     counts_info = write_counts(spark, ing, counts_path, opts.top_k)
     say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")
     frequencies = None
@@ -179,7 +192,7 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
 def write_counts(spark: Any, ing: Ingested, path: str, k: int) -> dict:
     """The exact counts as Parquet (``key``, ``count``), written by the executors; the top-k and key count."""
     frame = spark.createDataFrame(ing.counts, schema="key string, count long")
-    frame.write.mode("overwrite").parquet(path)
+    frame.write.mode("overwrite").parquet(uri_of(path))  # a local folder as file:, not the default file system
     parts = ing.counts.mapPartitions(lambda it: [_partition_top(it, max(k, 1))]).collect()
     top = heapq.nsmallest(max(k, 1), (kv for _, kvs in parts for kv in kvs), key=_rank)
     return {"keys": sum(n for n, _ in parts), "top_k": [[w, c] for w, c in top[:k]], "top_count": top[0][1]}
@@ -290,11 +303,8 @@ def workers_at(t: int, workers: int, changes: list[Resize]) -> int:
     return workers
 
 
-def write_timeseries(path: str, results: list[GroupingResult]) -> None:
+def write_timeseries(spark: Any, path: str, results: list[GroupingResult]) -> None:
     """I(t) and the loads at every checkpoint, one row per (grouping, checkpoint), as Parquet."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     names, ts, values, fractions, loads = [], [], [], [], []
     for r in results:
         for t, v, row in zip(r.series_t, r.series_imbalance, r.series_loads):
@@ -303,14 +313,9 @@ def write_timeseries(path: str, results: list[GroupingResult]) -> None:
             values.append(v)
             fractions.append(v / t)
             loads.append(row)
-    table = pa.table({
-        "grouping": pa.array(names, pa.string()),
-        "t": pa.array(ts, pa.int64()),
-        "imbalance": pa.array(values, pa.float64()),
-        "imbalance_fraction": pa.array(fractions, pa.float64()),
-        "loads": pa.array(loads, pa.list_(pa.int64())),
-    })
-    pq.write_table(table, path)
+    storage.write_table(spark, path, {"grouping": names, "t": ts, "imbalance": values,
+                                      "imbalance_fraction": fractions, "loads": loads},
+                        "grouping string, t long, imbalance double, imbalance_fraction double, loads array<long>")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,15 +23,9 @@ from keysplit.datasets import open_dataset
 from keysplit.datasets.base import Dataset
 from keysplit.datasets.readers import BOM, READERS, CsvDataset, FileDataset, ParquetDataset
 from keysplit.errors import DatasetError, SpecError
-from spark_replay.ingest import Chunk, ChunkBuilder, decode_line
+from spark_replay.ingest import Chunk, ChunkBuilder, decode_line, is_uri
 
 GZIP_MAGIC = b"\x1f\x8b"
-
-
-def is_uri(path: str) -> bool:
-    """A path with a scheme (``hdfs://``, ``s3a://``, ``file:``) rather than a local file name."""
-    head = path.split("/", 1)[0]
-    return ":" in head and len(head.split(":", 1)[0]) > 1
 
 
 def remote_spec(spec: str) -> tuple[str, str, list[str]] | None:

@@ -74,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
         messages = dataset.params["messages"]
         check_resizes(opts.groupings, opts.workers, opts.resizes, messages)
         check_checkpoint(opts.checkpoint, messages)
-    ensure_output_dir(opts.out)  # and an output directory that cannot be created
+    from spark_replay.ingest import is_uri
+
+    if not is_uri(opts.out):  # a folder named by URI (hdfs://...) is created through Spark
+        ensure_output_dir(opts.out)  # and an output directory that cannot be created
     spark, created = get_session(args.master, args.driver_memory, conf)
     try:
         summary = run_replay(spark, opts, progress=lambda msg: print(f"replay: {msg}", file=sys.stderr))
