@@ -33,7 +33,7 @@ import numpy as np
 from keysplit.datasets import Dataset, FileDataset, open_dataset, write_dataset
 from keysplit.datasets.readers import ParquetDataset, open_binary
 from keysplit.errors import DatasetError
-from keysplit.fingerprint import Fingerprint, chunk_lanes, key_hashes
+from keysplit.fingerprint import Fingerprint, RecordColumns, chunk_lanes, key_hashes
 from keysplit.hashing import BASE_SEED, hash32
 from keysplit.simulate import SPLIT_SEED
 
@@ -168,47 +168,29 @@ class ChunkBuilder:
         self._reset()
 
     def _reset(self) -> None:
-        self.index: dict[str, int] = {}
-        self.ids: list[int] = []
-        self.lengths: list[int] = []
-        self.times: list[float] = []
-        self.timed: list[bool] = []
-        self.any_ts = False
+        self.cols = RecordColumns()
 
     def add(self, records: Iterable) -> Iterator[Chunk]:
         """Take records ``(ts, keys)``; yield every chunk that fills up."""
-        index, ids, lengths, times, timed = self.index, self.ids, self.lengths, self.times, self.timed
         for ts, keys in records:
-            for key in keys:
-                i = index.get(key)
-                if i is None:
-                    i = index[key] = len(index)
-                ids.append(i)
-            lengths.append(len(keys))
-            if ts is None:
-                times.append(0.0)
-                timed.append(False)
-            else:
-                times.append(ts)
-                timed.append(True)
-                self.any_ts = True
-            if len(ids) >= self.limit:
+            self.cols.add(ts, keys)
+            if len(self.cols.ids) >= self.limit:
                 yield self._take()
-                index, ids, lengths, times, timed = self.index, self.ids, self.lengths, self.times, self.timed
 
     def finish(self) -> Iterator[Chunk]:
         """The last, partly filled chunk (if any record is left)."""
-        if self.lengths:
+        if self.cols.lengths:
             yield self._take()
 
     def _take(self) -> Chunk:
+        c = self.cols
         chunk = Chunk(
             part=(self.part, self.number),
-            vocab=list(self.index),
-            key_ids=np.asarray(self.ids, dtype=np.int32),
-            rec_len=np.asarray(self.lengths, dtype=np.int32),
-            ts=np.asarray(self.times, dtype=np.float64) if self.any_ts else None,
-            has_ts=np.asarray(self.timed, dtype=bool) if self.any_ts else None,
+            vocab=list(c.vocab),
+            key_ids=np.asarray(c.ids, dtype=np.int32),
+            rec_len=np.asarray(c.lengths, dtype=np.int32),
+            ts=np.asarray(c.times, dtype=np.float64) if c.any_ts else None,
+            has_ts=np.asarray(c.timed, dtype=bool) if c.any_ts else None,
         )
         self.number += 1
         self._reset()

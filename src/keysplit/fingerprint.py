@@ -98,36 +98,52 @@ class Fingerprint:
         return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
-def dataset_sha256(records: Iterable[tuple[Optional[float], list[str]]]) -> str:  # noqa: UP045
-    """The fingerprint of a record stream in order (``keysplit run``'s feed, ``Dataset.sha256``)."""
-    fp = Fingerprint()
-    vocab: dict[str, int] = {}
-    ids: list[int] = []
-    lengths: list[int] = []
-    times: list[float] = []
-    timed: list[bool] = []
+class RecordColumns:
+    """Records as columns: keys as ids into ``vocab`` (first-seen order), keys per record, timestamps (0.0 where a
+    record has none) and whether each record has one. The fingerprint and the replay's chunks both build these."""
 
-    def flush() -> None:
-        if not lengths:
-            return
-        t = np.asarray(times, dtype=np.float64)
-        lanes = chunk_lanes(key_hashes(vocab), np.asarray(ids, dtype=np.int64), np.asarray(lengths, dtype=np.int64),
-                            fp.messages, fp.records, t, np.asarray(timed, dtype=bool))
-        fp.add(len(lengths), len(ids), lanes)
-        vocab.clear()
-        for batch in (ids, lengths, times, timed):
-            batch.clear()
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+        self.ids: list[int] = []
+        self.lengths: list[int] = []
+        self.times: list[float] = []
+        self.timed: list[bool] = []
+        self.any_ts = False
 
-    for ts, keys in records:
+    def add(self, ts: Optional[float], keys: list[str]) -> None:  # noqa: UP045
+        vocab, ids = self.vocab, self.ids
         for key in keys:
             i = vocab.get(key)
             if i is None:
                 i = vocab[key] = len(vocab)
             ids.append(i)
-        lengths.append(len(keys))
-        times.append(0.0 if ts is None else ts)
-        timed.append(ts is not None)
-        if len(ids) >= BATCH:
+        self.lengths.append(len(keys))
+        if ts is None:
+            self.times.append(0.0)
+            self.timed.append(False)
+        else:
+            self.times.append(ts)
+            self.timed.append(True)
+            self.any_ts = True
+
+
+def dataset_sha256(records: Iterable[tuple[Optional[float], list[str]]]) -> str:  # noqa: UP045
+    """The fingerprint of a record stream in order (``keysplit run``'s feed, ``Dataset.sha256``)."""
+    fp = Fingerprint()
+    cols = RecordColumns()
+
+    def flush() -> None:
+        if not cols.lengths:
+            return
+        lanes = chunk_lanes(key_hashes(cols.vocab), np.asarray(cols.ids, dtype=np.int64),
+                            np.asarray(cols.lengths, dtype=np.int64), fp.messages, fp.records,
+                            np.asarray(cols.times, dtype=np.float64), np.asarray(cols.timed, dtype=bool))
+        fp.add(len(cols.lengths), len(cols.ids), lanes)
+
+    for ts, keys in records:
+        cols.add(ts, keys)
+        if len(cols.ids) >= BATCH:
             flush()
+            cols = RecordColumns()
     flush()
     return fp.hexdigest()
