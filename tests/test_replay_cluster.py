@@ -135,3 +135,43 @@ def test_every_grouping_on_a_standalone_cluster_without_keysplit_on_the_workers(
     assert remote["dataset"]["sha256"] == local["dataset"]["sha256"]
     # The session cleaned up after itself: neither the code zip nor the driver's JVM log is left.
     assert not [n for n in os.listdir(private_tmp) if n.startswith(("keysplit-code-", "keysplit-spark-"))]
+
+
+def other_minor_python() -> str:
+    """An installed Python 3 of another minor version than this one (pyenv's or on PATH)."""
+    import glob
+    import shutil
+
+    found = glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3.*"))
+    found += [p for p in (shutil.which(f"python3.{n}") for n in range(8, 16)) if p]
+    for path in sorted(found):
+        if path.endswith("-config") or not os.access(path, os.X_OK):
+            continue
+        probe = subprocess.run([path, "-c", "import sys; print(sys.version_info[1])"], capture_output=True, text=True)
+        if probe.returncode == 0 and probe.stdout.strip() != str(sys.version_info[1]):
+            return path
+    raise AssertionError("this test needs a Python 3 of another minor version installed")
+
+
+def replay_with_worker_python(python: str, tmp_path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYSPARK_PYTHON=python)
+    env.pop("PYSPARK_GATEWAY_PORT", None)
+    return subprocess.run([sys.executable, "-m", "keysplit.cli", "replay", "--master", "local[1]", "--dataset",
+                           "zipf:messages=100", "--out", str(tmp_path / "o")], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path)
+
+
+def test_worker_environment_problems_are_one_line_naming_the_fix(tmp_path):
+    proc = replay_with_worker_python(worker_python(tmp_path / "wpy"), tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("keysplit: error: the Spark executors' Python (")
+    assert "cannot import keysplit, spark_replay: install keysplit in that Python, or unset PYSPARK_PYTHON" \
+        in proc.stderr and proc.stderr.count("\n") == 1
+
+    other = other_minor_python()
+    proc = replay_with_worker_python(other, tmp_path)
+    assert proc.returncode == 2
+    driver = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert proc.stderr.startswith("keysplit: error: the Spark executors run Python 3.")
+    assert f"but this driver runs Python {driver}; PySpark needs the same minor version on both: set " \
+        f"PYSPARK_PYTHON to a Python {driver}" in proc.stderr and proc.stderr.count("\n") == 1
