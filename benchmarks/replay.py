@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -111,26 +112,33 @@ def main() -> int:
     if args.dataset:
         print(json.dumps(child(args)))
         return 0
-    from keysplit.datasets import open_dataset, write_dataset
-
     work = tempfile.mkdtemp(prefix="keysplit-bench-replay-")
     print(f"master {args.master}, W={args.workers}, S={args.sources}, groupings {', '.join(GROUPINGS)}")
     print(f"{'messages':>11} {'total s':>8} {'ingest s':>9} " + " ".join(f"{g + ' msg/s':>22}" for g in GROUPINGS)
           + f" {'driver MiB':>10} {'JVM MiB':>8} {'py worker MiB':>13}", flush=True)
-    for size in (int(x) for x in args.sizes.split(",")):
-        spec, _ = write_dataset(open_dataset(f"zipf:z=1.2,keys=100000,messages={size},seed=7"),
-                                os.path.join(work, f"zipf{size}.csv"))
-        out = subprocess.run(
-            [sys.executable, __file__, "--master", args.master, "--dataset", spec, "--dir", os.path.join(work, "out"),
-             "--sources", str(args.sources), "--workers", str(args.workers)],
-            capture_output=True, text=True, check=True,
-        )
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"{r['messages']:>11,} {r['total_s']:>8.1f} {r['ingest_s']:>9.1f} "
-              + " ".join(f"{r['routing'][g]:>22,.0f}" for g in GROUPINGS)
-              + f" {r['driver_mib']:>10.0f} {r['jvm_mib']:>8.0f} {r['python_worker_mib']:>13.0f}", flush=True)
-        os.remove(spec.split(":", 1)[1].split(",")[0])
+    try:
+        for size in (int(x) for x in args.sizes.split(",")):
+            run_size(args, work, size)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def run_size(args: argparse.Namespace, work: str, size: int) -> None:
+    from keysplit.datasets import open_dataset, write_dataset
+
+    spec, _ = write_dataset(open_dataset(f"zipf:z=1.2,keys=100000,messages={size},seed=7"),
+                            os.path.join(work, f"zipf{size}.csv"))
+    out = subprocess.run(
+        [sys.executable, __file__, "--master", args.master, "--dataset", spec, "--dir", os.path.join(work, "out"),
+         "--sources", str(args.sources), "--workers", str(args.workers)],
+        capture_output=True, text=True, check=True,
+    )
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"{r['messages']:>11,} {r['total_s']:>8.1f} {r['ingest_s']:>9.1f} "
+          + " ".join(f"{r['routing'][g]:>22,.0f}" for g in GROUPINGS)
+          + f" {r['driver_mib']:>10.0f} {r['jvm_mib']:>8.0f} {r['python_worker_mib']:>13.0f}", flush=True)
+    os.remove(spec.split(":", 1)[1].split(",")[0])
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from keysplit.datasets import open_dataset
 from keysplit.datasets.base import Dataset
 from keysplit.datasets.readers import BOM, READERS, CsvDataset, FileDataset, ParquetDataset
 from keysplit.errors import DatasetError, SpecError
-from spark_replay.ingest import Chunk, ChunkBuilder, decode_line, is_uri
+from spark_replay.ingest import SLICE_BYTES, Chunk, ChunkBuilder, decode_line, is_uri
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -115,13 +115,22 @@ def check_gzip_name(spark: Any, dataset: FileDataset) -> None:
 
 
 def spark_chunks(spark: Any, dataset: FileDataset, partitions: int | None) -> tuple[Any, int]:
-    """The dataset's chunks as an RDD, read by Spark, and the number of input partitions."""
+    """The dataset's chunks as an RDD, read by Spark, and the number of input partitions.
+
+    Splits are at most :data:`~spark_replay.ingest.SLICE_BYTES` (what one task parses and deals, so its
+    memory does not grow with the file), or the file cut into ``partitions`` (``--partitions``). Spark takes
+    split sizes from two session settings, read when the RDD is planned: they are set for that moment only.
+    """
     check_gzip_name(spark, dataset)
     uri = uri_of(dataset.path)
     if partitions:
-        size = _size(spark, uri)
-        spark.conf.set("spark.sql.files.maxPartitionBytes", str(max(1, math.ceil(size / partitions))))
-        spark.conf.set("spark.sql.files.openCostInBytes", "0")
+        settings = {"spark.sql.files.maxPartitionBytes": str(max(1, math.ceil(_size(spark, uri) / partitions))),
+                    "spark.sql.files.openCostInBytes": "0"}
+    else:
+        settings = {"spark.sql.files.maxPartitionBytes": str(SLICE_BYTES)}
+    saved = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         if isinstance(dataset, ParquetDataset):
             frame = _parquet_frame(spark, uri, dataset)
@@ -134,12 +143,14 @@ def spark_chunks(spark: Any, dataset: FileDataset, partitions: int | None) -> tu
 
             def parse(rows: Iterator) -> Iterator:
                 return text_chunks(dataset, rows)
-        n = frame.rdd.getNumPartitions()
+        rows = frame.rdd  # planned now, with the split settings above
+        return rows.mapPartitions(parse), rows.getNumPartitions()
     finally:
-        if partitions:
-            spark.conf.unset("spark.sql.files.maxPartitionBytes")
-            spark.conf.unset("spark.sql.files.openCostInBytes")
-    return frame.rdd.mapPartitions(parse), n
+        for key, value in saved.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def _size(spark: Any, uri: str) -> int:
