@@ -1,6 +1,6 @@
 """Per-partition summaries of routed messages, and how the driver combines them.
 
-Each routed partition (a source's messages in sequence order and the worker each went to) yields:
+A routing task routes its pieces one at a time (:mod:`spark_replay.routing`) and keeps, for all of them:
 
 - ``agg``: the K x W matrix of loads at the checkpoints (row j: messages with sequence < (j+1)*c that went
   to each worker, the simulator's ``ImbalanceSeries`` points) and the final per-worker loads; summed over
@@ -9,10 +9,15 @@ Each routed partition (a source's messages in sequence order and the worker each
   give the distinct keys per worker (DKG eq. 8's memory) without double-counting a key sent to one worker by
   two sources. Keys travel as their 64-bit murmur3 hashes, in numpy arrays bucketed by hash, when the ingest
   proved those hashes collision-free over the dataset's distinct keys (else as strings, one record each);
-- ``arr``: per worker, the arrival times of its messages, shuffled by worker for the queueing estimate.
+- ``arr``: per chunk, the arrival times of the chunk's messages at each worker, sent at once (keyed by worker
+  group, chunk and source) for the queueing estimate.
 
-All three go through ONE ``reduceByKey`` (one shuffle per grouping), then :func:`finish_partition` turns each
-reduced partition into a :class:`Partial` and the driver merges those few.
+All three go through ONE shuffle per grouping. A reduce task (:func:`finish_partition`) merges the loads and
+masks (memory grows with keys, not messages) and serves each of its workers' queues chunk after chunk, in
+chunk order (:class:`~spark_replay.ordered.InOrder`): a chunk's arrivals from every source, sorted, continue
+Lindley's recursion where the previous chunk left it. That is the exact FIFO order whenever event times never
+decrease along the stream (always without timestamps); otherwise each worker's arrivals are gathered and sorted
+at the end, as one array per worker. Each task returns a :class:`Partial`; the driver merges those few.
 """
 
 from __future__ import annotations
@@ -21,10 +26,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 
+from keysplit.hashing import hash32
 from spark_replay.ingest import SubStream
-from spark_replay.queueing import LatencyHistogram, worker_latencies
+from spark_replay.ordered import InOrder
+from spark_replay.queueing import LatencyHistogram
 
 #: Above this many (key, worker) cells a partition finds its pairs by sorting instead of with a bitmap.
 _BITMAP_CELLS = 1 << 26
@@ -98,18 +106,25 @@ def hashed_masks(
         yield b, (hashes[sel], masks[sel])
 
 
-def union_masks(pieces: list[tuple[np.ndarray, np.ndarray]], n_workers: int) -> tuple[np.ndarray, int]:
-    """OR the masks of equal hashes over every piece; distinct keys per worker and in all."""
+def merge_masks(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """One ``(hashes, masks)`` with the masks of equal hashes OR-ed over every piece, sorted by hash."""
     hashes = np.concatenate([h for h, _ in pieces])
     masks = np.concatenate([m for _, m in pieces])
+    if not len(hashes):
+        return hashes, masks
     order = np.argsort(hashes, kind="stable")
     hashes, masks = hashes[order], masks[order]
-    starts = np.concatenate(([0], np.flatnonzero(np.diff(hashes)) + 1)) if len(hashes) else np.zeros(0, np.int64)
-    merged = np.bitwise_or.reduceat(masks, starts, axis=0) if len(hashes) else masks
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(hashes)) + 1))
+    return hashes[starts], np.bitwise_or.reduceat(masks, starts, axis=0)
+
+
+def union_masks(pieces: list[tuple[np.ndarray, np.ndarray]], n_workers: int) -> tuple[np.ndarray, int]:
+    """OR the masks of equal hashes over every piece; distinct keys per worker and in all."""
+    hashes, merged = merge_masks(pieces)
     per_worker = np.zeros(n_workers, dtype=np.int64)
     for w in range(n_workers):
         per_worker[w] = int(((merged[:, w // 64] >> np.uint64(w % 64)) & np.uint64(1)).sum())
-    return per_worker, len(starts)
+    return per_worker, len(hashes)
 
 
 def distinct_counts(masks: Iterable[int], n_workers: int) -> tuple[np.ndarray, int]:
@@ -128,38 +143,57 @@ def distinct_counts(masks: Iterable[int], n_workers: int) -> tuple[np.ndarray, i
     return per_worker, len(values)
 
 
-def tag_partition(
-    routed: tuple[SubStream, np.ndarray, bool], n_workers: int, every: int, rows: int, rate: float,
-    arrivals: bool, buckets: int,
+def tag_pieces(
+    routed: Iterator[tuple[tuple[int, int], tuple[SubStream, np.ndarray, bool]]], source: int, n_workers: int,
+    every: int, rows: int, rate: float, arrivals: bool, groups: int,
 ) -> Iterator[tuple[tuple, Any]]:
-    """Everything the driver needs from one routed partition, keyed for one ``reduceByKey``:
-    ``("agg",)`` -> (checkpoint matrix, loads, fast); ``("hmask", b)`` -> [(hashes, masks)] when the keys'
-    64-bit hashes are known to be collision-free, else ``("mask", key)`` -> mask; ``("arr", w)`` -> [arrivals]."""
-    sub, workers, fast = routed
-    workers = workers.astype(np.int64)
-    loads = np.bincount(workers, minlength=n_workers)
-    yield ("agg",), (checkpoint_loads(sub.seq, workers, n_workers, every, rows), loads, fast)
-    if sub.key_hash is not None:
-        for b, piece in hashed_masks(sub.key_ids, workers, sub.key_hash, n_workers, buckets):
-            yield ("hmask", b), [piece]
-    else:
-        for key, mask in key_masks(sub.key_ids, workers, sub.vocab, n_workers):
-            yield ("mask", key), mask
-    if arrivals and len(workers):
-        times = sub.now(rate)
-        order = np.argsort(workers.astype(np.int16 if n_workers < 32768 else np.int32), kind="stable")
-        ordered = times[order]
-        bounds = np.concatenate(([0], np.cumsum(loads)))
-        for w in np.flatnonzero(loads).tolist():
-            yield ("arr", w), [ordered[bounds[w]:bounds[w + 1]]]
+    """Everything the driver needs from one routing task's pieces ``(chunk index, routed piece)``, keyed for
+    one shuffle: per chunk ``("arr", g, chunk, source)`` -> [(worker, arrival times)] for each worker group g
+    (sent as the pieces go); at the end ``("agg",)`` -> (checkpoint matrix, loads, fast), and
+    ``("hmask", b)`` -> (hashes, masks) when the keys' 64-bit hashes are known to be collision-free, else
+    ``("mask", key)`` -> mask."""
+    matrix = np.zeros((rows, n_workers), dtype=np.int64)
+    loads = np.zeros(n_workers, dtype=np.int64)
+    fast = False
+    hmasks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    masks: dict[str, int] = {}
+    for index, (sub, workers, piece_fast) in routed:
+        fast = fast or piece_fast
+        workers = workers.astype(np.int64)
+        piece_loads = np.bincount(workers, minlength=n_workers)
+        loads += piece_loads
+        matrix += checkpoint_loads(sub.seq, workers, n_workers, every, rows)
+        if sub.key_hash is not None:
+            for b, piece in hashed_masks(sub.key_ids, workers, sub.key_hash, n_workers, groups):
+                hmasks[b] = merge_masks([hmasks[b], piece]) if b in hmasks else piece
+        else:
+            for key, mask in key_masks(sub.key_ids, workers, sub.vocab, n_workers):
+                masks[key] = masks.get(key, 0) | mask
+        if arrivals:
+            times = sub.now(rate)
+            order = np.argsort(workers.astype(np.int16 if n_workers < 32768 else np.int32), kind="stable")
+            ordered = times[order]
+            bounds = np.concatenate(([0], np.cumsum(piece_loads)))
+            per_group: list[list] = [[] for _ in range(groups)]
+            for w in np.flatnonzero(piece_loads).tolist():
+                per_group[w % groups].append((w, ordered[bounds[w]:bounds[w + 1]]))
+            for g in range(groups):
+                yield ("arr", g, index, source), per_group[g]
+    yield ("agg",), (matrix, loads, fast)
+    for b, piece in hmasks.items():
+        yield ("hmask", b), piece
+    yield from (( ("mask", key), mask) for key, mask in masks.items())
 
 
-def merge_values(a: Any, b: Any) -> Any:
-    """The reduceByKey merge of the three kinds: sum the matrices, OR the masks, join the arrival chunks."""
-    if isinstance(a, int):
-        return a | b
-    if isinstance(a, list):
-        return a + b
+def shuffle_partition(key: tuple) -> int:
+    """The reduce partition (before the modulo) of a tagged item: arrivals by worker group, the rest spread."""
+    if key[0] in ("arr", "hmask"):
+        return key[1]
+    return hash32(key[1]) if key[0] == "mask" else 0
+
+
+def merge_agg(a: tuple, b: tuple) -> tuple:
+    """Two ``(checkpoint matrix, loads, fast)`` summed."""
     return a[0] + b[0], a[1] + b[1], a[2] or b[2]
 
 
@@ -173,28 +207,93 @@ class Partial:
     hist: LatencyHistogram
 
     def merge(self, other: Partial) -> Partial:
-        agg = other.agg if self.agg is None else self.agg if other.agg is None else merge_values(self.agg, other.agg)
+        agg = other.agg if self.agg is None else self.agg if other.agg is None else merge_agg(self.agg, other.agg)
         return Partial(agg, self.distinct + other.distinct, self.keys + other.keys, self.hist.merge(other.hist))
 
 
-def finish_partition(items: Iterable[tuple[tuple, Any]], n_workers: int, service: float) -> Partial:
-    """Reduce one partition of merged values: distinct keys per worker, and each worker's queue (Lindley)."""
+@numba.njit(cache=True, nogil=True)
+def lindley_from(arrivals: np.ndarray, service: float, wait: float, last: float) -> tuple:
+    """Lindley's recursion (:func:`spark_replay.queueing.lindley`) continued from a previous batch that left
+    the queue with waiting time ``wait`` after its last arrival ``last`` (``-inf``: an empty queue).
+    Returns the latencies, and the ``wait`` and ``last`` to continue from."""
+    out = np.empty(arrivals.shape[0], dtype=np.float64)
+    for n in range(arrivals.shape[0]):
+        wait = max(0.0, wait + service - (arrivals[n] - last))
+        last = arrivals[n]
+        out[n] = wait + service
+    return out, wait, last
+
+
+class Queues:
+    """The FIFO queues of one reduce task's workers, served chunk after chunk (or all at once at the end)."""
+
+    def __init__(self, service: float, streaming: bool) -> None:
+        self.service = service
+        self.streaming = streaming
+        self.hist = LatencyHistogram(service)
+        self.state: dict[int, tuple[float, float]] = {}
+        self.pending: dict[int, list[np.ndarray]] = {}
+
+    def add(self, pieces: list[list[tuple[int, np.ndarray]]]) -> None:
+        """One chunk's arrivals at these workers, from every source (each source's sorted)."""
+        per_worker: dict[int, list[np.ndarray]] = {}
+        for piece in pieces:
+            for w, times in piece:
+                per_worker.setdefault(w, []).append(times)
+        for w, parts in per_worker.items():
+            if not self.streaming:
+                self.pending.setdefault(w, []).extend(parts)
+                continue
+            times = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts), kind="stable")
+            self._serve(w, times)
+
+    def _serve(self, w: int, times: np.ndarray) -> None:
+        wait, last = self.state.get(w, (0.0, -np.inf))
+        latencies, wait, last = lindley_from(times, self.service, wait, last)
+        self.state[w] = (wait, last)
+        self.hist.add(latencies)
+
+    def finish(self) -> LatencyHistogram:
+        for w, parts in self.pending.items():
+            self._serve(w, np.sort(np.concatenate(parts), kind="stable"))
+        self.pending.clear()
+        return self.hist
+
+
+def finish_partition(items: Iterable[tuple[tuple, Any]], group: int, chunks: int, sources: list[int],
+                     n_workers: int, service: float, streaming: bool) -> Partial:
+    """Reduce one partition: sum the loads, merge the masks into distinct keys per worker, and serve the queues
+    of worker group ``group`` with the arrivals of ``chunks`` chunks from ``sources``, in chunk order."""
     agg = None
-    masks: list[int] = []
-    hist = LatencyHistogram(service)
+    masks: dict[str, int] = {}
+    hmasks: dict[int, list] = {}
+    queues = Queues(service, streaming)
+    order = InOrder((c, s) for c in range(chunks) for s in sources) if service > 0 else None
+    batch: list = []
+    try:
+        for key, value in items:
+            kind = key[0]
+            if kind == "arr":
+                assert order is not None
+                for piece in order.push(key[2:], value):
+                    batch.append(piece)
+                    if len(batch) == len(sources):
+                        queues.add(batch)
+                        batch = []
+            elif kind == "hmask":
+                hmasks[key[1]] = [merge_masks(hmasks[key[1]] + [value])] if key[1] in hmasks else [value]
+            elif kind == "mask":
+                masks[key[1]] = masks.get(key[1], 0) | value
+            else:
+                agg = value if agg is None else merge_agg(agg, value)
+    finally:
+        if order is not None:
+            order.close()
     distinct = np.zeros(n_workers, dtype=np.int64)
     keys = 0
-    for key, value in items:
-        kind = key[0]
-        if kind == "mask":
-            masks.append(value)
-        elif kind == "hmask":
-            d, k = union_masks(value, n_workers)
-            distinct += d
-            keys += k
-        elif kind == "arr":
-            hist.add(worker_latencies(value, service))
-        else:
-            agg = value
-    d, k = distinct_counts(masks, n_workers)
-    return Partial(agg, distinct + d, keys + k, hist)
+    for pieces in hmasks.values():
+        d, k = union_masks(pieces, n_workers)
+        distinct += d
+        keys += k
+    d, k = distinct_counts(masks.values(), n_workers)
+    return Partial(agg, distinct + d, keys + k, queues.finish())

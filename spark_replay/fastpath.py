@@ -27,18 +27,27 @@ def has_fast_path(spec: str, workers: int, sources: int) -> bool:
     return fast.fast_spec(spec, workers, sources) is not None
 
 
-def route_fast(sub: SubStream, spec: str, workers: int, sources: int, split: str, rate: float) -> np.ndarray | None:
-    """The worker of every message of ``sub`` (one source's, or the merged stream), or None without a fast path."""
+class FastRouter:
+    """One partition's kernel state, fed its pieces one after another in sequence order."""
+
+    def __init__(self, fs: fast.FastSpec, workers: int, sources: int, split: str, rate: float) -> None:
+        fast.warmup()
+        self.rate = rate
+        self.state = fast.RouteState(fs, workers, sources, split, rate, checkpoint=1 << 62)
+
+    def route(self, sub: SubStream) -> np.ndarray:
+        """The worker of every message of ``sub`` (the next piece of one source's stream, or of the merged one)."""
+        n = len(sub)
+        if n == 0:
+            return np.zeros(0, dtype=np.int32)
+        add = self.state.table.add
+        remap = np.fromiter((add(k) for k in sub.vocab), dtype=np.int32, count=len(sub.vocab))
+        src = sub.sources if sub.sources is not None else np.full(n, sub.source, dtype=np.int32)
+        chunk = fast.Chunk(remap[sub.key_ids], src.astype(np.int32), sub.now(self.rate).astype(np.float64))
+        return self.state.run(chunk)
+
+
+def fast_router(spec: str, workers: int, sources: int, split: str, rate: float) -> FastRouter | None:
+    """A :class:`FastRouter` for ``spec``, or None without a fast path."""
     fs = fast.fast_spec(spec, workers, sources)
-    if fs is None:
-        return None
-    fast.warmup()
-    state = fast.RouteState(fs, workers, sources, split, rate, checkpoint=1 << 62)
-    add = state.table.add
-    remap = np.fromiter((add(k) for k in sub.vocab), dtype=np.int32, count=len(sub.vocab))
-    n = len(sub)
-    if n == 0:
-        return np.zeros(0, dtype=np.int32)
-    src = sub.sources if sub.sources is not None else np.full(n, sub.source, dtype=np.int32)
-    chunk = fast.Chunk(remap[sub.key_ids], src.astype(np.int32), sub.now(rate).astype(np.float64))
-    return state.run(chunk)
+    return None if fs is None else FastRouter(fs, workers, sources, split, rate)

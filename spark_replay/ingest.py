@@ -8,18 +8,22 @@ the whole stream, and a message's event time is its record's timestamp or ``sequ
 Reading is distributed: an uncompressed file is cut into byte ranges, each read by one task that owns the
 lines *starting* inside its range (Hadoop's rule: a task whose range starts mid-line skips to the next line),
 decodes them exactly as :meth:`FileDataset.lines` does and parses them with the reader's own pure
-``parse_line``. A gzip file cannot be cut and is read by one task; a Parquet file is cut by row groups. A
-small job then gives every chunk its global record and message offsets (prefix sums of per-chunk counts, two
-numbers per chunk on the driver), and one shuffle gathers each source's messages, in order, in partition
-``s``. Nothing of the dataset itself goes through the driver.
+``parse_line``. A gzip file cannot be cut and is read by one task; a Parquet file is cut by row groups. Every
+task parses its slice into chunks of at most :data:`CHUNK_MESSAGES` messages (memory per task does not grow
+with the dataset). A small job then gives every chunk its global record and message offsets (prefix sums of
+per-chunk counts, a few numbers per chunk on the driver) and its share of the dataset fingerprint
+(:mod:`keysplit.fingerprint`), and one shuffle deals each chunk's messages to the partition of their source,
+as one piece per (source, chunk). A routing task then takes its pieces in chunk order (:mod:`spark_replay.
+ordered`), one at a time. Nothing of the dataset itself goes through the driver.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +33,7 @@ import numpy as np
 from keysplit.datasets import Dataset, FileDataset, open_dataset, write_dataset
 from keysplit.datasets.readers import ParquetDataset, open_binary
 from keysplit.errors import DatasetError
+from keysplit.fingerprint import Fingerprint, RecordColumns, chunk_lanes, key_hashes
 from keysplit.hashing import BASE_SEED, hash32
 from keysplit.simulate import SPLIT_SEED
 
@@ -36,14 +41,16 @@ from keysplit.simulate import SPLIT_SEED
 KEY_HASH_SEED = BASE_SEED + 700
 
 #: Target bytes per input partition of an uncompressed file.
-SLICE_BYTES = 32 << 20
+SLICE_BYTES = 8 << 20
+#: Most messages in one chunk (a unit of parsing, shuffling and routing; bounds a task's memory).
+CHUNK_MESSAGES = 1 << 19
 
 
 @dataclass
 class Chunk:
-    """The records of one input partition, in file order: keys as ids into ``vocab``."""
+    """Consecutive records of one input partition, in file order: keys as ids into ``vocab``."""
 
-    part: int
+    part: tuple[int, int]  # (input partition, chunk number inside it): chunks sort in file order
     vocab: list[str]
     key_ids: np.ndarray  # int32, one per message
     rec_len: np.ndarray  # int32, keys per record
@@ -147,8 +154,51 @@ def executor_dataset(dataset: FileDataset) -> Any:
     return dataset
 
 
-def parse_slice(reader: Any, piece: Slice) -> Chunk:
-    """Parse one input partition into a :class:`Chunk` with the reader's ``parse_line``."""
+def parse_slice(reader: Any, piece: Slice) -> list[Chunk]:
+    """Every chunk of one input partition (eagerly; the job streams :func:`slice_chunks`)."""
+    return list(slice_chunks(reader, piece))
+
+
+class ChunkBuilder:
+    """Records in file order, cut into :class:`Chunk` s of about ``limit`` messages numbered ``(part, 0), (part,
+    1), ...``: the one way every reader turns records into chunks."""
+
+    def __init__(self, part: int, limit: int = CHUNK_MESSAGES) -> None:
+        self.part, self.limit, self.number = part, limit, 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.cols = RecordColumns()
+
+    def add(self, records: Iterable) -> Iterator[Chunk]:
+        """Take records ``(ts, keys)``; yield every chunk that fills up."""
+        for ts, keys in records:
+            self.cols.add(ts, keys)
+            if len(self.cols.ids) >= self.limit:
+                yield self._take()
+
+    def finish(self) -> Iterator[Chunk]:
+        """The last, partly filled chunk (if any record is left)."""
+        if self.cols.lengths:
+            yield self._take()
+
+    def _take(self) -> Chunk:
+        c = self.cols
+        chunk = Chunk(
+            part=(self.part, self.number),
+            vocab=list(c.vocab),
+            key_ids=np.asarray(c.ids, dtype=np.int32),
+            rec_len=np.asarray(c.lengths, dtype=np.int32),
+            ts=np.asarray(c.times, dtype=np.float64) if c.any_ts else None,
+            has_ts=np.asarray(c.timed, dtype=bool) if c.any_ts else None,
+        )
+        self.number += 1
+        self._reset()
+        return chunk
+
+
+def slice_chunks(reader: Any, piece: Slice, limit: int = CHUNK_MESSAGES) -> Iterator[Chunk]:
+    """Parse one input partition with the reader's ``parse_line`` into chunks of about ``limit`` messages."""
     if isinstance(reader, tuple):
         records: Iterator = _parquet_records(ParquetDataset(*reader[1:]), piece.row_groups)
     else:
@@ -156,34 +206,9 @@ def parse_slice(reader: Any, piece: Slice) -> Chunk:
         if reader.skip_header and piece.start == 0:
             next(lines, None)
         records = filter(None, map(reader.parse_line, lines))
-    index: dict[str, int] = {}
-    ids: list[int] = []
-    lengths: list[int] = []
-    times: list[float] = []
-    timed: list[bool] = []
-    any_ts = False
-    for ts, keys in records:
-        for key in keys:
-            i = index.get(key)
-            if i is None:
-                i = index[key] = len(index)
-            ids.append(i)
-        lengths.append(len(keys))
-        if ts is None:
-            times.append(0.0)
-            timed.append(False)
-        else:
-            times.append(ts)
-            timed.append(True)
-            any_ts = True
-    return Chunk(
-        part=piece.part,
-        vocab=list(index),
-        key_ids=np.asarray(ids, dtype=np.int32),
-        rec_len=np.asarray(lengths, dtype=np.int32),
-        ts=np.asarray(times, dtype=np.float64) if any_ts else None,
-        has_ts=np.asarray(timed, dtype=bool) if any_ts else None,
-    )
+    builder = ChunkBuilder(piece.part, limit)
+    yield from builder.add(records)
+    yield from builder.finish()
 
 
 def _parquet_records(dataset: ParquetDataset, groups: tuple[int, ...]) -> Iterator:
@@ -200,11 +225,15 @@ def _parquet_records(dataset: ParquetDataset, groups: tuple[int, ...]) -> Iterat
 # ------------------------------------------------------------------------------------- sources and order
 
 
-def deal_chunk(chunk: Chunk, rec0: int, seq0: int, sources: int, split: str) -> Iterator[tuple[int, tuple]]:
-    """Give the chunk's messages their global sequence numbers and emit ``(source, piece)`` per source.
+def deal_chunk(chunk: Chunk, rec0: int, seq0: int, sources: int, split: str, merged: bool = False,
+               hashed: bool = False) -> Iterator[tuple[int, tuple[tuple[int, int], SubStream]]]:
+    """Give the chunk's messages their global sequence numbers and emit ``(source, (chunk id, piece))``.
 
     ``source_of`` of the simulator: record ``index`` goes to ``index % S`` (shuffle) or to the murmur3 hash of
-    its first key with ``SPLIT_SEED`` mod S (key).
+    its first key with ``SPLIT_SEED`` mod S (key). Every source gets a piece of every chunk, empty or not, so
+    that a routing task knows which chunk comes next. ``merged``: one piece (source 0) with every message
+    tagged with its source, for the groupings routed in one partition. ``hashed``: the pieces carry their
+    keys' 64-bit fingerprints (:func:`key_fingerprint`).
     """
     n_rec = len(chunk.rec_len)
     n_msg = len(chunk.key_ids)
@@ -216,61 +245,34 @@ def deal_chunk(chunk: Chunk, rec0: int, seq0: int, sources: int, split: str) -> 
         nonempty = chunk.rec_len > 0
         rec_source = np.zeros(n_rec, dtype=np.int64)
         rec_source[nonempty] = key_source[chunk.key_ids[starts[nonempty]]]
-    msg_source = np.repeat(rec_source, chunk.rec_len)
+    msg_source = np.repeat(rec_source, chunk.rec_len).astype(np.int32)
     seq = seq0 + np.arange(n_msg, dtype=np.int64)
     ts = np.repeat(chunk.ts, chunk.rec_len) if chunk.ts is not None else None
     has_ts = np.repeat(chunk.has_ts, chunk.rec_len) if chunk.has_ts is not None else None
-    for s in np.unique(msg_source).tolist():
+    if merged:
+        sub = SubStream(0, seq, chunk.key_ids, chunk.vocab, ts, has_ts, sources=msg_source)
+        yield 0, (chunk.part, with_fingerprints(sub) if hashed else sub)
+        return
+    for s in range(sources):
         mask = msg_source == s
         used, local = np.unique(chunk.key_ids[mask], return_inverse=True)
-        vocab = [chunk.vocab[i] for i in used.tolist()]
-        yield s, (chunk.part, seq[mask], local.astype(np.int32), vocab,
-                  ts[mask] if ts is not None else None, has_ts[mask] if has_ts is not None else None)
+        sub = SubStream(s, seq[mask], local.astype(np.int32).reshape(-1), [chunk.vocab[i] for i in used.tolist()],
+                        ts[mask] if ts is not None else None, has_ts[mask] if has_ts is not None else None)
+        yield s, (chunk.part, with_fingerprints(sub) if hashed else sub)
 
 
-def gather_source(source: int, pieces: Iterator[tuple[int, tuple]]) -> SubStream:
-    """Concatenate one source's pieces in input-partition order (= sequence order) into a SubStream."""
-    ordered = sorted((p for _, p in pieces), key=lambda p: p[0])
-    return concat_pieces(source, [p[1:] for p in ordered])
-
-
-def concat_pieces(source: int, pieces: list[tuple]) -> SubStream:
-    """Join ``(seq, key_ids, vocab, ts, has_ts)`` pieces, merging their vocabularies."""
-    index: dict[str, int] = {}
-    seqs, ids, tss, flags = [], [], [], []
-    timed = any(p[3] is not None for p in pieces)
-    for seq, key_ids, vocab, ts, has_ts in pieces:
-        remap = np.asarray([index.setdefault(k, len(index)) for k in vocab], dtype=np.int32)
-        seqs.append(seq)
-        ids.append(remap[key_ids] if len(key_ids) else key_ids.astype(np.int32))
-        if timed:
-            tss.append(ts if ts is not None else np.zeros(len(seq)))
-            flags.append(has_ts if has_ts is not None else np.zeros(len(seq), dtype=bool))
-    return SubStream(
-        source=source,
-        seq=np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64),
-        key_ids=np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32),
-        vocab=list(index),
-        ts=np.concatenate(tss) if timed else None,
-        has_ts=np.concatenate(flags) if timed else None,
-    )
-
-
-def merge_streams(streams: list[SubStream]) -> SubStream:
-    """All sub-streams as one stream in sequence order, each message tagged with its source."""
-    merged = concat_pieces(0, [(s.seq, s.key_ids, s.vocab, s.ts, s.has_ts) for s in streams])
-    sources = np.concatenate([np.full(len(s), s.source, dtype=np.int32) for s in streams]) if streams \
-        else np.zeros(0, dtype=np.int32)
-    order = np.argsort(merged.seq, kind="stable")
-    merged.seq = merged.seq[order]
-    merged.key_ids = merged.key_ids[order]
-    if merged.ts is not None:
-        merged.ts = merged.ts[order]
-        merged.has_ts = merged.has_ts[order]  # type: ignore[index]
-    merged.sources = sources[order]
-    if streams and all(s.key_hash is not None for s in streams):
-        with_fingerprints(merged)
-    return merged
+def chunk_facts(chunk: Chunk, rec0: int, seq0: int, rate: float) -> tuple[tuple[int, int], tuple[int, int], tuple]:
+    """What the driver learns of a chunk once its offsets are known: its share of the dataset fingerprint, and
+    its first and last event time and whether they rise within it (Lindley can then stream chunk by chunk)."""
+    lanes = chunk_lanes(key_hashes(chunk.vocab), chunk.key_ids, chunk.rec_len, seq0, rec0, chunk.ts, chunk.has_ts)
+    n = len(chunk.key_ids)
+    if n == 0:
+        return chunk.part, lanes, (None, None, True)
+    now = (seq0 + np.arange(n, dtype=np.int64)) / rate
+    if chunk.ts is not None:
+        now = np.where(np.repeat(chunk.has_ts, chunk.rec_len), np.repeat(chunk.ts, chunk.rec_len), now)
+    rising = bool(np.all(now[1:] >= now[:-1]))
+    return chunk.part, lanes, (float(now[0]), float(now[-1]), rising)
 
 
 def key_fingerprint(key: str) -> int:
@@ -288,19 +290,35 @@ def with_fingerprints(sub: SubStream) -> SubStream:
 
 @dataclass
 class Ingested:
-    """The dataset on Spark: S cached sub-streams, the exact counts, and its size."""
+    """The dataset on Spark: its pieces (cached), their order, the exact counts, its size and fingerprint."""
 
-    streams: Any  # RDD[SubStream], partition s = source s
+    streams: Any  # RDD[(source, (chunk id, SubStream))], partition s = source s
+    merged: Any  # RDD[(0, (chunk id, SubStream))] in one partition (every source), or None
+    order: list[tuple[int, int]]  # every chunk id, in sequence order
     counts: Any  # RDD[(key, count)]
     records: int
     messages: int
     partitions: int
+    sha256: str
+    rising_times: bool  # event times never decrease along the stream
+
+    def unpersist(self) -> None:
+        for rdd in (self.streams, self.merged, self.counts):
+            if rdd is not None:
+                rdd.unpersist()
+
+
+def is_uri(path: str) -> bool:
+    """A path with a scheme (``hdfs://``, ``s3a://``, ``file:``) rather than a local file name."""
+    head = path.split("/", 1)[0]
+    return ":" in head and len(head.split(":", 1)[0]) > 1
 
 
 def materialise(dataset: Dataset, out_dir: str) -> FileDataset:
     """A file dataset for ``dataset``: itself, or a generator written out first as ``out_dir/dataset.csv``."""
     if isinstance(dataset, FileDataset):
-        dataset.path = os.path.abspath(dataset.path)
+        if not is_uri(dataset.path):
+            dataset.path = os.path.abspath(dataset.path)
         return dataset
     os.makedirs(out_dir, exist_ok=True)
     spec, _ = write_dataset(dataset, os.path.join(out_dir, "dataset.csv"))
@@ -309,47 +327,60 @@ def materialise(dataset: Dataset, out_dir: str) -> FileDataset:
     return written
 
 
-def ingest(spark: Any, dataset: FileDataset, sources: int, split: str, partitions: int | None = None) -> Ingested:
-    """Read, number and deal the dataset into S cached sub-streams (see the module docstring)."""
+def ingest(spark: Any, dataset: FileDataset, sources: int, split: str, partitions: int | None = None,
+           rate: float = 10_000.0, merged: bool = False) -> Ingested:
+    """Read, number and deal the dataset into pieces per (source, chunk), cached (see the module docstring);
+    ``merged`` also keeps every chunk whole, for the groupings routed in one partition."""
     from pyspark import StorageLevel
 
-    sc = spark.sparkContext
-    slices = plan_slices(dataset, partitions, sc.defaultParallelism)
-    reader = executor_dataset(dataset)
-    chunks = sc.parallelize(slices, len(slices)).map(lambda p: parse_slice(reader, p))
+    from spark_replay.sparkinput import read_failure, spark_chunks
+
+    chunks, n_input = spark_chunks(spark, dataset, partitions)
     chunks = chunks.persist(StorageLevel.MEMORY_AND_DISK)
-    sizes = sorted(chunks.map(lambda c: (c.part, len(c.rec_len), len(c.key_ids))).collect())
+    try:
+        sizes = sorted(chunks.map(lambda c: (c.part, len(c.rec_len), len(c.key_ids))).collect())
+    except Exception as exc:
+        failure = read_failure(exc, dataset)
+        if failure is None:
+            raise
+        raise failure from None
     records = sum(r for _, r, _ in sizes)
     messages = sum(m for _, _, m in sizes)
     if messages == 0:
         chunks.unpersist()
         raise DatasetError(f"dataset {dataset.spec!r} has no records (empty file or no keys in it)")
-    offsets: dict[int, tuple[int, int]] = {}
+    offsets: dict[tuple[int, int], tuple[int, int]] = {}
     rec0 = seq0 = 0
     for part, r, m in sizes:
         offsets[part] = (rec0, seq0)
         rec0 += r
         seq0 += m
-
-    def deal(chunk: Chunk) -> Iterator[tuple[int, tuple]]:
-        r0, s0 = offsets[chunk.part]
-        return deal_chunk(chunk, r0, s0, sources, split)
+    facts = sorted(chunks.map(lambda c: chunk_facts(c, *offsets[c.part], rate)).collect())
+    fingerprint = Fingerprint()
+    for (_part, r, m), (_, lanes, _) in zip(sizes, facts):
+        fingerprint.add(r, m, lanes)
+    spans = [span for _, _, span in facts if span[0] is not None]
+    rising = all(span[2] for span in spans) and all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
 
     counts = chunks.flatMap(_chunk_counts).reduceByKey(lambda a, b: a + b).persist(StorageLevel.MEMORY_AND_DISK)
-    streams = (
-        chunks.flatMap(deal)
-        .partitionBy(sources, lambda s: s)
-        .mapPartitionsWithIndex(lambda s, it: [gather_source(s, it)], preservesPartitioning=True)
-    )
     # Fingerprints stand in for keys only when no two distinct keys share one (checked, not assumed).
     keys = counts.count()
-    fingerprints = counts.map(lambda kv: key_fingerprint(kv[0])).distinct().count()
-    if fingerprints == keys:
-        streams = streams.map(with_fingerprints, preservesPartitioning=True)
+    hashed = counts.map(lambda kv: key_fingerprint(kv[0])).distinct().count() == keys
+
+    def deal(chunk: Chunk, whole: bool) -> Iterator:
+        return deal_chunk(chunk, *offsets[chunk.part], sources, split, merged=whole, hashed=hashed)
+
+    streams = chunks.flatMap(lambda c: deal(c, False)).partitionBy(sources, lambda s: s)
     streams = streams.persist(StorageLevel.MEMORY_AND_DISK)
     streams.count()  # materialise the cache before the chunks go
+    whole = None
+    if merged:
+        whole = chunks.flatMap(lambda c: deal(c, True)).partitionBy(1, lambda s: 0)
+        whole = whole.persist(StorageLevel.MEMORY_AND_DISK)
+        whole.count()
     chunks.unpersist()
-    return Ingested(streams, counts, records, messages, len(slices))
+    return Ingested(streams, whole, [part for part, _, _ in sizes], counts, records, messages, n_input,
+                    fingerprint.hexdigest(), rising)
 
 
 def _chunk_counts(chunk: Chunk) -> Iterator[tuple[str, int]]:

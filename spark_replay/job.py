@@ -7,7 +7,6 @@ On a cluster: ``spark-submit [--master URL] spark_replay/job.py --dataset SPEC -
 
 from __future__ import annotations
 
-import concurrent.futures
 import heapq
 import json
 import os
@@ -24,8 +23,7 @@ from typing import Any
 import numpy as np
 
 from keysplit.commands.knobs import ARRIVALS
-from keysplit.datasets import open_dataset
-from keysplit.datasets.readers import FileDataset
+from keysplit.datasets import FileDataset
 from keysplit.errors import KeysplitError, SpecError
 from keysplit.metrics import (
     ImbalanceSeries,
@@ -37,9 +35,12 @@ from keysplit.metrics import (
 )
 from keysplit.outputs import inside, replace_entry, same_file
 from keysplit.simulate import DEFAULT_RATE, SPLITS, Resize, check_checkpoint, check_resizes
-from spark_replay import aggregates, routing
-from spark_replay.ingest import Ingested, ingest, materialise
+from spark_replay import aggregates, routing, storage
+from spark_replay.ingest import Ingested, ingest, is_uri, materialise
+from spark_replay.ordered import in_order
 from spark_replay.queueing import throughput_estimate
+from spark_replay.session import worker_problem
+from spark_replay.sparkinput import open_for_spark, uri_of
 from spark_replay.topology_model import model_params, spark_estimate
 
 DEFAULT_CPU_DELAY_MS = 1.0
@@ -85,17 +86,23 @@ _REMOTE_ERROR = re.compile(r"keysplit\.errors\.(\w+Error): (.+)")
 
 
 @contextmanager
-def user_errors() -> Iterator[None]:
-    """A KeysplitError raised inside a Spark task (a bad CSV time value) surfaces as that one line."""
+def user_errors(master: str = "") -> Iterator[None]:
+    """A KeysplitError raised inside a Spark task (a bad CSV time value) surfaces as that one line, and so does
+    a worker environment problem (:func:`spark_replay.session.worker_problem`)."""
     try:
         yield
     except KeysplitError:
         raise
     except Exception as exc:
-        match = _REMOTE_ERROR.search(str(exc))
-        if match is None or type(exc).__module__.split(".")[0] not in ("pyspark", "py4j"):
+        if type(exc).__module__.split(".")[0] not in ("pyspark", "py4j"):
             raise
-        raise KeysplitError(match.group(2).strip()) from None
+        match = _REMOTE_ERROR.search(str(exc))
+        if match is not None:
+            raise KeysplitError(match.group(2).strip()) from None
+        problem = worker_problem(str(exc), os.environ.get("PYSPARK_PYTHON", sys.executable), master)
+        if problem is None:
+            raise
+        raise KeysplitError(problem) from None
 
 
 def validate(opts: ReplayOptions) -> list[str]:
@@ -124,19 +131,23 @@ def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] 
     """Replay ``opts.dataset`` through every grouping; write and return the summary (see the README)."""
     say = progress or (lambda _msg: None)
     modes = validate(opts)
-    dataset = open_dataset(opts.dataset)
+    dataset = open_for_spark(spark, opts.dataset)
+    if is_uri(opts.out):
+        # A folder named by URI (hdfs://, s3a://) is written in place through Hadoop's file system, where a
+        # rename of a folder is not atomic on every store (s3a copies): summary.json is written last.
+        out = storage.prepare_out(spark, opts.out)
+        summary = _replay_into(spark, opts, modes, dataset, out, say)
+        storage.write_text(spark, storage.join(out, "summary.json"), json.dumps(summary, indent=2) + "\n")
+        return summary
     check_outputs(dataset, opts.out)
-    os.makedirs(opts.out, exist_ok=True)
-    final = os.path.abspath(opts.out)
+    final = storage.prepare_out(spark, opts.out)
     # Everything is built in a private folder inside --out and moved into place at the end: a replay that
     # fails (or is stopped) leaves the previous outputs, or none, never a half-written set.
     out = tempfile.mkdtemp(prefix=".replay-", dir=final)
     try:
         summary = _replay_into(spark, opts, modes, dataset, out, say)
         summary = json.loads(json.dumps(summary).replace(out, final))  # paths as they will be
-        with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as fh:
-            json.dump(summary, fh, indent=2)
-            fh.write("\n")
+        storage.write_text(spark, os.path.join(out, "summary.json"), json.dumps(summary, indent=2) + "\n")
         for name in OUTPUTS:  # summary.json last: a reader that finds it finds the rest
             if os.path.exists(os.path.join(out, name)):
                 replace_entry(os.path.join(out, name), os.path.join(final, name))
@@ -151,7 +162,7 @@ OUTPUTS = ("dataset.csv", "counts.parquet", "timeseries.parquet", "summary.json"
 
 def check_outputs(dataset: Any, out: str) -> None:
     """Refuse an --out whose outputs would replace the dataset being read (same file, any spelling)."""
-    if isinstance(dataset, FileDataset):
+    if isinstance(dataset, FileDataset) and not is_uri(dataset.path):
         for name in OUTPUTS:
             target = os.path.join(out, name)
             if same_file(target, dataset.path) or (os.path.isdir(target) and inside(dataset.path, target)):
@@ -162,20 +173,13 @@ def check_outputs(dataset: Any, out: str) -> None:
 def _replay_into(spark: Any, opts: ReplayOptions, modes: list[str], dataset: Any, out: str,
                  say: Callable[[str], None]) -> dict:
     started = time.perf_counter()
-    source = materialise(dataset, out)
+    source = _materialise(spark, dataset, out)
     if source is not dataset:
         say(f"generator written to {source.path} (read back as {source.spec})")
-    pool = concurrent.futures.ThreadPoolExecutor(1)  # the fingerprint streams the file on the driver meanwhile
-    digest = pool.submit(source.sha256)
-    try:
-        with user_errors():
-            ing, ingest_s, counts_path, counts_info, every, results = _replay_all(spark, opts, modes, source, out,
-                                                                                  say)
-        sha = digest.result()
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-    ing.streams.unpersist()
-    ing.counts.unpersist()
+    with user_errors(spark.sparkContext.master):
+        ing, ingest_s, counts_path, counts_info, every, results = _replay_all(spark, opts, modes, source, out, say)
+    ing.unpersist()
+    sha = ing.sha256  # computed by the executors (keysplit.fingerprint), equal to keysplit run's
     runs = []
     for r in results:
         r.summary.update(dataset_sha256=sha, counts=counts_path, top_k=counts_info["top_k"])
@@ -191,24 +195,40 @@ def _replay_into(spark: Any, opts: ReplayOptions, modes: list[str], dataset: Any
                    "arrivals": opts.arrivals, "overheads": opts.overheads,
                    "checkpoint": every, "input_partitions": ing.partitions, "ingest_seconds": ingest_s,
                    "total_seconds": time.perf_counter() - started, "counts": counts_path,
-                   "timeseries": os.path.join(out, "timeseries.parquet")},
+                   "timeseries": storage.join(out, "timeseries.parquet")},
         "runs": runs,
     }
-    write_timeseries(os.path.join(out, "timeseries.parquet"), results)
+    write_timeseries(spark, storage.join(out, "timeseries.parquet"), results)
     return summary
+
+
+def _materialise(spark: Any, dataset: Any, out: str) -> Any:
+    """The dataset as a file Spark reads: a generator is written to ``OUT/dataset.csv`` first (through a local
+    scratch folder when OUT is a URI)."""
+    if not is_uri(out) or isinstance(dataset, FileDataset):
+        return materialise(dataset, out)
+    scratch = storage.local_scratch()
+    try:
+        local = materialise(dataset, scratch)
+        target = storage.join(out, "dataset.csv")
+        storage.put_file(spark, local.path, target)
+    finally:
+        storage.remove(scratch)
+    return open_for_spark(spark, local.spec.replace(local.path, target))
 
 
 def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, out: str,
                 say: Callable[[str], None]) -> tuple:
     """Ingest once, write the exact counts, then replay every grouping."""
     t0 = time.perf_counter()
-    ing = ingest(spark, source, opts.sources, opts.split, opts.partitions)
+    ing = ingest(spark, source, opts.sources, opts.split, opts.partitions, opts.rate,
+                 merged=routing.GLOBAL in modes)
     ingest_s = time.perf_counter() - t0
     say(f"read {ing.messages:,} messages in {ing.records:,} records from {ing.partitions} partition(s) "
         f"into {opts.sources} sub-stream(s) in {ingest_s:.1f} s")
     check_resizes(opts.groupings, opts.workers, opts.resizes, ing.messages)
     check_checkpoint(opts.checkpoint, ing.messages)
-    counts_path = os.path.join(out, "counts.parquet")
+    counts_path = storage.join(out, "counts.parquet")
     counts_info = write_counts(spark, ing, counts_path, opts.top_k)
     say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")
     frequencies = None
@@ -230,7 +250,7 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
 def write_counts(spark: Any, ing: Ingested, path: str, k: int) -> dict:
     """The exact counts as Parquet (``key``, ``count``), written by the executors; the top-k and key count."""
     frame = spark.createDataFrame(ing.counts, schema="key string, count long")
-    frame.write.mode("overwrite").parquet(path)
+    frame.write.mode("overwrite").parquet(uri_of(path))  # a local folder as file:, not the default file system
     parts = ing.counts.mapPartitions(lambda it: [_partition_top(it, max(k, 1))]).collect()
     top = heapq.nsmallest(max(k, 1), (kv for _, kvs in parts for kv in kvs), key=_rank)
     return {"keys": sum(n for n, _ in parts), "top_k": [[w, c] for w, c in top[:k]], "top_count": top[0][1]}
@@ -257,31 +277,44 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
     params = {"spec": spec, "workers": W, "sources": S, "rate": opts.rate, "mode": mode,
               "capacities": opts.capacities, "fast": opts.fast, "split": opts.split, "resizes": changes}
 
-    def route(part: Any) -> Any:
+    order = ing.order
+    groups = max(2, spark.sparkContext.defaultParallelism)  # reduce tasks; worker w's queue is in task w % groups
+    stream, sources = (ing.merged, [0]) if mode == routing.GLOBAL else (ing.streams, list(range(S)))
+    rate, rising = opts.rate, ing.rising_times
+    lindley = opts.arrivals == "lindley" and service > 0  # else the topology model estimates, below
+    queue_service = service if lindley else 0.0
+
+    def routed_pieces(index: int, items: Iterator) -> Iterator:
         p = dict(params, frequencies=frequencies.value if frequencies is not None else None)
-        return routing.run_partition(part, p)
+        source = 0 if mode == routing.GLOBAL else index  # partition s holds source s's pieces
+        pieces = in_order(((part, sub) for _, (part, sub) in items), order)
+        return routing.route_pieces(source, pieces, p)
+
+    def route(index: int, items: Iterator) -> Iterator:
+        source = 0 if mode == routing.GLOBAL else index
+        routed = enumerate(routed_pieces(index, items))
+        return aggregates.tag_pieces(routed, source, n_workers, every, rows, rate, lindley, groups)
+
+    def finish(group: int, items: Iterator) -> list:
+        return [aggregates.finish_partition(items, group, len(order), sources, n_workers, queue_service, rising)]
 
     t0 = time.perf_counter()
-    if mode == routing.GLOBAL:
-        routed = ing.streams.coalesce(1).mapPartitions(lambda it: [route(it)])
-    else:
-        routed = ing.streams.mapPartitions(lambda it: [route(sub) for sub in it])
-    rate = opts.rate
-    reducers = max(2, spark.sparkContext.defaultParallelism)
-    lindley = opts.arrivals == "lindley" and service > 0  # else the topology model estimates, below
     partial = (
-        routed.flatMap(lambda r: aggregates.tag_partition(r, n_workers, every, rows, rate, lindley, reducers))
-        .reduceByKey(aggregates.merge_values, numPartitions=reducers)
-        .mapPartitions(lambda it: [aggregates.finish_partition(it, n_workers, service)])
+        stream.mapPartitionsWithIndex(route)
+        .partitionBy(groups, aggregates.shuffle_partition)
+        .mapPartitionsWithIndex(finish)
         .reduce(lambda a, b: a.merge(b))
     )
     matrix, loads_arr, fast = partial.agg
     distinct, keys, hist = partial.distinct, partial.keys, partial.hist
-    if not lindley:
-        hist.add(np.zeros(ing.messages))
+    if not lindley:  # every latency is 0 here (the topology model's estimate replaces them below): bounded steps
+        for start in range(0, ing.messages, 1 << 20):
+            hist.add(np.zeros(min(1 << 20, ing.messages - start)))
     estimate = None
     if opts.arrivals != "lindley" and dataset_spec is not None:
-        estimate = spark_estimate(routed, dataset_spec, model_params(opts, n_workers))
+        # the model needs the routed stream in sequence order: route again (same decisions) for its one task
+        estimate = spark_estimate(stream.mapPartitionsWithIndex(routed_pieces), dataset_spec,
+                                  model_params(opts, n_workers))
     elapsed = time.perf_counter() - t0
 
     loads = [int(x) for x in loads_arr.tolist()]
@@ -343,11 +376,8 @@ def workers_at(t: int, workers: int, changes: list[Resize]) -> int:
     return workers
 
 
-def write_timeseries(path: str, results: list[GroupingResult]) -> None:
+def write_timeseries(spark: Any, path: str, results: list[GroupingResult]) -> None:
     """I(t) and the loads at every checkpoint, one row per (grouping, checkpoint), as Parquet."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     names, ts, values, fractions, loads = [], [], [], [], []
     for r in results:
         for t, v, row in zip(r.series_t, r.series_imbalance, r.series_loads):
@@ -356,14 +386,9 @@ def write_timeseries(path: str, results: list[GroupingResult]) -> None:
             values.append(v)
             fractions.append(v / t)
             loads.append(row)
-    table = pa.table({
-        "grouping": pa.array(names, pa.string()),
-        "t": pa.array(ts, pa.int64()),
-        "imbalance": pa.array(values, pa.float64()),
-        "imbalance_fraction": pa.array(fractions, pa.float64()),
-        "loads": pa.array(loads, pa.list_(pa.int64())),
-    })
-    pq.write_table(table, path)
+    storage.write_table(spark, path, {"grouping": names, "t": ts, "imbalance": values,
+                                      "imbalance_fraction": fractions, "loads": loads},
+                        "grouping string, t long, imbalance double, imbalance_fraction double, loads array<long>")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,14 +13,14 @@ exactly as the simulator interleaves them. Everything else runs one partition pe
 from __future__ import annotations
 
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from keysplit.groupings import BaseGrouping, build_grouping
-from keysplit.simulate import Resize, WorkerChanges, prepare_groupings
-from spark_replay.fastpath import route_fast
+from keysplit.simulate import WorkerChanges, prepare_groupings
+from spark_replay.fastpath import fast_router
 from spark_replay.ingest import SubStream
 
 PARTITIONED = "partitioned"
@@ -67,60 +67,50 @@ def prepare(
     return prepare_groupings(spec, workers, sources, capacities=capacities, frequencies=frequencies or {})
 
 
-def route_source(
-    sub: SubStream,
-    spec: str,
-    workers: int,
-    sources: int,
-    rate: float,
-    frequencies: Mapping[str, int] | None = None,
-    capacities: Sequence[float] | None = None,
-    resizes: Sequence[Resize] = (),
-) -> np.ndarray:
-    """The worker of every message of source ``sub.source``, by its own grouping's reference ``choose``."""
-    g = prepare(spec, workers, sources, frequencies, capacities)[sub.source]
-    vocab = sub.vocab
-    choose = g.choose
-    keys, times = sub.key_ids.tolist(), sub.now(rate).tolist()
-    if not resizes:
-        chosen = [choose(vocab[k], t) for k, t in zip(keys, times)]
-    else:
-        changes = WorkerChanges([g], resizes, workers)
+class SourceRouter:
+    """Source ``s``'s own grouping (its reference ``choose``), fed its pieces in sequence order."""
+
+    def __init__(self, source: int, params: dict) -> None:
+        self.g = prepare(params["spec"], params["workers"], params["sources"], params.get("frequencies"),
+                         params.get("capacities"))[source]
+        self.rate = params["rate"]
+        self.changes = WorkerChanges([self.g], params.get("resizes", ()), params["workers"])
+
+    def route(self, sub: SubStream) -> np.ndarray:
+        vocab, choose, before = sub.vocab, self.g.choose, self.changes.before
         chosen = []
-        for k, t, seq in zip(keys, times, sub.seq.tolist()):
-            changes.before(seq)
+        for k, t, seq in zip(sub.key_ids.tolist(), sub.now(self.rate).tolist(), sub.seq.tolist()):
+            before(seq)
             chosen.append(choose(vocab[k], t))
-    return np.asarray(chosen, dtype=np.int32)
+        return np.asarray(chosen, dtype=np.int32)
 
 
-def route_merged(
-    merged: SubStream,
-    spec: str,
-    workers: int,
-    sources: int,
-    rate: float,
-    frequencies: Mapping[str, int] | None = None,
-    capacities: Sequence[float] | None = None,
-    resizes: Sequence[Resize] = (),
-) -> np.ndarray:
-    """Every message of the whole stream in sequence order, each by its own source's grouping, with the probe
-    reading the true loads so far (the simulator's ``route`` loop)."""
-    loads = [0] * max([workers] + [r.workers for r in resizes])
-    groupings = prepare(spec, workers, sources, frequencies, capacities)
-    changes = WorkerChanges(groupings, resizes, workers)
-    for g in groupings:
-        if hasattr(g, "attach_probe"):
-            g.attach_probe(lambda: loads[:changes.current])
-    out = np.empty(len(merged), dtype=np.int32)
-    vocab = merged.vocab
-    assert merged.sources is not None
-    for n, (k, s, t, seq) in enumerate(zip(merged.key_ids.tolist(), merged.sources.tolist(),
-                                           merged.now(rate).tolist(), merged.seq.tolist())):
-        changes.before(seq)
-        w = groupings[s].choose(vocab[k], t)
-        loads[w] += 1
-        out[n] = w
-    return out
+class MergedRouter:
+    """Every source's grouping over the merged stream in sequence order, the probe reading the true loads so
+    far (the simulator's ``route`` loop), fed piece after piece."""
+
+    def __init__(self, params: dict) -> None:
+        workers, resizes = params["workers"], params.get("resizes", ())
+        self.loads = [0] * max([workers] + [r.workers for r in resizes])
+        self.groupings = prepare(params["spec"], workers, params["sources"], params.get("frequencies"),
+                                 params.get("capacities"))
+        self.changes = WorkerChanges(self.groupings, resizes, workers)
+        self.rate = params["rate"]
+        for g in self.groupings:
+            if hasattr(g, "attach_probe"):
+                g.attach_probe(lambda: self.loads[:self.changes.current])
+
+    def route(self, merged: SubStream) -> np.ndarray:
+        out = np.empty(len(merged), dtype=np.int32)
+        vocab, groupings, loads, before = merged.vocab, self.groupings, self.loads, self.changes.before
+        assert merged.sources is not None
+        for n, (k, s, t, seq) in enumerate(zip(merged.key_ids.tolist(), merged.sources.tolist(),
+                                               merged.now(self.rate).tolist(), merged.seq.tolist())):
+            before(seq)
+            w = groupings[s].choose(vocab[k], t)
+            loads[w] += 1
+            out[n] = w
+        return out
 
 
 def describe(spec: str, workers: int, sources: int) -> str:
@@ -128,23 +118,15 @@ def describe(spec: str, workers: int, sources: int) -> str:
     return build_grouping(spec, workers, sources)[0].describe()
 
 
-def run_partition(sub_or_subs: Any, params: dict) -> tuple[SubStream, np.ndarray, bool]:
-    """Route one partition: a source's SubStream, or (global mode) every SubStream merged.
-
-    Returns the stream, each message's worker, and whether the fast path routed it.
-    """
-    spec, workers, sources, rate = params["spec"], params["workers"], params["sources"], params["rate"]
-    if params["mode"] == GLOBAL:
-        from spark_replay.ingest import merge_streams
-
-        sub = merge_streams(list(sub_or_subs))
-    else:
-        sub = sub_or_subs
+def route_pieces(source: int, pieces: Iterator[SubStream], params: dict) -> Iterator[tuple[SubStream, np.ndarray,
+                                                                                          bool]]:
+    """Route one partition's pieces, in sequence order, one at a time: source ``source``'s, or (global mode)
+    the merged stream's. Yields each piece, its messages' workers, and whether the fast path routed it."""
+    router: Any = None
     if params.get("fast", True):
-        chosen = route_fast(sub, spec, workers, sources, params["split"], rate)
-        if chosen is not None:
-            return sub, chosen, True
-    route = route_merged if params["mode"] == GLOBAL else route_source
-    chosen = route(sub, spec, workers, sources, rate, params.get("frequencies"), params.get("capacities"),
-                   params.get("resizes", ()))
-    return sub, chosen, False
+        router = fast_router(params["spec"], params["workers"], params["sources"], params["split"], params["rate"])
+    fast = router is not None
+    if router is None:
+        router = MergedRouter(params) if params["mode"] == GLOBAL else SourceRouter(source, params)
+    for sub in pieces:
+        yield sub, router.route(sub), fast

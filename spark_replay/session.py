@@ -8,14 +8,16 @@ one :class:`~keysplit.errors.KeysplitError` line instead of a Java stack trace.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import sys
 import tempfile
 import zipfile
 from typing import Any
 
-from keysplit.errors import KeysplitError
+from keysplit.errors import KeysplitError, SpecError
 
 DEFAULT_MASTER = "local[*]"
 #: Driver heap: the driver only holds aggregates (checkpoint matrices, histograms), never the dataset.
@@ -113,12 +115,25 @@ def jvm_failure() -> str | None:
     return reasons[-1].strip() if reasons else None
 
 
-def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_MEMORY) -> tuple[Any, bool]:
+def parse_conf(items: list[str] | None) -> dict[str, str]:
+    """``--conf KEY=VALUE`` (repeatable) as a dict; a one-line SpecError for an item without ``=``."""
+    conf: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SpecError(f"--conf {item!r}: expected KEY=VALUE (e.g. --conf spark.executor.memory=4g)")
+        conf[key.strip()] = value
+    return conf
+
+
+def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_MEMORY,
+                conf_overrides: dict[str, str] | None = None) -> tuple[Any, bool]:
     """The active SparkSession, or a new one; returns ``(session, created)``.
 
     A session that already exists (a test suite's, or spark-submit's) is reused as it is, so the caller
-    stops the session only when ``created`` is true. A session started here sends the JVM's stderr to
-    :func:`jvm_log_path` so that the terminal shows keysplit's output only.
+    stops the session only when ``created`` is true, with :func:`stop_session`. A session started here sends
+    the JVM's stderr to :func:`jvm_log_path` so that the terminal shows keysplit's output only.
+    ``conf_overrides`` (``--conf``) are set last, so they win over keysplit's own settings.
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
@@ -142,6 +157,8 @@ def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_M
             for key, value in LOCAL_SETTINGS.items():
                 conf.set(key, value)
         conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_log_config()}")
+    for key, value in (conf_overrides or {}).items():
+        conf.set(key, value)
     try:
         if not inside_spark_submit():
             with open(os.open(jvm_log_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600),
@@ -155,27 +172,122 @@ def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_M
         raise KeysplitError(f"Spark could not start: {first} (check Java 17+ and the --master URL; "
                             f"JVM log: {jvm_log_path()})") from None
     sc.setLogLevel("ERROR")
-    if not sc.master.startswith("local"):
-        ship_code(sc)
+    try:
+        if not sc.master.startswith("local"):
+            ship_code(sc)
+        check_workers(sc)
+    except BaseException:
+        stop_session(session)
+        raise
     return session, True
+
+
+def stop_session(session: Any) -> None:
+    """Stop a session :func:`get_session` created and remove what it left in the temporary folder (the code
+    zip it shipped, the JVM log of a run that went well)."""
+    session.stop()
+    folder = _shipped.pop(id(session.sparkContext), None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+    if not inside_spark_submit():
+        with contextlib.suppress(OSError):
+            os.remove(jvm_log_path())
+
+
+#: The temporary folder of the code zip shipped by each SparkContext (removed by :func:`stop_session`).
+_shipped: dict[int, str] = {}
 
 
 def ship_code(sc: Any) -> None:
     """On a cluster, send the keysplit and spark_replay packages to the executors (``addPyFile``).
 
-    Their third-party dependencies (mmh3, numpy, numba, pyarrow) must be installed on the worker nodes.
+    Every ``.py`` file of both packages goes in, with a directory entry per package folder (zipimport finds
+    packages by those entries). Their third-party dependencies (mmh3, numpy, numba, pyarrow) must be
+    installed on the worker nodes. The zip stays until :func:`stop_session`: the driver serves it from there.
     """
     import keysplit
     import spark_replay
 
-    path = os.path.join(tempfile.mkdtemp(prefix="keysplit-code-"), "keysplit_code.zip")
+    folder = tempfile.mkdtemp(prefix="keysplit-code-")
+    _shipped[id(sc)] = folder
+    path = os.path.join(folder, "keysplit_code.zip")
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for package in (keysplit, spark_replay):
             root = os.path.dirname(package.__file__)
             base = os.path.dirname(root)
-            for folder, _, files in os.walk(root):
-                for name in files:
+            for folder_path, dirs, files in os.walk(root):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                zf.write(folder_path, os.path.relpath(folder_path, base) + "/")
+                for name in sorted(files):
                     if name.endswith(".py"):
-                        full = os.path.join(folder, name)
+                        full = os.path.join(folder_path, name)
                         zf.write(full, os.path.relpath(full, base))
     sc.addPyFile(path)
+
+
+#: What the executors must import: keysplit (installed or shipped) and its dependencies.
+WORKER_MODULES = ("keysplit", "spark_replay", "numpy", "numba", "mmh3", "pyarrow")
+
+
+def check_workers(sc: Any) -> None:
+    """One tiny task that imports what the replay needs on an executor; its problems become one line each.
+
+    A worker Python of another minor version, or one that cannot import keysplit or a dependency, would
+    otherwise fail the first real stage with a 40-line traceback from each task.
+    """
+    modules = WORKER_MODULES
+
+    def probe(_: Any) -> list:  # nested, so cloudpickle ships it by value (the worker may lack keysplit)
+        import importlib
+        import sys as worker_sys
+
+        missing = []
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ImportError as exc:
+                missing.append(f"{name} ({exc})")
+        return [worker_sys.executable, missing]
+
+    python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    try:
+        [[executable, missing]] = sc.parallelize([0], 1).map(probe).collect()
+    except Exception as exc:
+        problem = worker_problem(str(exc), python, sc.master)
+        if problem is None:
+            raise
+        raise KeysplitError(problem) from None
+    if missing:
+        raise KeysplitError(missing_modules(missing, executable, sc.master))
+
+
+def missing_modules(missing: list[str], executable: str, master: str) -> str:
+    """The one line for modules an executor's Python cannot import, with the fix for this kind of master."""
+    names = ", ".join(m.split(" ", 1)[0] for m in missing)
+    if master.startswith("local") and any(m.startswith(("keysplit", "spark_replay")) for m in missing):
+        fix = (f"install keysplit in that Python, or unset PYSPARK_PYTHON so the executors run this one "
+               f"({sys.executable})")
+    elif any(m.startswith(("keysplit", "spark_replay")) for m in missing):
+        fix = "the code zip keysplit ships did not reach the executors; check spark.submit.pyFiles"
+    else:
+        fix = ("install keysplit's dependencies (numpy, numba, mmh3, pyarrow) in the worker nodes' Python, "
+               "or point PYSPARK_PYTHON at one that has them")
+    return f"the Spark executors' Python ({executable}) cannot import {names}: {fix}"
+
+
+_VERSION_MISMATCH = re.compile(r"Python in worker has different version:? \(?(\d+)[,.] ?(\d+)\)? than that in "
+                               r"driver:? \(?(\d+)[,.] ?(\d+)")
+
+
+def worker_problem(text: str, python: str, master: str) -> str | None:
+    """The one-line explanation of a worker failure keysplit recognises in a Spark error's text, else None."""
+    match = _VERSION_MISMATCH.search(text)
+    if match is not None:
+        worker, driver = ".".join(match.group(1, 2)), ".".join(match.group(3, 4))
+        return (f"the Spark executors run Python {worker} ({python}) but this driver runs Python {driver}; "
+                f"PySpark needs the same minor version on both: set PYSPARK_PYTHON to a Python {driver} that has "
+                f"keysplit's dependencies on every worker node")
+    missing = re.search(r"ModuleNotFoundError: No module named '([\w.]+)'", text)
+    if missing is not None:
+        return missing_modules([missing.group(1)], python, master)
+    return None

@@ -6,12 +6,15 @@ import itertools
 import random
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keysplit.datasets import open_dataset
+from keysplit.fingerprint import Fingerprint, chunk_lanes, dataset_sha256, key_hashes
 from spark_replay.aggregates import distinct_counts, hashed_masks, key_masks, union_masks
 from spark_replay.ingest import key_fingerprint, read_range
+from spark_replay.ordered import in_order
 from spark_replay.queueing import LatencyHistogram, lindley
 
 
@@ -97,3 +100,39 @@ def test_fingerprint_masks_and_string_masks_count_the_same_distinct_keys():
         total += d
         n += k
     assert total.tolist() == want and n == keys
+
+
+def test_pieces_come_out_in_the_announced_order_even_when_spilled():
+    order = list(range(40))
+    shuffled = order[:]
+    random.Random(3).shuffle(shuffled)
+    items = [(k, np.full(1000, k)) for k in shuffled]
+    for budget in (0, 10_000, 1 << 30):  # all spilled, some spilled, none spilled
+        out = list(in_order(items, order, budget=budget))
+        assert [int(a[0]) for a in out] == order
+    with pytest.raises(RuntimeError, match="never arrived"):
+        list(in_order(items[:-1], order))
+
+
+def test_fingerprint_adds_up_over_any_cut_and_sees_every_change():
+    records = [(None if i % 3 else float(i), [f"k{(i * 7) % 11}", f"k{i % 5}"][: 1 + i % 2]) for i in range(500)]
+    whole = dataset_sha256(records)
+    vocab = sorted({k for _, ks in records for k in ks})
+    index = {k: i for i, k in enumerate(vocab)}
+    fp, seq, rec = Fingerprint(), 0, 0
+    for a, b in ((0, 17), (17, 300), (300, 500)):  # three chunks, added in reverse order
+        part = records[a:b]
+        ids = np.array([index[k] for _, ks in part for k in ks])
+        lens = np.array([len(ks) for _, ks in part])
+        ts = np.array([t or 0.0 for t, _ in part])
+        has = np.array([t is not None for t, _ in part])
+        fp.add(len(part), len(ids), chunk_lanes(key_hashes(vocab), ids, lens, seq, rec, ts, has))
+        seq += len(ids)
+        rec += len(part)
+    assert fp.hexdigest() == whole
+    swapped = records[:]
+    swapped[3], swapped[4] = swapped[4], swapped[3]
+    retimed = records[:]
+    retimed[0] = (1.0, records[0][1])
+    merged = [*records[:2], (None, records[2][1] + records[3][1]), *records[4:]]
+    assert len({whole, dataset_sha256(swapped), dataset_sha256(retimed), dataset_sha256(merged)}) == 4

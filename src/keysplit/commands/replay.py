@@ -42,6 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="top-k size (default 10)")
     p.add_argument("--master", metavar="URL", help="Spark master (default local[*]; kept from spark-submit)")
     p.add_argument("--driver-memory", default="2g", metavar="MEM", help="Spark driver memory (default 2g)")
+    p.add_argument("--conf", action="append", metavar="KEY=VALUE",
+                   help="a Spark setting for the session, e.g. spark.executor.memory=4g (repeatable; wins over "
+                   "keysplit's own settings)")
     p.add_argument("--partitions", type=positive_int, metavar="N",
                    help="input partitions of the dataset file (default: by size and cores)")
     p.add_argument("--engine", choices=("auto", "reference"), default="auto",
@@ -66,7 +69,7 @@ def model_line(replay: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from spark_replay.job import ReplayOptions, check_outputs, run_replay, validate
-    from spark_replay.session import get_session
+    from spark_replay.session import get_session, parse_conf, stop_session
 
     opts = ReplayOptions(
         dataset=args.dataset, groupings=args.groupings, workers=args.workers, sources=args.sources,
@@ -77,26 +80,32 @@ def run(args: argparse.Namespace) -> int:
         message_timeout=args.message_timeout, arrivals=args.arrivals, overheads=overheads(args),
     )
     validate(opts)  # bad groupings and numbers fail before the JVM starts
+    conf = parse_conf(args.conf)
     from keysplit.datasets import Generator, open_dataset
     from keysplit.simulate import check_checkpoint, check_resizes
+    from spark_replay.sparkinput import remote_spec
 
-    dataset = open_dataset(opts.dataset)  # and so does a missing file
+    # A missing local file fails before the JVM too; a file named by URI (hdfs://...) is checked through Spark.
+    dataset = None if remote_spec(opts.dataset) else open_dataset(opts.dataset)
     if isinstance(dataset, Generator):
         # A generator's length is a parameter (one message per record), so what depends on it is checked now;
         # a file's length is known only after the ingest has read it.
         messages = dataset.params["messages"]
         check_resizes(opts.groupings, opts.workers, opts.resizes, messages)
         check_checkpoint(opts.checkpoint, messages)
+    from spark_replay.ingest import is_uri
+
     check_outputs(dataset, opts.out)  # and an output that would replace the input
-    existed = os.path.isdir(opts.out)
-    ensure_output_dir(opts.out)  # and an output directory that cannot be created
+    existed = is_uri(opts.out) or os.path.isdir(opts.out)
+    if not is_uri(opts.out):  # a folder named by URI (hdfs://...) is created through Spark
+        ensure_output_dir(opts.out)  # and an output directory that cannot be created
     try:
-        spark, created = get_session(args.master, args.driver_memory)
+        spark, created = get_session(args.master, args.driver_memory, conf)
         try:
             summary = run_replay(spark, opts, progress=lambda msg: print(f"replay: {msg}", file=sys.stderr))
         finally:
             if created:
-                spark.stop()
+                stop_session(spark)
     except BaseException:
         if not existed:  # a failed replay leaves nothing behind, not an empty folder
             with contextlib.suppress(OSError):

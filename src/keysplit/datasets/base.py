@@ -6,7 +6,6 @@ one edge. A message is one key of a record; groupings route messages. Records ar
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Iterator
 from typing import Optional
@@ -78,12 +77,11 @@ class Dataset:
 
     def sha256(self) -> str:
         """A fingerprint of the record stream itself (not of a file): a generator spec and the file it
-        was written to, or a text file and its gzip, have the same fingerprint."""
-        digest = hashlib.sha256()
-        for record in self.records():
-            digest.update(encode_record(record).encode("utf-8"))
-            digest.update(b"\n")
-        return digest.hexdigest()
+        was written to, or a text file and its gzip, have the same fingerprint. The definition lives in
+        :mod:`keysplit.fingerprint`, so that the replay's executors compute it too."""
+        from keysplit.fingerprint import dataset_sha256
+
+        return dataset_sha256(self.records())
 
 
 def require_records(dataset: Dataset) -> None:

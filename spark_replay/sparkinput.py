@@ -1,0 +1,235 @@
+"""Reading a dataset file through Spark's own input layer, so that any path Spark reads works: a local path,
+``file:``, ``hdfs://``, ``s3a://`` (given the usual connector on the cluster's classpath).
+
+Text-like files (``text:``, ``edges:``, ``csv:``) go through Spark's ``text`` source with ``lineSep="\\n"``,
+which splits exactly where Python's binary ``readline`` does (a lone ``\\r`` stays inside its line); lines
+arrive as raw bytes (the column cast to binary, so Java never decodes them) and are decoded as
+:meth:`FileDataset.lines` decodes them (invalid UTF-8 replaced), then parsed by the reader's own
+``parse_line``. Hadoop decompresses a ``.gz`` file (by its name; a gzip file not named ``.gz`` is refused with
+the fix). Parquet goes through Spark's ``parquet`` source, each row through the reader's ``make_record``.
+Every split of the file is read by one task, in order, and ``_metadata.file_block_start`` (the split's first
+byte) names it, so the chunks ``(split start, n)`` sort in file order: each record gets exactly the index,
+and each message the sequence number, it has in ``simulate`` and in the topology's feed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from keysplit.datasets import open_dataset
+from keysplit.datasets.base import Dataset
+from keysplit.datasets.readers import BOM, READERS, CsvDataset, FileDataset, ParquetDataset
+from keysplit.errors import DatasetError, SpecError
+from spark_replay.ingest import SLICE_BYTES, Chunk, ChunkBuilder, decode_line, is_uri
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def remote_spec(spec: str) -> tuple[str, str, list[str]] | None:
+    """``(kind, uri, options)`` when ``spec`` names a file by URI (read on the cluster, never by this process)."""
+    kind, sep, rest = spec.strip().partition(":")
+    kind = kind.strip().lower()
+    if kind not in READERS or not sep:
+        return None
+    parts = rest.split(",")
+    return (kind, parts[0].strip(), parts[1:]) if is_uri(parts[0].strip()) else None
+
+
+def uri_of(path: str) -> str:
+    """What Spark reads: a URI as given, a local path as an absolute ``file:`` URI."""
+    return path if is_uri(path) else "file://" + os.path.abspath(path)
+
+
+def open_for_spark(spark: Any, spec: str) -> Dataset:
+    """``open_dataset(spec)``, except that a file named by URI is checked through Spark (its header or schema)
+    instead of being opened here."""
+    remote = remote_spec(spec)
+    if remote is None:
+        return open_dataset(spec)
+    kind, uri, options = remote
+    reader = READERS[kind]
+    ds: Any = object.__new__(reader)  # the readers' constructors open the file with Python; Spark reads it here
+    ds.path, ds.invalid_utf8_lines, ds.skipped_lines = uri, 0, 0
+    ds.spec = f"{kind}:{uri}"
+    if reader in (CsvDataset, ParquetDataset):
+        named = dict(o.split("=", 1) for o in options if "=" in o)
+        if "key" not in named or set(named) - {"key", "time"}:
+            raise SpecError(f"{kind} datasets take key=COLUMN and optionally time=COLUMN, got {spec!r}")
+        ds.key_column, ds.time_column, ds.empty_keys = named["key"], named.get("time"), 0
+        ds.spec += f",key={ds.key_column}" + (f",time={ds.time_column}" if ds.time_column else "")
+        columns = _columns(spark, ds)
+        for wanted in filter(None, (ds.key_column, ds.time_column)):
+            if wanted not in columns:
+                raise DatasetError(f"{uri}: no column {wanted!r} (columns: {', '.join(columns) or 'none'})")
+        if reader is CsvDataset:
+            ds.key_index = columns.index(ds.key_column)
+            ds.time_index = columns.index(ds.time_column) if ds.time_column else None
+    elif options:
+        raise SpecError(f"{kind} datasets take only a path, got {spec!r}")
+    return ds
+
+
+def _columns(spark: Any, ds: Any) -> list[str]:
+    try:
+        if isinstance(ds, ParquetDataset):
+            return list(spark.read.parquet(ds.path).columns)
+        first = _text_frame(spark, ds.path).limit(1).collect()
+    except Exception as exc:  # AnalysisException: path not found, not Parquet...
+        raise DatasetError(f"cannot read dataset file {ds.path}: {str(exc).splitlines()[0]}") from None
+    if not first:
+        raise DatasetError(f"dataset file is empty: {ds.path}")
+    return ds.parse_row(decode_line(bytes(first[0][0])).removeprefix(BOM))
+
+
+def _text_frame(spark: Any, uri: str) -> Any:
+    from pyspark.sql import functions as F
+
+    frame = spark.read.format("text").option("lineSep", "\n").load(uri)
+    return frame.select(F.col("value").cast("binary").alias("line"), F.col("_metadata.file_block_start").alias("at"))
+
+
+def head_bytes(spark: Any, uri: str, n: int = 2) -> bytes:
+    """The first ``n`` bytes of a file, through Hadoop's FileSystem (the driver reads nothing else)."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    stream = fs.open(path)
+    try:
+        return bytes((stream.read() & 0xFF) for _ in range(n))
+    finally:
+        stream.close()
+
+
+def check_gzip_name(spark: Any, dataset: FileDataset) -> None:
+    """Spark decompresses by file name, the readers by content: refuse a file where the two disagree."""
+    if isinstance(dataset, ParquetDataset):
+        return
+    uri = uri_of(dataset.path)
+    gzipped = head_bytes(spark, uri) == GZIP_MAGIC
+    if gzipped != dataset.path.endswith(".gz"):
+        what = "holds gzip data but is not named .gz" if gzipped else "is named .gz but does not hold gzip data"
+        raise DatasetError(f"dataset file {dataset.path} {what}; Spark decompresses by file name: rename it")
+
+
+def spark_chunks(spark: Any, dataset: FileDataset, partitions: int | None) -> tuple[Any, int]:
+    """The dataset's chunks as an RDD, read by Spark, and the number of input partitions.
+
+    Splits are at most :data:`~spark_replay.ingest.SLICE_BYTES` (what one task parses and deals, so its
+    memory does not grow with the file), or the file cut into ``partitions`` (``--partitions``). Spark takes
+    split sizes from two session settings, read when the RDD is planned: they are set for that moment only.
+    """
+    check_gzip_name(spark, dataset)
+    uri = uri_of(dataset.path)
+    if partitions:
+        settings = {"spark.sql.files.maxPartitionBytes": str(max(1, math.ceil(_size(spark, uri) / partitions))),
+                    "spark.sql.files.openCostInBytes": "0"}
+    else:
+        settings = {"spark.sql.files.maxPartitionBytes": str(SLICE_BYTES)}
+    saved = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        if isinstance(dataset, ParquetDataset):
+            frame = _parquet_frame(spark, uri, dataset)
+            reader = (dataset.path, dataset.key_column, dataset.time_column)
+
+            def parse(rows: Iterator) -> Iterator:
+                return parquet_chunks(reader, rows)
+        else:
+            frame = _text_frame(spark, uri)
+
+            def parse(rows: Iterator) -> Iterator:
+                return text_chunks(dataset, rows)
+        rows = frame.rdd  # planned now, with the split settings above
+        return rows.mapPartitions(parse), rows.getNumPartitions()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def _size(spark: Any, uri: str) -> int:
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    return int(path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).getFileStatus(path).getLen())
+
+
+def _parquet_frame(spark: Any, uri: str, dataset: ParquetDataset) -> Any:
+    from pyspark.sql import functions as F
+
+    frame = spark.read.parquet(uri)
+    cols = [F.col(f"`{c}`") for c in dataset.columns]
+    return frame.select(*cols, F.col("_metadata.file_block_start").alias("at"))
+
+
+#: Rows taken at a time from Spark's row iterator (one split's run is cut there too).
+ROWS = 4096
+
+
+def _runs(rows: Iterator) -> Iterator[tuple[int, list]]:
+    """``(split start, column lists)`` for each run of rows of one split, in the order Spark read them (rows
+    are ``(columns..., split start)``)."""
+    batch: list = []
+    for row in rows:
+        if batch and (row[-1] != batch[0][-1] or len(batch) >= ROWS):
+            yield batch[0][-1], [list(col) for col in zip(*batch)][:-1]
+            batch = []
+        batch.append(row)
+    if batch:
+        yield batch[0][-1], [list(col) for col in zip(*batch)][:-1]
+
+
+def text_chunks(reader: FileDataset, rows: Iterator) -> Iterator[Chunk]:
+    """Chunks of the lines Spark read: each split's lines decoded and parsed in order (the header skipped)."""
+    builder: ChunkBuilder | None = None
+    for at, (lines,) in _runs(rows):
+        if builder is None or builder.part != at:
+            if builder is not None:
+                yield from builder.finish()
+            builder = ChunkBuilder(at)
+            if reader.skip_header and at == 0:
+                lines = lines[1:]
+        records = filter(None, map(reader.parse_line, map(decode_line, lines)))
+        yield from builder.add(records)
+    if builder is not None:
+        yield from builder.finish()
+
+
+def parquet_chunks(reader: tuple, rows: Iterator) -> Iterator[Chunk]:
+    """Chunks of the Parquet rows Spark read, each through the reader's ``make_record``."""
+    ds: Any = object.__new__(ParquetDataset)  # no file opened on the executor: Spark read the rows
+    ds.path, ds.key_column, ds.time_column, ds.empty_keys = *reader, 0
+    builder: ChunkBuilder | None = None
+    for at, cols in _runs(rows):
+        if builder is None or builder.part != at:
+            if builder is not None:
+                yield from builder.finish()
+            builder = ChunkBuilder(at)
+        keys = cols[0]
+        times = cols[1] if len(cols) > 1 else [None] * len(keys)
+        records = (ds.make_record("" if k is None else str(k), t) for k, t in zip(keys, times))
+        yield from builder.add(r for r in records if r is not None)
+    if builder is not None:
+        yield from builder.finish()
+
+
+def read_failure(exc: BaseException, dataset: FileDataset) -> DatasetError | None:
+    """A one-line DatasetError for a file Spark's readers could not read (its root cause), else None."""
+    text = str(exc)
+    if "keysplit.errors." in text:
+        return None  # a reader's own DatasetError, raised in a task: the job's user_errors reports it
+    causes = [line.split("Caused by: ", 1)[1] for line in text.splitlines() if "Caused by: " in line]
+    if not causes:
+        return None
+    root = causes[-1].strip()
+    reason = root.split(": ", 1)[1] if ": " in root else root
+    if isinstance(dataset, ParquetDataset):
+        return DatasetError(f"cannot read Parquet file {dataset.path}: {reason}")
+    if dataset.path.endswith(".gz"):
+        return DatasetError(f"cannot read dataset file {dataset.path}: corrupt gzip data ({reason})")
+    return DatasetError(f"cannot read dataset file {dataset.path}: {reason}")

@@ -1,0 +1,78 @@
+"""Where the replay writes: a local folder, or any folder Spark's Hadoop file systems reach (``file:``,
+``hdfs://``, ``s3a://``), so that a multi-host cluster can put its outputs on shared storage.
+
+The executors write ``counts.parquet`` through Spark's writer either way; the driver writes the small files
+(``summary.json``, ``timeseries.parquet``, a generator's ``dataset.csv``) itself into a local folder, and
+through Hadoop's FileSystem API (or a one-partition Spark write) into a URI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from spark_replay.ingest import is_uri
+from spark_replay.sparkinput import uri_of
+
+
+def join(folder: str, name: str) -> str:
+    return folder.rstrip("/") + "/" + name if is_uri(folder) else os.path.join(folder, name)
+
+
+def _fs(spark: Any, uri: str) -> tuple[Any, Any]:
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+
+def prepare_out(spark: Any, out: str) -> str:
+    """The output folder, created: an absolute local path, or the URI as given."""
+    if not is_uri(out):
+        os.makedirs(out, exist_ok=True)
+        return os.path.abspath(out)
+    fs, path = _fs(spark, out)
+    fs.mkdirs(path)
+    return out
+
+
+def write_text(spark: Any, target: str, text: str) -> None:
+    if not is_uri(target):
+        with open(target, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return
+    fs, path = _fs(spark, target)
+    stream = fs.create(path, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+
+
+def put_file(spark: Any, local: str, target: str) -> None:
+    """Copy a local file to ``target`` (a URI), keeping the local one."""
+    fs, path = _fs(spark, target)
+    fs.copyFromLocalFile(False, True, spark.sparkContext._jvm.org.apache.hadoop.fs.Path(uri_of(local)), path)
+
+
+def write_table(spark: Any, target: str, columns: dict, schema: str) -> None:
+    """A small table (``columns``: name -> values) as Parquet: a file locally, a one-partition write to a URI."""
+    if not is_uri(target):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        types = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "array<long>": pa.list_(pa.int64())}
+        fields = [f.strip().split(" ", 1) for f in schema.split(",")]
+        pq.write_table(pa.table({name: pa.array(columns[name], types[kind]) for name, kind in fields}), target)
+        return
+    rows = list(zip(*columns.values()))
+    spark.createDataFrame(rows, schema=schema).coalesce(1).write.mode("overwrite").parquet(target)
+
+
+def local_scratch() -> str:
+    return tempfile.mkdtemp(prefix="keysplit-replay-")
+
+
+def remove(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
