@@ -174,6 +174,10 @@ def _replay_into(spark: Any, opts: ReplayOptions, modes: list[str], dataset: Any
                  say: Callable[[str], None]) -> dict:
     started = time.perf_counter()
     source = _materialise(spark, dataset, out)
+    if opts.arrivals != "lindley" and is_uri(source.path) and not source.path.startswith("file:"):
+        # the topology model reads the records' word counts in one task, with the local readers
+        raise KeysplitError(f"--arrivals {opts.arrivals} needs the dataset on a local path (or file:), not "
+                            f"{source.path}; use --arrivals lindley for a dataset on distributed storage")
     if source is not dataset:
         say(f"generator written to {source.path} (read back as {source.spec})")
     with user_errors(spark.sparkContext.master):

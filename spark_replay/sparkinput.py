@@ -67,6 +67,7 @@ def open_for_spark(spark: Any, spec: str) -> Dataset:
         if reader is CsvDataset:
             ds.key_index = columns.index(ds.key_column)
             ds.time_index = columns.index(ds.time_column) if ds.time_column else None
+            ds.width = len(columns)  # a ragged row is skipped and counted, as from a local file
     elif options:
         raise SpecError(f"{kind} datasets take only a path, got {spec!r}")
     return ds

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -429,6 +430,7 @@ def record_lengths(spec: str) -> np.ndarray:
     """Words per record of a dataset, in feed order (records without a key skipped, as the feed skips them)."""
     from keysplit.datasets import open_dataset
 
+    spec = re.sub(r"^([a-z-]+):file:(//)?", r"\1:", spec)  # a file: URI is a local path (others: see job.py)
     return np.fromiter((len(k) for _, k in open_dataset(spec).records() if k), dtype=np.int64)
 
 
