@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import pytest
 import redis
@@ -71,3 +73,38 @@ def test_overlapping_sessions_share_one_server_and_the_last_one_out_stops_it(tmp
         assert redis_server.running_server(home) is None
     finally:
         redis_server.stop_server(home, force=True)
+
+
+def test_a_server_killed_with_9_keeps_what_it_acknowledged_and_clients_reconnect(tmp_path):
+    server = redis_server.start_server(tmp_path)
+    try:
+        conn = redis_server.client(server.url)
+        conn.set("before", 1)
+        pipe = conn.pipeline(transaction=True)
+        pipe.hincrby("h", "word", 5)
+        pipe.xadd("s", {"r": "x"})
+        pipe.execute()  # acknowledged: in the append-only file before the reply
+        assert redis_server.managed_server(server.url, tmp_path) == server
+        redis_server.kill_server(server)
+        assert not redis_server.process_alive(server.pid)
+        threading.Timer(0.5, redis_server.restart_server, [server]).start()
+        started = time.monotonic()
+        assert conn.hget("h", "word") == "5"  # retried across the restart, on the same port and password
+        assert 0.4 < time.monotonic() - started < redis_server.RECONNECT_SECS
+        assert conn.get("before") == "1" and conn.xlen("s") == 1
+        assert conn.config_get("appendonly") == {"appendonly": "yes"}
+        assert conn.config_get("appendfsync") == {"appendfsync": "everysec"}
+    finally:
+        redis_server.stop_server(tmp_path, force=True)
+
+
+def test_an_older_data_directory_without_an_append_only_file_keeps_its_runs(tmp_path):
+    server = redis_server.start_server(tmp_path)
+    redis_server.client(server.url).set("old-run", "kept")
+    redis_server.stop_server(tmp_path)
+    for path in (tmp_path / "redis").glob("appendonly*"):  # what an older keysplit left: dump.rdb only
+        path.unlink()
+    for _ in range(2):  # the first start writes the append-only file; the second reads it
+        conn = redis_server.client(redis_server.start_server(tmp_path).url)
+        assert conn.get("old-run") == "kept" and conn.config_get("appendonly") == {"appendonly": "yes"}
+        redis_server.stop_server(tmp_path)

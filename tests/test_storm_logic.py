@@ -32,14 +32,14 @@ def conn(tmp_path_factory):
 
 def _fill(conn, keys: RunKeys, n: int) -> None:
     for i in range(n):
-        conn.xadd(keys.feed, {"r": encode_record((None, [f"w{i}"])), "n": i})
+        conn.xadd(keys.feed, {"r": encode_record((None, [f"w{i}"])), "n": i, "s": i})
     create_group(conn, keys)
 
 
 def _drain(feed: StreamFeed) -> list[tuple[str, str]]:
     out = []
     while (item := feed.next()) is not None:
-        out.append(item)
+        out.append(item[:2])  # (entry id, record); the line number is item[2]
     return out
 
 
@@ -66,7 +66,7 @@ def test_a_failed_tuple_is_emitted_again_with_the_same_entry_id(conn):
     feed = StreamFeed(conn, keys, "spout-0")
     items = _drain(feed)
     feed.fail(items[1][0])
-    assert feed.next() == items[1]
+    assert feed.next()[:2] == items[1]
     assert feed.replayed == 1
     feed.fail("no-such-id")  # a fail for a tuple this spout never emitted is ignored
     assert feed.next() is None
@@ -159,18 +159,21 @@ def test_partial_counts_cover_each_input_exactly_once_and_totals_merge_them():
     rng = random.Random(1)
     words = [f"w{int(rng.paretovariate(1.0))}" for _ in range(2000)]
     partial, totals = PartialCounts(), Totals()
-    covered = []
+    covered, occurrences = [], []
     for i, w in enumerate(words):
-        partial.add(w, i)
+        partial.add(w, i, (i // 10, i % 10))  # line i // 10, position i % 10
         if i % 300 == 299:
-            for word, count, tuples in partial.drain():
-                assert count == len(tuples)
+            for word, count, tuples, occ in partial.drain():
+                assert count == len(tuples) == len(occ) // 2
                 totals.add(word, count)
                 covered.extend(tuples)
-    for word, count, tuples in partial.drain():
+                occurrences.extend((word, line * 10 + pos) for line, pos in zip(occ[::2], occ[1::2]))
+    for word, count, tuples, occ in partial.drain():
         totals.add(word, count)
         covered.extend(tuples)
+        occurrences.extend((word, line * 10 + pos) for line, pos in zip(occ[::2], occ[1::2]))
     assert sorted(covered) == list(range(len(words)))
+    assert sorted(occurrences, key=lambda o: o[1]) == list(zip(words, range(len(words))))
     assert totals.totals == Counter(words)
     assert partial.distinct == len(set(words)) and totals.words == len(words)
 
@@ -279,7 +282,7 @@ def test_replayed_counts_lines_sent_again_not_failures_cancelled_by_a_late_ack(c
     assert feed.next() is None and feed.replayed == 0
     feed.fail(items[1][0])
     feed.fail(items[1][0])
-    assert feed.next() == items[1] and feed.next() is None
+    assert feed.next()[:2] == items[1] and feed.next() is None
     assert feed.replayed == 1  # queued twice, sent once
 
 

@@ -124,16 +124,19 @@ def test_pkg_through_the_cli_stores_everything_in_redis_and_writes_counts(home, 
     assert summary["top_k"] == [[w, c] for w, c in sorted(exact.items(), key=lambda i: (-i[1], i[0]))[:5]]
 
 
-def test_a_counter_killed_mid_run_loses_no_word_and_replays_are_reported(home, redis_url, tmp_path, caplog):
+def test_at_least_once_a_killed_counter_loses_no_word_and_replays_are_reported(home, redis_url, tmp_path, caplog):
+    """The old path, behind --delivery at-least-once: every word at least once (exactly once: test_exactly_once)."""
     path = tmp_path / "long.txt"
     write_text(path, 400, seed=11)
     prepared = prepare(RunOptions("pkg", f"text:{path}", sources=2, workers=3, aggregators=2, cpu_delay_ms=1.0,
-                                  max_pending=60, message_timeout=3, kill_counter_at=0.3, timeout=180))
+                                  max_pending=60, message_timeout=3, kills=("counter@0.3",), timeout=180,
+                                  delivery="at-least-once"))
     conn = redis_server.connect(redis_url)
     with caplog.at_level("WARNING", logger="keysplit.local"):
         summary = run_wordcount(prepared, conn, redis_url)
-    assert summary["killed_counter"] and summary["restarts"] >= 1
-    assert summary["replayed"] > 0 and summary["totals"] == "at-least"
+    assert [k["target"] for k in summary["kills"]] == ["counter:0"] and summary["restarts"] >= 1
+    assert summary["replayed"] > 0 and summary["totals"] == "at-least" and summary["delivery"] == "at-least-once"
+    assert "dedup_peak_bytes" not in summary and summary["duplicates_dropped"] == 0
     # the counter held the tuples of lines in flight (until its tick): the warning counts them, not 0
     death = re.search(r"task counter\[0\].* died with code -9; (\d+) tuples queued or in flight lost, from (\d+) "
                       r"tuple trees", caplog.text)
@@ -141,7 +144,7 @@ def test_a_counter_killed_mid_run_loses_no_word_and_replays_are_reported(home, r
     counts = read_counts(conn, RunKeys(summary["run_id"]))
     exact = exact_counts(path)
     assert set(counts) == set(exact)
-    assert all(counts[w] >= exact[w] for w in exact)
+    assert all(counts[w] >= exact[w] for w in exact) and sum(counts.values()) == summary["counted"]
 
 
 @pytest.mark.parametrize(

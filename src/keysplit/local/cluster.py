@@ -259,6 +259,27 @@ class LocalCluster:
         os.kill(task.proc.pid, signal.SIGKILL)
         return task.proc.pid
 
+    def kill_worker(self, worker: int) -> list[int]:
+        """SIGKILL every task process of worker ``worker`` at once, as ``kill -9`` of its JVM would (their pids
+        are returned); the supervisor restarts the worker with all its tasks."""
+        if not 0 <= worker < self.n_workers:
+            raise TopologyError(f"the topology has {self.n_workers} worker process(es); no worker {worker}")
+        pids = [t.proc.pid for t in self.tasks.values() if t.worker == worker and t.alive and t.proc is not None]
+        if not pids:
+            raise TopologyError(f"worker {worker} is not running")
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        return pids
+
+    def is_running(self, component: str, index: int = 0) -> bool:
+        """Whether task ``index`` of ``component`` has a live process (not down with its worker)."""
+        task = self._task(component, index)
+        return task.alive and task.proc is not None
+
+    def worker_running(self, worker: int) -> bool:
+        """Whether every task of worker ``worker`` has a live process."""
+        return all(t.alive and t.proc is not None for t in self.tasks.values() if t.worker == worker)
+
     def task_ids(self, component: str) -> list[int]:
         """Storm task ids of ``component``, in index order."""
         if component not in self.components:

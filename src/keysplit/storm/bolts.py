@@ -4,6 +4,11 @@ router --fields(route) or direct--> counter --fields(word)--> aggregator --globa
 streams and ``keysplit.route``: storm/routing.py). Counters and aggregators hold
 their input tuples until the tick that flushes what those tuples contributed, then emit anchored to them
 and ack them (DESIGN.md, data flow): a crash anywhere loses nothing, the spout replays the line.
+
+Every word travels with its occurrence ``(line, position)``; with ``keysplit.delivery=exactly-once`` (the
+default) the aggregators commit counts with them so that a replayed line adds nothing twice
+(storm/exactly_once.py). With ``at-least-once`` the fields are still sent (Storm checks a tuple's width
+against its declared fields) and the aggregators add the counts as they come.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from streamparse import Bolt, Stream
 from keysplit.redis_server import client
 from keysplit.storm import quiet_exit
 from keysplit.storm.counting import PartialCounts, Totals, merge_top
+from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.routing import GroupingChannel, Router, component_tasks
 from keysplit.storm.settings import WordCountSettings
@@ -46,8 +52,8 @@ def record_start(conn, keys: RunKeys, component: str, index: int) -> None:
 class RouterBolt(Bolt):
     """The paper's source: emits each word of a record to the counter task its grouping chooses."""
 
-    outputs = [Stream(fields=["word", ROUTE_FIELD], name=WORDS_STREAM),
-               Stream(fields=["word"], name=DIRECT_STREAM, direct=True)]
+    outputs = [Stream(fields=["word", ROUTE_FIELD, "line", "position"], name=WORDS_STREAM),
+               Stream(fields=["word", "line", "position"], name=DIRECT_STREAM, direct=True)]
 
     def initialize(self, conf, context):
         settings, keys, index = _setup(self, conf, context)
@@ -71,13 +77,14 @@ class RouterBolt(Bolt):
         self.direct = settings.route == "direct"
 
     def process(self, tup):
-        routed = self.router.route(tup.values[0], self.router.elapsed())
+        record, line = tup.values
+        routed = self.router.route(record, self.router.elapsed())
         if self.direct:
-            for word, task in routed:
-                self.emit([word], stream=DIRECT_STREAM, direct_task=task)
-        else:
-            for word, route in routed:  # Storm's fields grouping on route delivers it to the chosen task
-                self.emit([word, route], stream=WORDS_STREAM, need_task_ids=False)
+            for position, (word, task) in enumerate(routed):
+                self.emit([word, line, position], stream=DIRECT_STREAM, direct_task=task)
+        else:  # Storm's fields grouping on route delivers each word to the chosen task
+            for position, (word, route) in enumerate(routed):
+                self.emit([word, route, line, position], stream=WORDS_STREAM, need_task_ids=False)
 
 
 class CounterBolt(Bolt):
@@ -87,7 +94,7 @@ class CounterBolt(Bolt):
     (the router and top-k bolts keep pystorm's auto-ack, which acks ticks too; acking twice would kill the
     worker: ShellBolt.handleAck throws on an unknown id)."""
 
-    outputs = [Stream(fields=["word", "count"])]
+    outputs = [Stream(fields=["word", "count", "occurrences"])]
     auto_ack = False
     auto_anchor = False
 
@@ -95,6 +102,7 @@ class CounterBolt(Bolt):
         settings, self.keys, self.index = _setup(self, conf, context)
         self.conn = client(settings.redis_connect_url())
         record_start(self.conn, self.keys, self.component_name, self.index)
+        self.exactly_once = settings.delivery == "exactly-once"
         self.delay = settings.cpu_delay_ms / 1000.0
         self.partial = PartialCounts()
         self.busy = 0.0
@@ -105,15 +113,16 @@ class CounterBolt(Bolt):
         started = time.perf_counter()
         if self.delay:
             time.sleep(self.delay)  # the paper's CPU delay, as a sleep so many workers fit on few cores
-        self.partial.add(tup.values[0], tup.id)
+        values = tup.values
+        self.partial.add(values[0], tup.id, (values[-2], values[-1]) if self.exactly_once else None)
         self.busy += time.perf_counter() - started
 
     def process_tick(self, tup):
         flushed = self.partial.drain()
         self.report()  # before the acks, so a run that sees every line acked also sees these loads
-        for word, count, covered in flushed:
-            self.emit([word, count], anchors=covered)
-        for _, _, covered in flushed:
+        for word, count, covered, occurrences in flushed:
+            self.emit([word, count, occurrences], anchors=covered)
+        for _, _, covered, _ in flushed:
             for tup_id in covered:
                 self.ack(tup_id)
         self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
@@ -141,8 +150,9 @@ class CounterBolt(Bolt):
 
 
 class AggregatorBolt(Bolt):
-    """Merges partial counts (fields grouping on the word); every tick writes the increments to Redis,
-    sends its local top-k to the top-k bolt anchored to the partial counts it covers, then acks them."""
+    """Merges partial counts (fields grouping on the word); every tick commits them to Redis (exactly-once: only
+    occurrences not committed before, storm/exactly_once.py; at-least-once: HINCRBY), sends its local top-k to
+    the top-k bolt anchored to the partial counts it covers, then acks them."""
 
     outputs = [Stream(fields=["aggregator", "top"])]
     auto_ack = False
@@ -153,25 +163,36 @@ class AggregatorBolt(Bolt):
         self.k = settings.top_k
         self.conn = client(settings.redis_connect_url())
         record_start(self.conn, self.keys, self.component_name, self.index)
+        self.dedup = Dedup(self.conn, self.keys) if settings.delivery == "exactly-once" else None
         # after a restart, continue from the stored totals (words of other aggregators only add
         # candidates with their true counts at this moment; the global merge keeps the largest)
         self.totals = Totals({w: int(c) for w, c in self.conn.hgetall(self.keys.counts).items()})
         self.pending: list = []
+        self.batch: dict[str, list[int]] = {}  # exactly-once: word -> occurrences since the last commit
 
     def process(self, tup):
-        word, count = tup.values
-        self.totals.add(word, int(count))
+        word, count, occurrences = tup.values
+        if self.dedup is None:
+            self.totals.add(word, int(count))
+        else:
+            self.batch.setdefault(word, []).extend(occurrences)
         self.pending.append(tup.id)
 
     def process_tick(self, tup):
         self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
         if not self.pending:
             return
-        increments = self.totals.drain_increments()
-        pipe = self.conn.pipeline(transaction=True)
-        for word, count in increments.items():
-            pipe.hincrby(self.keys.counts, word, count)
-        pipe.execute()
+        if self.dedup is None:
+            increments = self.totals.drain_increments()
+            pipe = self.conn.pipeline(transaction=True)
+            for word, count in increments.items():
+                pipe.hincrby(self.keys.counts, word, count)
+            pipe.execute()
+        else:
+            batch = list(self.batch.items())
+            for (word, _), total in zip(batch, self.dedup.commit(batch)):
+                self.totals.set(word, int(total))
+            self.batch = {}
         self.emit([self.index, json.dumps(self.totals.top(self.k))], anchors=self.pending)
         for tup_id in self.pending:
             self.ack(tup_id)

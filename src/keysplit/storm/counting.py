@@ -30,9 +30,9 @@ class PartialCounts:
 
     >>> p = PartialCounts()
     >>> for i, w in enumerate(["a", "b", "a"]):
-    ...     p.add(w, f"t{i}")
+    ...     p.add(w, f"t{i}", (7, i))
     >>> p.drain()
-    [('a', 2, ['t0', 't2']), ('b', 1, ['t1'])]
+    [('a', 2, ['t0', 't2'], [7, 0, 7, 2]), ('b', 1, ['t1'], [7, 1])]
     >>> p.processed, p.distinct, p.drain()
     (3, 2, [])
     """
@@ -40,29 +40,35 @@ class PartialCounts:
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
         self.covered: dict[str, list[Hashable]] = {}
+        self.occurrences: dict[str, list[int]] = {}  # word -> [line, position, line, position, ...]
         self.seen: set[str] = set()  # every word this worker has held: its memory (DistCost)
         self.new_keys: list[str] = []
         self.processed = 0
 
-    def add(self, word: str, tup: Hashable) -> None:
-        """Count one occurrence of ``word`` carried by input tuple ``tup``."""
+    def add(self, word: str, tup: Hashable, occurrence: tuple[int, int] | None = None) -> None:
+        """Count one occurrence of ``word`` carried by input tuple ``tup``; ``occurrence`` is its
+        ``(line, position)`` (exactly-once totals: storm/exactly_once.py)."""
         n = self.counts.get(word)
         if n is None:
             self.counts[word] = 1
             self.covered[word] = [tup]
+            self.occurrences[word] = list(occurrence) if occurrence else []
             if word not in self.seen:
                 self.seen.add(word)
                 self.new_keys.append(word)
         else:
             self.counts[word] = n + 1
             self.covered[word].append(tup)
+            if occurrence:
+                self.occurrences[word] += occurrence
         self.processed += 1
 
-    def drain(self) -> list[tuple[str, int, list[Hashable]]]:
-        """The partial counts since the last flush, each with the tuples it covers; resets them."""
-        out = [(w, c, self.covered[w]) for w, c in self.counts.items()]
+    def drain(self) -> list[tuple[str, int, list[Hashable], list[int]]]:
+        """The partial counts since the last flush, each with the tuples and occurrences it covers; resets them."""
+        out = [(w, c, self.covered[w], self.occurrences[w]) for w, c in self.counts.items()]
         self.counts = {}
         self.covered = {}
+        self.occurrences = {}
         return out
 
     def drain_new_keys(self) -> list[str]:
@@ -95,6 +101,11 @@ class Totals:
         self.totals[word] = self.totals.get(word, 0) + count
         self.increments[word] = self.increments.get(word, 0) + count
         self.words += count
+
+    def set(self, word: str, total: int) -> None:
+        """``word``'s total is ``total`` (as committed in Redis: exactly-once totals count each word once)."""
+        self.words += total - self.totals.get(word, 0)
+        self.totals[word] = total
 
     def drain_increments(self) -> dict[str, int]:
         out, self.increments = self.increments, {}

@@ -14,6 +14,15 @@ gives Storm's guarantee without any state in the spout process:
 
 The complete latency of a tuple (emit to ack, Storm's "complete latency") goes into a mergeable
 :class:`~keysplit.storm.latency.LatencyHistogram`.
+
+With a :class:`~keysplit.storm.exactly_once.Dedup` (exactly-once totals) an ack also completes the line: the
+``XACK`` and the completion script run in one transaction, which forgets the line's commit marks and returns the
+floor (the lowest incomplete line). A fresh line is emitted only below ``floor + window``, so the marks Redis
+keeps never cover more than ``window`` lines, however long the stream.
+
+Every Redis call may be retried by the client after a lost connection; a retried ``XREADGROUP ... >`` may have
+delivered entries whose reply was lost, so an idle spout re-reads its own pending list every second and emits
+what it holds there and does not know of.
 """
 
 from __future__ import annotations
@@ -24,12 +33,20 @@ from collections.abc import Callable
 
 import redis
 
+from keysplit.datasets import decode_record
+from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import FEED_GROUP, RunKeys
 from keysplit.storm.latency import LatencyHistogram
 
+#: Seconds between re-reads of an idle spout's own pending list (entries a lost XREADGROUP reply delivered).
+PENDING_REREAD_SECS = 1.0
+#: Seconds between reads of the floor while the window holds the next line back.
+FLOOR_POLL_SECS = 0.02
+
 
 class StreamFeed:
-    """At-least-once reader of one run's feed for one spout task."""
+    """One spout task's reader of a run's feed: every line at least once, and with ``dedup`` each line completed
+    (its commit marks forgotten) once it is acked."""
 
     def __init__(
         self,
@@ -42,6 +59,8 @@ class StreamFeed:
         ack_flush_secs: float = 0.05,
         metrics_key: str | None = None,
         clock: Callable[[], float] = time.time,
+        dedup: Dedup | None = None,
+        window: int = 0,
     ) -> None:
         self.conn = conn
         self.stream = keys.feed
@@ -51,11 +70,18 @@ class StreamFeed:
         self.ack_flush_secs = ack_flush_secs
         self.clock = clock
         self.metrics_key = metrics_key
-        self.in_flight: dict[str, tuple[str, float]] = {}  # entry id -> (encoded record, last emit time)
-        self.buffer: deque[tuple[str, str, bool]] = deque()  # (entry id, encoded record, is a replay)
+        self.keys = keys
+        self.dedup = dedup
+        self.window = window if dedup is not None else 0
+        self.floor = 0  # the lowest incomplete line, as last read (exactly-once)
+        self._next_floor_read = 0.0
+        # entry id -> (encoded record, last emit time, line number in the feed)
+        self.in_flight: dict[str, tuple[str, float, int]] = {}
+        self.buffer: deque[tuple[str, str, int, bool]] = deque()  # (entry id, encoded record, line, is a replay)
         self.replays: deque[str] = deque()
         self._queued: set[str] = set()  # the ids in ``replays``: a line failed twice before resending goes once
         self.ack_buffer: list[str] = []
+        self.completed: list[tuple[int, int]] = []  # (line, words) of the acked lines in ack_buffer
         self.histogram = LatencyHistogram()
         self.emitted = 0
         self.acked = 0
@@ -63,13 +89,14 @@ class StreamFeed:
         self.first_emit = 0.0
         self.last_ack = 0.0
         self._own_pending_read = False
+        self._next_pending_reread = clock() + PENDING_REREAD_SECS  # the first read of it comes anyway
         self._last_ack_flush = 0.0
         self._next_orphan_check = 0.0
 
     # -- reading ---------------------------------------------------------------------------------------
 
-    def next(self) -> tuple[str, str] | None:
-        """The next ``(entry id, encoded record)`` to emit (a replay first), or None when nothing is ready."""
+    def next(self) -> tuple[str, str, int] | None:
+        """The next ``(entry id, encoded record, line)`` to emit (a replay first), or None when nothing is ready."""
         now = self.clock()
         if self.ack_buffer and now - self._last_ack_flush >= self.ack_flush_secs:
             self.flush_acks()
@@ -81,25 +108,37 @@ class StreamFeed:
                 continue
             # reset the entry's idle time and keep it ours while it is replayed
             self.conn.xclaim(self.stream, FEED_GROUP, self.consumer, 0, [entry_id], justid=True)
-            self.in_flight[entry_id] = (item[0], now)
+            self.in_flight[entry_id] = (item[0], now, item[2])
             self.replayed += 1  # counted when sent again, not when failed: a late ack may cancel the replay
-            return entry_id, item[0]
+            return entry_id, item[0], item[2]
         if not self.buffer:
             self._fill(now)
         while self.buffer:
-            entry_id, record, replay = self.buffer.popleft()
+            entry_id, record, line, replay = self.buffer[0]
             if entry_id in self.in_flight:
+                self.buffer.popleft()
                 continue
-            self.in_flight[entry_id] = (record, now)
+            if self.window and not replay and not self._in_window(line, now):
+                return None  # the window is full: wait for the lowest incomplete line
+            self.buffer.popleft()
+            self.in_flight[entry_id] = (record, now, line)
             self.emitted += 1
             # Lines re-read from a pending list count as replays when they are sent: the process that read
-            # them first may have sent them (there is no telling which it had sent), so counting them keeps
-            # "totals: exact" a promise.
+            # them first may have sent them (there is no telling which it had sent).
             self.replayed += replay
             if not self.first_emit:
                 self.first_emit = now
-            return entry_id, record
+            return entry_id, record, line
         return None
+
+    def _in_window(self, line: int, now: float) -> bool:
+        """Whether ``line`` is below ``floor + window`` (reading the floor again at most every FLOOR_POLL_SECS)."""
+        if line < self.floor + self.window:
+            return True
+        if now >= self._next_floor_read:
+            self._next_floor_read = now + FLOOR_POLL_SECS
+            self.floor = int(self.conn.get(self.keys.dedup_floor) or 0)
+        return line < self.floor + self.window
 
     def _fill(self, now: float) -> None:
         if not self._own_pending_read:
@@ -109,6 +148,12 @@ class StreamFeed:
         response = self.conn.xreadgroup(FEED_GROUP, self.consumer, {self.stream: ">"}, count=self.batch)
         for _stream, entries in response or []:
             self._take(entries, replay=False)
+        if self.buffer:
+            return
+        if now >= self._next_pending_reread:
+            self._next_pending_reread = now + PENDING_REREAD_SECS
+            self.flush_acks()  # acked entries leave the pending list first: only unknown ones are read back
+            self._read_own_pending()
         if not self.buffer and now >= self._next_orphan_check:
             self._next_orphan_check = now + self.orphan_idle_ms / 2000.0
             self._claim_orphans()
@@ -121,7 +166,7 @@ class StreamFeed:
             entries = response[0][1] if response else []
             if not entries:
                 break
-            self._take(entries, replay=True)
+            self._take([e for e in entries if e[0] not in self.in_flight], replay=True)
             start = entries[-1][0]
         self._own_pending_read = True
 
@@ -141,7 +186,8 @@ class StreamFeed:
             if not data:  # the entry was deleted from the stream while pending
                 gone.append(entry_id)
                 continue
-            self.buffer.append((entry_id, data["r"], replay))
+            # runs loaded before lines had sequence numbers have no "s" (they run at-least-once)
+            self.buffer.append((entry_id, data["r"], int(data.get("s", -1)), replay))
         if gone:
             self.conn.xack(self.stream, FEED_GROUP, *gone)
 
@@ -157,6 +203,8 @@ class StreamFeed:
         self.acked += 1
         self.last_ack = now
         self.ack_buffer.append(entry_id)
+        if self.dedup is not None:
+            self.completed.append((item[2], len(decode_record(item[0])[1])))
         if len(self.ack_buffer) >= self.batch:
             self.flush_acks()
 
@@ -167,14 +215,20 @@ class StreamFeed:
             self._queued.add(entry_id)
 
     def flush_acks(self) -> None:
-        """XACK the buffered ids and, in the same round trip, write the metrics that include them."""
+        """XACK the buffered ids, complete their lines (exactly-once) and, in the same transaction, write the
+        metrics that include them."""
         if self.ack_buffer:
             pipe = self.conn.pipeline(transaction=True)
             pipe.xack(self.stream, FEED_GROUP, *self.ack_buffer)
+            if self.completed:
+                self.dedup.complete(self.completed, client=pipe)  # type: ignore[union-attr]
             if self.metrics_key:
                 pipe.hset(self.metrics_key, mapping=self.metrics())
-            pipe.execute()
+            results = pipe.execute()
+            if self.completed:
+                self.floor = int(results[1])
             self.ack_buffer.clear()
+            self.completed.clear()
         self._last_ack_flush = self.clock()
 
     def restore(self) -> None:

@@ -13,7 +13,8 @@ key                         content
 ``...:counts``              hash: word -> final total (HINCRBY by the aggregators before they ack)
 ``...:topk``                string: JSON ``[[word, count], ...]`` written by the top-k bolt
 ``...:topk_meta``           hash: ``words`` (sum of counts seen by top-k), ``updated`` (Unix time)
-``...:feed``                stream: one entry per dataset record, fields ``r`` (encoded record), ``n`` (index)
+``...:feed``                stream: one entry per dataset record, fields ``r`` (encoded record), ``n`` (index
+                            in the dataset), ``s`` (the line's sequence number in the feed: 0, 1, 2, ...)
 ``...:frequencies``         hash: word -> exact count (only for groupings that need a full pass)
 ``...:loads``               hash: counter index -> words processed (what PKG's probe reads)
 ``...:counter:{i}``         hash: metrics of counter ``i`` (processed, distinct, rate, busy_s, task, pid)
@@ -23,6 +24,10 @@ key                         content
 ``...:grouping_version``    string: the ``version`` of ``grouping_state`` (what followers poll)
 ``...:grouping_stats``      string: JSON of the leader router's grouping ``stats()`` (summary's grouping_stats)
 ``...:starts``              hash: ``component:index`` -> process starts of that task (restarts = starts - 1)
+``...:dedup:seen``          hash: ``line:position`` -> 1 for each committed word of a line not yet complete
+``...:dedup:done``          set: complete lines at or above the floor (:mod:`.exactly_once`)
+``...:dedup:floor``         string: the lowest line not yet complete
+``...:dedup:dropped``       string: word occurrences the commits dropped as counted before (replays)
 ==========================  =====================================================================
 """
 
@@ -58,6 +63,10 @@ class RunKeys:
         self.grouping_version = p + "grouping_version"
         self.grouping_stats = p + "grouping_stats"
         self.starts = p + "starts"
+        self.dedup_seen = p + "dedup:seen"
+        self.dedup_done = p + "dedup:done"
+        self.dedup_floor = p + "dedup:floor"
+        self.dedup_dropped = p + "dedup:dropped"
 
     def counter(self, index: int) -> str:
         return f"{self.prefix}counter:{index}"

@@ -29,14 +29,16 @@ from keysplit.errors import KeysplitError
 from keysplit.groupings import check_grouping, grouping_class
 from keysplit.metrics import dist_cost, imbalance_fraction, load_stddev
 from keysplit.outputs import atomic_file
-from keysplit.redis_server import keysplit_home, private_dir
+from keysplit.redis_server import client, keysplit_home, managed_server, private_dir
 from keysplit.specs import parse_spec
-from keysplit.storm.bolts import COUNTER, SPOUT
+from keysplit.storm import exactly_once
+from keysplit.storm.bolts import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
+from keysplit.storm.faults import Injector, Kill, check_kills, parse_kill
 from keysplit.storm.feed import create_group, feed_done
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.latency import LatencyHistogram
 from keysplit.storm.records import check_run_id, mark_interrupted, read_record, reserve, set_state
-from keysplit.storm.settings import PASSWORD_ENV, WordCountSettings, split_password
+from keysplit.storm.settings import PASSWORD_ENV, WordCountSettings, split_password, with_password
 from keysplit.storm.topology import wordcount_topology
 
 #: Records per pipelined XADD batch when loading the feed.
@@ -68,7 +70,8 @@ class RunOptions:
     top_k: int = 10
     timeout: float = 600.0
     run_id: str | None = None
-    kill_counter_at: float | None = None  # fault injection: kill -9 counter 0 after this fraction is acked
+    kills: tuple[str, ...] = ()  # fault injection: COMPONENT[:INDEX]@FRACTION (storm/faults.py)
+    delivery: str = "exactly-once"  # or at-least-once: storm/exactly_once.py
     route: str = "fields"  # keysplit.route: fields (every Storm release) or direct (Storm < 2.6)
     storm_env: str = "local"  # the config.json env whose options and log settings the components receive
     worker_processes: int = 1  # topology.workers
@@ -101,8 +104,7 @@ def prepare(opts: RunOptions) -> Prepared:
         raise KeysplitError(f"--message-timeout must be at least 1 second, got {opts.message_timeout}")
     if opts.rate is not None and not opts.rate > 0:
         raise KeysplitError(f"--rate must be positive, got {opts.rate}")
-    if opts.kill_counter_at is not None and not 0 < opts.kill_counter_at < 1:
-        raise KeysplitError(f"--kill-counter-at must be a fraction between 0 and 1, got {opts.kill_counter_at}")
+    kills = [parse_kill(k) for k in opts.kills]
     if opts.run_id is not None:
         check_run_id(opts.run_id)
     counter_tasks = opts.counter_tasks or opts.workers
@@ -115,8 +117,10 @@ def prepare(opts: RunOptions) -> Prepared:
         run_id=opts.run_id or new_run_id(opts.grouping), grouping=opts.grouping, spouts=opts.spouts,
         sources=opts.sources, workers=opts.workers, counter_tasks=counter_tasks, aggregators=opts.aggregators,
         cpu_delay_ms=opts.cpu_delay_ms, flush_secs=opts.flush_secs, top_k=opts.top_k, route=opts.route,
-        rate=opts.rate or 0.0,
+        rate=opts.rate or 0.0, delivery=opts.delivery,
     )
+    check_kills(kills, {SPOUT: opts.spouts, ROUTER: opts.sources, COUNTER: counter_tasks,
+                        AGGREGATOR: opts.aggregators, TOPK: 1}, opts.worker_processes)
     if os.path.exists("config.json"):  # the env whose conf the components will get must exist (--env)
         from keysplit.local.submission import read_env
 
@@ -171,7 +175,7 @@ def load_feed(
     for index, record in enumerate(dataset.records()):
         if not record[1]:
             continue
-        pipe.xadd(keys.feed, {"r": encode_record(record), "n": index})
+        pipe.xadd(keys.feed, {"r": encode_record(record), "n": index, "s": lines})
         lines += 1
         words += len(record[1])
         if with_frequencies:
@@ -223,6 +227,7 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
     latency = spouts["histogram"].summary()
     top = json.loads(conn.get(keys.topk) or "[]")
     grouping_stats = conn.get(keys.grouping_stats)  # the leader router's grouping stats(), when it has them
+    counted = sum(int(c) for _, c in conn.hscan_iter(keys.counts, count=5000))
     return {
         **base,
         "words_per_second": base["messages"] / duration,
@@ -235,6 +240,9 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
         "final_imbalance_fraction": imbalance_fraction(loads),
         "load_stddev": load_stddev(loads),
         "replayed": spouts["replayed"],
+        "counted": counted,
+        "complete_lines": exactly_once.floor(conn, keys),
+        "duplicates_dropped": exactly_once.dropped(conn, keys),
         "top_k": top,
         "duration_s": duration,
         **({"grouping_stats": json.loads(grouping_stats)} if grouping_stats else {}),
@@ -290,6 +298,7 @@ def start_run(
             "storm_env": opts.storm_env,
             "worker_processes": opts.worker_processes,
             "rate": opts.rate,
+            "delivery": settings.delivery,
             "started": started,
         }
         conn.set(keys.config, json.dumps({**base, **settings.conf(), "keysplit.redis_url": ""}))
@@ -352,9 +361,17 @@ def collect_run(conn: redis.Redis, run_id: str) -> dict[str, Any]:
 
 
 def _mark_totals(summary: dict[str, Any], timed_out: int | None) -> None:
-    """Whether the totals are exact. A replayed line may have been counted (in part) before it was replayed
-    (Storm's at-least-once guarantee), so after any replay each total is only known to be at least right."""
-    summary["totals"] = "exact" if summary["replayed"] == 0 else "at-least"
+    """Whether the totals are exact. Exactly-once delivery counts each word once, replays or not; the summary
+    still checks that the totals add up to the words fed, and says ``mismatch`` (with a warning) if they do not.
+    At least once, a replayed line may have been counted (in part) before it was replayed, so after any replay
+    each total is only known to be at least right."""
+    if summary.get("delivery", "at-least-once") == "exactly-once":
+        summary["totals"] = "exact" if summary["counted"] == summary["messages"] else "mismatch"
+        if summary["totals"] == "mismatch":
+            log.warning("run %s: exactly-once totals add up to %d words, but the feed has %d", summary["run_id"],
+                        summary["counted"], summary["messages"])
+    else:
+        summary["totals"] = "exact" if summary["replayed"] == 0 else "at-least"
     if timed_out is not None:
         summary["timed_out"] = timed_out
 
@@ -382,9 +399,10 @@ def run_wordcount(
         raise KeysplitError(f"run {run_id} did not finish within --timeout {opts.timeout:g} s ({exc}); a partly "
                             f"loaded run cannot be resumed: delete it with `keysplit runs delete {run_id}`") from None
     return drive(conn, settings, keys, base, deadline=deadline, max_pending=opts.max_pending,
-                 message_timeout=opts.message_timeout, kill_counter_at=opts.kill_counter_at, progress=progress,
-                 log_dir=log_dir, python=python, storm_env=opts.storm_env,
-                 worker_processes=opts.worker_processes, password=split_password(redis_url)[1])
+                 message_timeout=opts.message_timeout, kills=[parse_kill(k) for k in opts.kills],
+                 progress=progress, log_dir=log_dir, python=python, storm_env=opts.storm_env,
+                 worker_processes=opts.worker_processes, password=split_password(redis_url)[1],
+                 managed=managed_server(redis_url))
 
 
 def resume_run(
@@ -402,14 +420,16 @@ def resume_run(
         raise KeysplitError(f"run {run_id} was interrupted before its feed was completely loaded; delete it with "
                             f"`keysplit runs delete {run_id}` and start again")
     url, password = split_password(redis_url)  # the password reaches components through their environment
-    settings = WordCountSettings.from_conf({**config, "keysplit.redis_url": url,
+    # a run loaded before exactly-once delivery existed has no line numbers in its feed: it stays at least once
+    settings = WordCountSettings.from_conf({"keysplit.delivery": "at-least-once", **config, "keysplit.redis_url": url,
                                             "keysplit.redis_password_env": PASSWORD_ENV if password else ""})
-    base = {k: v for k, v in config.items() if not k.startswith("keysplit.")}
+    base = {"delivery": settings.delivery, **{k: v for k, v in config.items() if not k.startswith("keysplit.")}}
     resumes = int(record.get("resumes", 0)) + 1
     return drive(conn, settings, keys, base, deadline=time.monotonic() + timeout,
                  max_pending=int(config["max_pending"]), message_timeout=int(config["message_timeout_secs"]),
                  progress=progress, python=python, resumes=resumes, storm_env=config.get("storm_env", "local"),
-                 worker_processes=int(config.get("worker_processes", 1)), password=password)
+                 worker_processes=int(config.get("worker_processes", 1)), password=password,
+                 managed=managed_server(redis_url))
 
 
 class _QuietWhenRedisIsGone(logging.Filter):
@@ -419,26 +439,25 @@ class _QuietWhenRedisIsGone(logging.Filter):
 
     def __init__(self, conn: redis.Redis) -> None:
         super().__init__()
-        self.conn = conn
+        self.conn = conn  # a client that does not retry: the answer is wanted now
         self.gone = False
+        self.checked = 0.0
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING or not record.name.startswith("keysplit.local"):
             return True
-        if not self.gone:
-            try:
-                self.conn.ping()
-            except (redis.RedisError, OSError):
-                self.gone = True
+        if time.monotonic() - self.checked > 1.0:  # a Redis restarted by --kill redis comes back
+            self.checked = time.monotonic()
+            self.gone = _redis_gone(self.conn)
         return not self.gone
 
 
 def drive(
     conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: dict[str, Any], *, deadline: float,
-    max_pending: int, message_timeout: int, kill_counter_at: float | None = None,
+    max_pending: int, message_timeout: int, kills: list[Kill] | None = None,
     progress: Callable[[str, int, int], None] | None = None, log_dir: str | os.PathLike | None = None,
     python: str = sys.executable, resumes: int = 0, storm_env: str = "local", worker_processes: int = 1,
-    password: str = "",
+    password: str = "", managed: Any = None,
 ) -> dict[str, Any]:
     """The local runner's part: start the tasks, wait until the feed is done, collect the summary."""
     from keysplit.local import LocalCluster
@@ -457,27 +476,37 @@ def drive(
         "keysplit.local.startup.timeout.secs": max(1.0, min(60.0, remaining))}, env_config=env_config)
     worker_env = {PASSWORD_ENV: password} if password else {}
     log_dir = Path(log_dir) if log_dir else private_dir(keysplit_home() / "logs") / settings.run_id
-    killed, warned = [False], [False]
-    quiet = _QuietWhenRedisIsGone(conn)
+    warned = [False]
+    injector = Injector(list(kills or []), managed)
+    exactly = settings.delivery == "exactly-once"
+    dedup_peak = {"bytes": 0, "marks": 0}
+    quick = client(with_password(settings.redis_url, password) if password else settings.redis_url,
+                   reconnect=False)
+    quiet = _QuietWhenRedisIsGone(quick)
     # on the handlers, so that it also sees the task loggers below keysplit.local (logger filters do not)
     handlers = logging.getLogger().handlers
     set_state(conn, keys, "running", **({"resumes": resumes} if resumes else {}))
 
     def finished() -> bool:
+        if injector.restart_redis_if_due():
+            return False  # Redis is down (--kill redis): nothing to ask it
         if feed_done(conn, keys):
             return True
         timed_out = cluster.stats()[SPOUT]["timed_out"]
         if timed_out and not warned[0]:  # say so now: the run may take much longer than it should
             warned[0] = True
             log.warning("run %s: lines are timing out (not acked within topology.message.timeout.secs = %d s) "
-                        "and are replayed, so the totals will be at least, not exact: raise --message-timeout "
-                        "or lower --max-pending", settings.run_id, message_timeout)
+                        "and are replayed%s: raise --message-timeout or lower --max-pending", settings.run_id,
+                        message_timeout, " (the totals stay exact; the run is slower)" if exactly else
+                        ", so the totals will be at least, not exact")
         acked = spout_metrics(conn, keys, settings.spouts)["acked"]
         if progress is not None:
             progress("run", acked, lines)
-        if kill_counter_at is not None and not killed[0] and acked >= kill_counter_at * lines:
-            cluster.kill_task(COUNTER, 0)
-            killed[0] = True
+        if exactly:
+            used, marks = exactly_once.memory(conn, keys)
+            dedup_peak["bytes"] = max(dedup_peak["bytes"], used)
+            dedup_peak["marks"] = max(dedup_peak["marks"], marks)
+        injector.fire_due(cluster, acked, lines)
         return False
 
     old_umask = os.umask(0o077)  # task logs (.stderr, .log) hold the dataset's words: 0600, like dump.rdb
@@ -508,7 +537,7 @@ def drive(
         raise KeysplitError(f"run {settings.run_id} lost its Redis connection: {exc} (task logs in {log_dir})") \
             from None
     except BaseException as exc:
-        if isinstance(exc, Exception) and (quiet.gone or _redis_gone(conn)):
+        if isinstance(exc, Exception) and (quiet.gone or _redis_gone(quick)):
             raise KeysplitError(f"run {settings.run_id} lost its Redis server (task logs in {log_dir})") from None
         mark_interrupted(conn, keys, _reason(exc, "while running"))
         raise
@@ -523,7 +552,10 @@ def drive(
     summary.update({k: run_summary[k] for k in ("worker_restarts", "task_deaths", "unacked_inputs")})
     summary["worker_processes"] = run_summary["workers"]
     summary["route"] = settings.route
-    summary["killed_counter"] = killed[0]
+    summary["kills"] = injector.fired
+    if exactly:
+        summary["dedup_peak_bytes"] = dedup_peak["bytes"]
+        summary["dedup_peak_marks"] = dedup_peak["marks"]
     summary["wall_s"] = time.time() - started
     if resumes:
         summary["resumes"] = resumes

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from keysplit.errors import KeysplitError
+from keysplit.storm.exactly_once import DELIVERIES
 
 PREFIX = "keysplit."
 ENV_PREFIX = "KEYSPLIT_"
@@ -54,6 +55,8 @@ class WordCountSettings:
     top_k: int = 10
     stats_secs: float = 1.0  # how often components write their metrics to Redis
     rate: float = 0.0  # open loop: the spouts emit at most this many words (messages) per second; 0: closed loop
+    delivery: str = "exactly-once"  # or at-least-once (Storm's plain acking): storm/exactly_once.py
+    window: int = 0  # exactly-once: lines a spout may emit above the lowest incomplete one; 0: 4 x max pending x spouts
 
     def __post_init__(self) -> None:
         if self.counter_tasks == 0:
@@ -74,6 +77,10 @@ class WordCountSettings:
             raise KeysplitError(f"rate must not be negative, got {self.rate}")
         if self.flush_secs <= 0 or self.stats_secs <= 0:
             raise KeysplitError("flush and stats periods must be positive")
+        if self.delivery not in DELIVERIES:
+            raise KeysplitError(f"keysplit.delivery must be one of {', '.join(DELIVERIES)}, got {self.delivery!r}")
+        if self.window < 0:
+            raise KeysplitError(f"keysplit.window must not be negative, got {self.window}")
         if self.route not in ("fields", "direct"):
             raise KeysplitError(f"keysplit.route must be fields or direct, got {self.route!r}")
         try:
@@ -106,6 +113,11 @@ class WordCountSettings:
     def conf(self) -> dict[str, Any]:
         """The settings as topology configuration entries ``keysplit.<name>``."""
         return {PREFIX + k: v for k, v in asdict(self).items()}
+
+    def window_lines(self, max_pending: int | None) -> int:
+        """The spouts' exactly-once window: ``window``, else 4 x max spout pending x spouts (20,000 lines a spout
+        when max pending is unlimited)."""
+        return self.window or 4 * (max_pending or 5000) * self.spouts
 
     @property
     def tick_secs(self) -> int:

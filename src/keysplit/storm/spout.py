@@ -10,6 +10,7 @@ from keysplit.datasets import decode_record
 from keysplit.redis_server import client
 from keysplit.storm import quiet_exit
 from keysplit.storm.bolts import record_start
+from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.feed import StreamFeed
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.routing import component_tasks
@@ -19,14 +20,15 @@ quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stde
 
 
 class RedisStreamSpout(Spout):
-    """Emits each feed entry's encoded record with the entry id as tuple id; acks XACK, fails replay.
+    """Emits each feed entry's encoded record and line number with the entry id as tuple id; acks XACK (and, for
+    exactly-once totals, complete the line: storm/exactly_once.py), fails replay.
 
     With ``keysplit.rate`` R > 0 (open loop) the P spout tasks together emit R words per second: a spout emits
     a line of k words no earlier than k / (R/P) seconds after its previous line was due, so line i is due at
     (words before it) / R as the replay's ``sequence / rate`` says; a spout that fell behind catches up at once,
     still capped by ``topology.max.spout.pending``."""
 
-    outputs = [Stream(fields=["record"])]
+    outputs = [Stream(fields=["record", "line"])]
 
     def initialize(self, conf, context):
         settings = WordCountSettings.from_conf(conf)
@@ -35,9 +37,12 @@ class RedisStreamSpout(Spout):
         timeout = float(conf.get("topology.message.timeout.secs", 30))
         conn = client(settings.redis_connect_url())
         record_start(conn, keys, self.component_name, index)
+        exactly_once = settings.delivery == "exactly-once"
         self.feed = StreamFeed(
             conn, keys, f"spout-{index}",
             orphan_idle_ms=int(3 * timeout * 1000), metrics_key=keys.spout(index),
+            dedup=Dedup(conn, keys) if exactly_once else None,
+            window=settings.window_lines(conf.get("topology.max.spout.pending")),
         )
         self.feed.restore()
         self.rate = settings.rate / settings.spouts  # words per second of this spout; 0: closed loop
@@ -52,7 +57,7 @@ class RedisStreamSpout(Spout):
         if self.rate:
             words = len(decode_record(item[1])[1])
             self.due = (self.due if self.due is not None else time.time()) + words / self.rate
-        self.emit([item[1]], tup_id=item[0])
+        self.emit([item[1], item[2]], tup_id=item[0])
 
     def ack(self, tup_id):
         self.feed.ack(tup_id)

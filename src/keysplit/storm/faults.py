@@ -1,0 +1,128 @@
+"""Fault injection for ``keysplit run --kill COMPONENT[:INDEX]@FRACTION``: kill -9 a task, a worker or Redis
+once a fraction of the lines is acked, as a crash on a cluster would.
+
+- ``feed``, ``router``, ``counter``, ``aggregator``, ``topk`` (task INDEX, default 0): SIGKILL of that task's
+  process; its worker goes down with it and the supervisor restarts the worker (``LocalCluster``).
+- ``worker`` (worker INDEX of ``--worker-processes``): SIGKILL of every task process of that worker at once.
+- ``redis``: SIGKILL of the managed Redis server, restarted :data:`REDIS_DOWN_SECS` later on the same port from
+  its append-only file; the components' clients reconnect meanwhile (``redis_server.client``).
+
+A kill of a task that is down at that moment (its worker is restarting) waits until the task runs again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from keysplit.errors import KeysplitError
+from keysplit.redis_server import ManagedServer, kill_server, restart_server
+from keysplit.storm.bolts import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
+
+#: What ``--kill`` accepts; the task kinds are the topology's component names.
+TASK_KINDS = (SPOUT, ROUTER, COUNTER, AGGREGATOR, TOPK)
+KINDS = (*TASK_KINDS, "worker", "redis")
+#: Seconds a killed Redis stays down before it is restarted (shorter than the clients' reconnect budget).
+REDIS_DOWN_SECS = 1.0
+
+log = logging.getLogger("keysplit.run")
+
+
+@dataclass(frozen=True)
+class Kill:
+    """One ``--kill``: ``kind`` (a component, ``worker`` or ``redis``), ``index``, ``fraction`` of lines acked."""
+
+    kind: str
+    index: int
+    fraction: float
+
+    @property
+    def target(self) -> str:
+        return self.kind if self.kind == "redis" else f"{self.kind}:{self.index}"
+
+
+def parse_kill(text: str) -> Kill:
+    """``COMPONENT[:INDEX]@FRACTION``, e.g. ``counter@0.5``, ``router:2@0.25``, ``redis@0.4``.
+
+    >>> parse_kill("counter:1@0.5")
+    Kill(kind='counter', index=1, fraction=0.5)
+    """
+    what, at, frac = text.partition("@")
+    kind, colon, index = what.strip().partition(":")
+    usage = f"--kill {text!r}: expected COMPONENT[:INDEX]@FRACTION with COMPONENT one of {', '.join(KINDS)}"
+    if not at or kind not in KINDS or (colon and not index.isdigit()) or (colon and kind == "redis"):
+        raise KeysplitError(usage)
+    try:
+        fraction = float(frac)
+    except ValueError:
+        raise KeysplitError(usage) from None
+    if not 0 <= fraction < 1:
+        raise KeysplitError(f"--kill {text!r}: FRACTION is the share of lines acked when it fires, in [0, 1)")
+    return Kill(kind, int(index) if colon else 0, fraction)
+
+
+def check_kills(kills: list[Kill], parallelism: dict[str, int], worker_processes: int) -> None:
+    """Refuse a kill of a task or worker the topology does not have."""
+    for kill in kills:
+        if kill.kind in TASK_KINDS and kill.index >= parallelism[kill.kind]:
+            raise KeysplitError(f"--kill {kill.target}: {kill.kind} has {parallelism[kill.kind]} task(s), "
+                                f"indices 0..{parallelism[kill.kind] - 1}")
+        if kill.kind == "worker" and kill.index >= worker_processes:
+            raise KeysplitError(f"--kill {kill.target}: the run has {worker_processes} worker process(es) "
+                                "(--worker-processes)")
+
+
+@dataclass
+class Injector:
+    """Fires the run's kills in order of their fractions, between the local runner's events."""
+
+    kills: list[Kill]
+    redis: ManagedServer | None = None
+    fired: list[dict[str, Any]] = field(default_factory=list)
+    redis_back_at: float | None = None  # monotonic time to restart a killed Redis
+
+    def __post_init__(self) -> None:
+        self.kills = sorted(self.kills, key=lambda k: k.fraction)
+        if any(k.kind == "redis" for k in self.kills) and self.redis is None:
+            raise KeysplitError("--kill redis needs the managed Redis server (run without --redis): keysplit "
+                                "kills and restarts only a server it started itself")
+
+    @property
+    def redis_down(self) -> bool:
+        return self.redis_back_at is not None
+
+    def restart_redis_if_due(self) -> bool:
+        """Restart a killed Redis once it has been down REDIS_DOWN_SECS; True while it is still down."""
+        if self.redis_back_at is None:
+            return False
+        if time.monotonic() < self.redis_back_at:
+            return True
+        self.redis = restart_server(self.redis)  # type: ignore[arg-type]
+        self.redis_back_at = None
+        log.warning("redis restarted (pid %d) from its append-only file", self.redis.pid)
+        return False
+
+    def fire_due(self, cluster: Any, acked: int, lines: int) -> None:
+        """Fire every kill whose fraction of ``lines`` is acked and whose target runs now."""
+        while self.kills and acked >= self.kills[0].fraction * lines:
+            kill = self.kills[0]
+            if kill.kind == "redis":
+                kill_server(self.redis)  # type: ignore[arg-type]
+                self.redis_back_at = time.monotonic() + REDIS_DOWN_SECS
+                pids = [self.redis.pid]  # type: ignore[union-attr]
+            elif kill.kind == "worker":
+                if not cluster.worker_running(kill.index):
+                    return  # restarting: fire when it is back
+                pids = cluster.kill_worker(kill.index)
+            else:
+                if not cluster.is_running(kill.kind, kill.index):
+                    return
+                pids = [cluster.kill_task(kill.kind, kill.index)]
+            log.warning("--kill %s@%g: killed %s (pid %s) with %d of %d lines acked", kill.target, kill.fraction,
+                        kill.target, ",".join(map(str, pids)), acked, lines)
+            self.fired.append({"target": kill.target, "fraction": kill.fraction, "acked": acked})
+            self.kills.pop(0)
+            if kill.kind == "redis":
+                return  # nothing else touches Redis until it is back
