@@ -216,6 +216,18 @@ class KeyTable:
             self.pending.append(name)
         return kid
 
+    def ids_of(self, names: list[str]) -> list[int]:
+        """:meth:`id_of` of every name (one loop, for the many new keys of a generator's chunk)."""
+        ids, pending, size = self.ids, self.pending, self.size
+        out = []
+        for name in names:
+            kid = ids.get(name)
+            if kid is None:
+                kid = ids[name] = size + len(pending)
+                pending.append(name)
+            out.append(kid)
+        return out
+
     def flush(self) -> None:
         """Name the keys met since the last flush: their d candidates (``hashing.candidates``) and, under
         ``split="key"``, their source (``simulate.source_of``), computed in one batch by ``hashing_batch``."""
@@ -243,7 +255,8 @@ class IndexMap:
 
     def _name(self, indices: list[int]) -> list[int]:
         """Ids for indices never seen before, their names' candidates computed in one batch."""
-        kids = [self.table.id_of(self.key_name(i)) for i in indices]
+        key_name = self.key_name
+        kids = self.table.ids_of([key_name(i) for i in indices])
         self.table.flush()
         return kids
 
