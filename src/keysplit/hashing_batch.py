@@ -125,7 +125,13 @@ def bucket_many(names: Sequence[str], buckets: int, seed: int = BASE_SEED) -> np
 
 
 def candidate_rows(names: Sequence[str], d: int, workers: int, distinct: bool) -> np.ndarray:
-    """``hashing.candidates(name, d, workers, distinct)`` of every name: an int32 array of shape (n, d)."""
+    """``hashing.candidates(name, d, workers, distinct)`` of every name: an int32 array of shape (n, d).
+
+    >>> from keysplit.hashing import candidates
+    >>> keys = ["k1", "storm", "clé", ""]
+    >>> candidate_rows(keys, 3, 8, True).tolist() == [candidates(k, 3, 8, True) for k in keys]
+    True
+    """
     if distinct and d > workers:
         raise ValueError(f"cannot draw {d} distinct workers out of {workers}")
     data, starts = pack(names)
