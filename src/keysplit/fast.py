@@ -228,6 +228,13 @@ class KeyTable:
             out.append(kid)
         return out
 
+    def add(self, name: str) -> int:
+        """The id of ``name``, named at once (one key; callers with many keys use :meth:`ids_of` and
+        :meth:`flush`)."""
+        kid = self.id_of(name)
+        self.flush()
+        return kid
+
     def flush(self) -> None:
         """Name the keys met since the last flush: their d candidates (``hashing.candidates``) and, under
         ``split="key"``, their source (``simulate.source_of``), computed in one batch by ``hashing_batch``."""
