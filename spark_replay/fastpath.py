@@ -40,8 +40,9 @@ class FastRouter:
         n = len(sub)
         if n == 0:
             return np.zeros(0, dtype=np.int32)
-        add = self.state.table.add
-        remap = np.fromiter((add(k) for k in sub.vocab), dtype=np.int32, count=len(sub.vocab))
+        table = self.state.table
+        remap = np.array(table.ids_of(sub.vocab), dtype=np.int32)
+        table.flush()  # the piece's new keys named in one batch
         src = sub.sources if sub.sources is not None else np.full(n, sub.source, dtype=np.int32)
         chunk = fast.Chunk(remap[sub.key_ids], src.astype(np.int32), sub.now(self.rate).astype(np.float64))
         return self.state.run(chunk)

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keysplit.datasets import Dataset, Record, open_dataset
+from keysplit.datasets.generators import Generator
 from keysplit.errors import SpecError
 from keysplit.fast import fast_route, fast_simulate, fast_spec
 from keysplit.hashing import candidates, choices
@@ -264,3 +265,26 @@ def test_runs_count_the_datasets_keys_and_top_key_while_routing(text_file):
         for engine, grouping in (("fast", "pkg"), ("reference", "potc")):
             r = simulate(ds, grouping, WORKERS, 3, engine=engine)
             assert (r.messages, r.keys, r.top_key_messages / r.messages) == (st["messages"], st["keys"], st["p1"])
+
+
+class FarIndices(Generator):
+    """A generator whose key indices are negative, huge (past the flat table) or ordinary, and whose names
+    collide (index i and i + 1000 are one key): the fast path's dict route for indices and its naming of
+    keys in batches per chunk."""
+
+    name = "far"
+
+    def key_indices(self, rng: np.random.Generator, n: int, start: int) -> np.ndarray:
+        base = np.minimum(rng.zipf(1.4, n), 3000) - 1
+        shift = rng.choice(np.array([0, -(1 << 40), 1 << 40, 1000]), n)
+        return base + shift
+
+    def key_name(self, index: int) -> str:
+        return f"k{index % 1000 if index >= 0 else -index % 7}"
+
+
+@pytest.mark.parametrize("split", ["shuffle", "key"])
+def test_same_decisions_with_far_and_colliding_generator_indices(split):
+    ds = FarIndices(messages=150_000, seed=3)  # three chunks of the generator: keys named chunk by chunk
+    for spec in ("pkg", "kg", "salt:k=3"):
+        assert_same_decisions(ds, spec, WORKERS, 3, split)

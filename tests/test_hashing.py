@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
+import random
+import string
 import subprocess
 import sys
 
-from keysplit.hashing import HashRing, bucket, candidates, choices, distinct_choices, hash32, moved_keys, second_choice
+import mmh3
+import numpy as np
+import pytest
+
+from keysplit.hashing import (
+    BASE_SEED,
+    HashRing,
+    bucket,
+    candidates,
+    choices,
+    distinct_choices,
+    hash32,
+    moved_keys,
+    second_choice,
+)
+from keysplit.hashing_batch import bucket_many, candidate_rows, hash_many
 
 
 def test_hashes_are_identical_in_another_process():
@@ -82,3 +99,44 @@ def test_a_ring_built_at_once_equals_one_built_worker_by_worker():
     for w in range(12):
         one_by_one.add(w)
     assert at_once.arcs() == one_by_one.arcs() and at_once.workers == one_by_one.workers
+
+
+# -- the batch hashes of the fast path (keysplit.hashing_batch) equal mmh3 and hashing.candidates ----------------
+
+def random_keys(seed: int) -> list[str]:
+    """Keys of every tail length (0..16 bytes of ASCII), non-ASCII keys (2-, 3- and 4-byte UTF-8 characters, so
+    byte and character lengths differ), long keys, and the generators' own names."""
+    rng = random.Random(seed)
+    ascii_chars = string.printable
+    wide = "é߿ࠀ中￿𐀀😀\U0010ffff"
+    keys = ["".join(rng.choice(ascii_chars) for _ in range(n)) for n in range(17) for _ in range(20)]
+    keys += ["".join(rng.choice(ascii_chars + wide) for _ in range(rng.randrange(1, 24))) for _ in range(600)]
+    keys += ["".join(rng.choice(ascii_chars + wide) for _ in range(rng.randrange(200, 3000))) for _ in range(20)]
+    keys += [f"k{i}" for i in range(300)] + ["", "\x00", "\x00\x00\x00\x00"]
+    return keys
+
+
+def test_batch_murmur3_equals_mmh3_on_random_keys():
+    keys = random_keys(1)
+    for seed in (0, 1, BASE_SEED, BASE_SEED + 500, 0x7FFFFFFF, 0xFFFFFFFF):
+        assert hash_many(keys, seed).tolist() == [mmh3.hash(k, seed, False) for k in keys]
+        assert bucket_many(keys, 7, seed).tolist() == [bucket(k, 7, seed) for k in keys]
+
+
+def test_batch_candidates_equal_hashing_candidates():
+    keys = random_keys(2)
+    for d, workers in ((1, 1), (2, 2), (2, 10), (3, 7), (5, 5), (8, 64), (4, 100)):
+        for distinct in (True, False):
+            got = candidate_rows(keys, d, workers, distinct)
+            assert got.dtype == np.int32 and got.shape == (len(keys), d)
+            assert got.tolist() == [candidates(k, d, workers, distinct) for k in keys], (d, workers, distinct)
+    assert candidate_rows([], 2, 5, True).shape == (0, 2)
+    with pytest.raises(ValueError, match="cannot draw 3 distinct workers out of 2"):
+        candidate_rows(["a"], 3, 2, True)
+
+
+def test_batch_hashing_refuses_a_key_that_is_not_valid_unicode():
+    """A lone surrogate has no UTF-8 bytes: the batch raises (mmh3 5.3.1 itself crashes the process on one, so it
+    is not called here; the dataset readers decode with errors="replace" and never produce one)."""
+    with pytest.raises(UnicodeEncodeError):
+        candidate_rows(["ok", "a\ud800"], 2, 4, True)

@@ -4,12 +4,13 @@ salt.
 The reference simulator (:func:`keysplit.simulate.simulate`) calls ``Grouping.choose`` once per message, in
 Python. Here the work splits into what depends on a key and what depends on a message:
 
-- **per distinct key, in Python, once**: the key's name, its d candidate workers H_1(k) .. H_d(k)
+- **per distinct key, once**: the key's name, its d candidate workers H_1(k) .. H_d(k)
   (:func:`keysplit.hashing.candidates`, the same mmh3 seeds and ``distinct`` rule as
   ``KeyGrouping``/``PartialKeyGrouping``/``Salting``) and,
   under ``split="key"``, its source (:func:`keysplit.simulate.source_of`). Keys become dense integer ids:
   a generator's own index arrays are remapped directly (only distinct keys are ever named), a file's keys
-  go through one dict in a single pass over its records.
+  go through one dict in a single pass over its records. The keys new in a chunk are hashed together by
+  :mod:`keysplit.hashing_batch` (numba's MurmurHash3, equal to mmh3 key for key), not one mmh3 call per key.
 - **per message, in the kernel** (:func:`_route_chunk`): the source's decision, with the reference's
   tie-breaking (PKG §3: the least loaded candidate, ties to the earliest candidate, as in
   ``PartialKeyGrouping.choose``), the true load vector L_i(t), the imbalance checkpoints I(t_j) (PKG §2),
@@ -43,9 +44,10 @@ from keysplit.groupings import build_grouping
 from keysplit.groupings.basic import KeyGrouping, ShuffleGrouping
 from keysplit.groupings.pkg import PartialKeyGrouping
 from keysplit.groupings.salt import GOLDEN, MIX1, MIX2, Salting, salt_state
-from keysplit.hashing import candidates
+from keysplit.hashing_batch import bucket_many, candidate_rows
+from keysplit.hashing_batch import warm as warm_hashing
 from keysplit.metrics import ImbalanceSeries, default_checkpoint, dist_cost, imbalance_fraction, load_stddev
-from keysplit.simulate import DEFAULT_RATE, SPLITS, RunResult, source_of
+from keysplit.simulate import DEFAULT_RATE, SPLIT_SEED, SPLITS, RunResult
 
 # Decision rules of the kernel.
 KG, SG, PKG_LOCAL, PKG_GLOBAL, SALT = 0, 1, 2, 3, 4
@@ -188,7 +190,8 @@ class KeyTable:
         self.d, self.workers, self.sources, self.split = d, workers, sources, split
         self.distinct = distinct
         self.ids: dict[str, int] = {}
-        self.size = 0
+        self.size = 0  #: named keys (ids below size have their candidates)
+        self.pending: list[str] = []  #: keys with an id, named at the next flush()
         self.words = (workers + 63) // 64
         self._grow(1024)
 
@@ -203,24 +206,53 @@ class KeyTable:
             count[:old] = self.count[:old]
         self.cand, self.ksrc, self.seen, self.count = cand, ksrc, seen, count
 
-    def add(self, name: str) -> int:
-        """The id of ``name``, naming it (its candidates and source) the first time it is seen."""
+    def id_of(self, name: str) -> int:
+        """The id of ``name``. A new name gets the next id at once and its candidates and source at the next
+        :meth:`flush`, so the keys met in a chunk are named together (one numba call, not one mmh3 call per
+        key and seed)."""
         kid = self.ids.get(name)
-        if kid is not None:
-            return kid
-        kid = self.size
-        if kid == len(self.cand):
-            self._grow(2 * kid)
-        self.cand[kid] = candidates(name, self.d, self.workers, self.distinct)
-        if self.split == "key":
-            self.ksrc[kid] = source_of(0, name, self.sources, "key")
-        self.ids[name] = kid
-        self.size = kid + 1
+        if kid is None:
+            kid = self.ids[name] = self.size + len(self.pending)
+            self.pending.append(name)
         return kid
+
+    def ids_of(self, names: list[str]) -> list[int]:
+        """:meth:`id_of` of every name (one loop, for the many new keys of a generator's chunk)."""
+        ids, pending, size = self.ids, self.pending, self.size
+        out = []
+        for name in names:
+            kid = ids.get(name)
+            if kid is None:
+                kid = ids[name] = size + len(pending)
+                pending.append(name)
+            out.append(kid)
+        return out
+
+    def add(self, name: str) -> int:
+        """The id of ``name``, named at once (one key; callers with many keys use :meth:`ids_of` and
+        :meth:`flush`)."""
+        kid = self.id_of(name)
+        self.flush()
+        return kid
+
+    def flush(self) -> None:
+        """Name the keys met since the last flush: their d candidates (``hashing.candidates``) and, under
+        ``split="key"``, their source (``simulate.source_of``), computed in one batch by ``hashing_batch``."""
+        if not self.pending:
+            return
+        first, end = self.size, self.size + len(self.pending)
+        if end > len(self.cand):
+            self._grow(max(end, 2 * len(self.cand)))
+        self.cand[first:end] = candidate_rows(self.pending, self.d, self.workers, self.distinct)
+        if self.split == "key":
+            self.ksrc[first:end] = bucket_many(self.pending, self.sources, SPLIT_SEED)
+        self.pending = []
+        self.size = end
 
 
 class IndexMap:
-    """Generator key index -> dense key id; each distinct index is named once with ``key_name``."""
+    """Generator key index -> dense key id; each distinct index is named once with ``key_name`` (two indices
+    with one name share the name's id)."""
 
     def __init__(self, table: KeyTable, key_name: Callable[[int], str]) -> None:
         self.table = table
@@ -228,18 +260,12 @@ class IndexMap:
         self.flat = np.full(0, -1, dtype=np.int32)
         self.big: dict[int, int] = {}
 
-    def _one(self, index: int) -> int:
-        if 0 <= index < INDEX_TABLE_LIMIT:
-            if index >= len(self.flat):
-                self._extend(index)
-            kid = int(self.flat[index])
-            if kid < 0:
-                kid = self.flat[index] = self.table.add(self.key_name(index))
-            return kid
-        kid = self.big.get(index)
-        if kid is None:
-            kid = self.big[index] = self.table.add(self.key_name(index))
-        return kid
+    def _name(self, indices: list[int]) -> list[int]:
+        """Ids for indices never seen before, their names' candidates computed in one batch."""
+        key_name = self.key_name
+        kids = self.table.ids_of([key_name(i) for i in indices])
+        self.table.flush()
+        return kids
 
     def _extend(self, index: int) -> None:
         grown = np.full(max(index + 1, 2 * len(self.flat)), -1, dtype=np.int32)
@@ -255,13 +281,32 @@ class IndexMap:
                 self._extend(hi)
             out = self.flat[indices]
             if out.min() < 0:
-                for index in np.unique(indices[out < 0]).tolist():
-                    self._one(index)
+                new = np.unique(indices[out < 0])
+                self.flat[new] = self._name(new.tolist())
                 out = self.flat[indices]
             return out
+        # Some indices are negative or huge: those go through a dict, the rest through the flat table.
         uniq, inverse = np.unique(indices, return_inverse=True)
-        dense = np.array([self._one(i) for i in uniq.tolist()], dtype=np.int32)
-        return dense[inverse.reshape(-1)]
+        u = uniq.tolist()
+        dense = [self._known(i) for i in u]
+        missing = [j for j, kid in enumerate(dense) if kid < 0]
+        for j, kid in zip(missing, self._name([u[j] for j in missing])):
+            dense[j] = kid
+            self._store(u[j], kid)
+        return np.array(dense, dtype=np.int32)[inverse.reshape(-1)]
+
+    def _known(self, index: int) -> int:
+        if 0 <= index < INDEX_TABLE_LIMIT:
+            return int(self.flat[index]) if index < len(self.flat) else -1
+        return self.big.get(index, -1)
+
+    def _store(self, index: int, kid: int) -> None:
+        if 0 <= index < INDEX_TABLE_LIMIT:
+            if index >= len(self.flat):
+                self._extend(index)
+            self.flat[index] = kid
+        else:
+            self.big[index] = kid
 
 
 @dataclass
@@ -289,37 +334,45 @@ def record_chunks(
     dataset: Dataset, table: KeyTable, sources: int, split: str, rate: float, need_now: bool
 ) -> Iterator[Chunk]:
     """One pass over ``dataset.records()``: key ids, each message's source and (if needed) its event time,
-    following ``simulate.route`` record for record (empty records count in the index but carry nothing)."""
-    add, ids = table.add, table.ids
+    following ``simulate.route`` record for record (empty records count in the index but carry nothing).
+    A record's source is ``index % sources`` or, under ``split="key"``, its first key's: it is filled in when
+    the chunk is cut, after the chunk's new keys are named."""
+    id_of, ids = table.id_of, table.ids
     kids: list[int] = []
-    srcs: list[int] = []
+    firsts: list[int] = []  # per record: its index (shuffle) or its first key's id (key)
+    counts: list[int] = []  # per record: its messages
     nows: list[float] = []
     seq = 0
+    by_key = split == "key"
     for index, (ts, keys) in enumerate(dataset.records()):
         if not keys:
             continue
-        first = ids.get(keys[0])
-        if first is None:
-            first = add(keys[0])
-        s = index % sources if split == "shuffle" else int(table.ksrc[first])
+        start = len(kids)
         for key in keys:
             kid = ids.get(key)
-            kids.append(add(key) if kid is None else kid)
+            kids.append(id_of(key) if kid is None else kid)
             if need_now:
                 nows.append(ts if ts is not None else seq / rate)
             seq += 1
-        srcs.extend([s] * len(keys))
+        firsts.append(kids[start] if by_key else index)
+        counts.append(len(keys))
         if len(kids) >= CHUNK:
-            yield _chunk(kids, srcs, nows, need_now)
-            kids, srcs, nows = [], [], []
+            yield _chunk(table, kids, firsts, counts, nows, need_now, by_key)
+            kids, firsts, counts, nows = [], [], [], []
     if kids:
-        yield _chunk(kids, srcs, nows, need_now)
+        yield _chunk(table, kids, firsts, counts, nows, need_now, by_key)
 
 
-def _chunk(kids: list[int], srcs: list[int], nows: list[float], need_now: bool) -> Chunk:
+def _chunk(
+    table: KeyTable, kids: list[int], firsts: list[int], counts: list[int], nows: list[float], need_now: bool,
+    by_key: bool,
+) -> Chunk:
+    table.flush()
+    per_record = np.array(firsts, dtype=np.int64)
+    src = table.ksrc[per_record] if by_key else per_record % table.sources
     return Chunk(
         np.array(kids, dtype=np.int32),
-        np.array(srcs, dtype=np.int32),
+        np.repeat(src, counts).astype(np.int32),
         np.array(nows, dtype=np.float64) if need_now else None,
     )
 
@@ -336,6 +389,7 @@ def warmup() -> float:
         return 0.0
     started = time.perf_counter()
     RouteState(FastSpec(PKG_LOCAL, 2, 1.0, 1.0, "pkg"), 2, 1, "shuffle", 1.0, 1).run(Chunk(np.zeros(1, np.int32)))
+    warm_hashing()
     _compile_seconds = time.perf_counter() - started
     return _compile_seconds
 
@@ -490,8 +544,7 @@ def names_table(names: list[str], d: int, workers: int, distinct: bool) -> KeyTa
     every spec of at most d choices with this ``distinct``, since fewer choices are a prefix of more."""
     table = KeyTable(d, workers, 1, "shuffle", distinct)
     table._grow(max(len(names), 1))
-    for i, name in enumerate(names):
-        table.cand[i] = candidates(name, d, workers, distinct)
+    table.cand[: len(names)] = candidate_rows(names, d, workers, distinct)
     table.ids = {}  # not needed: the caller routes ids, never names
     table.size = len(names)
     return table

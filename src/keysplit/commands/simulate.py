@@ -153,7 +153,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _one(dataset: Dataset, spec: str, workers: int, args, messages: int, capacities):
-    bar = progress_bar(messages, f"{spec} W={workers}", enabled=not args.json)
+    def run(progress):
+        return simulate(dataset, spec, workers, args.sources, rate=args.rate, split=args.split,
+                        checkpoint=args.checkpoint, messages_hint=messages, capacities=capacities,
+                        resizes=args.resize, progress=progress, engine=args.engine)
+
+    if args.json:  # no bar is drawn under --json: skip tqdm's import (part of the start-up a script pays)
+        return run(None)
+    bar = progress_bar(messages, f"{spec} W={workers}")
     with bar:
         last = [0]
 
@@ -161,6 +168,4 @@ def _one(dataset: Dataset, spec: str, workers: int, args, messages: int, capacit
             bar.update(n - last[0])
             last[0] = n
 
-        return simulate(dataset, spec, workers, args.sources, rate=args.rate, split=args.split,
-                        checkpoint=args.checkpoint, messages_hint=messages, capacities=capacities,
-                        resizes=args.resize, progress=advance, engine=args.engine)
+        return run(advance)
