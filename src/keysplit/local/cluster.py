@@ -203,9 +203,11 @@ class LocalCluster:
             self._spawn(task, now)
         deadline = now + float(self.conf["keysplit.local.startup.timeout.secs"])
         try:
-            while not all(t.ready for t in self.tasks.values()):
+            # a task that answered the handshake and then died has started (Storm's ShellBolt.prepare returned):
+            # its death is an ordinary one, handled below once every task has started
+            while not all(t.ready or t.answered for t in self.tasks.values()):
                 for task in self.tasks.values():
-                    if not task.alive:
+                    if not task.alive and not task.answered:
                         raise self._startup_failure(task)
                 if time.monotonic() > deadline:
                     slow = [f"{t.name}[{t.index}]" for t in self.tasks.values() if not t.ready]
@@ -218,6 +220,10 @@ class LocalCluster:
         now = time.monotonic()
         self.started_at = now
         self._next_heartbeat = now + self._heartbeat_secs()
+        for task in self.tasks.values():
+            if task.answered and not task.alive and task.restart_at is None:
+                task.alive = True  # it died during start-up, after its handshake: a death like any later one
+                self._on_death(task, now)
         for comp in self.components.values():
             freq = component_conf(self.conf, comp).get("topology.tick.tuple.freq.secs")
             if freq and not comp.is_spout:
@@ -417,13 +423,12 @@ class LocalCluster:
         runs, and the whole worker restarts after the restart delay (``taken_down``: one of those others)."""
         if not task.alive:
             return
-        if not taken_down:
-            task.deaths += 1
         self._unregister(task)
         code = task.close(kill=True)
         if not self._started or not self.started_at:
-            task.alive = False
-            return
+            return  # during start-up: a start-up failure, or (handshake answered) handled when start() ends
+        if not taken_down:
+            task.deaths += 1
         lost = len(task.queue) + len(task.inflight)
         # the spout trees (lines) those tuples belong to: they time out and are replayed
         trees = len({root for roots, _ in task.inflight.values() for root in roots})
@@ -641,7 +646,7 @@ class LocalCluster:
             elif command == "error":
                 self._error(task, msg)
             elif command is None and "pid" in msg:
-                task.ready = True
+                task.ready = task.answered = True
                 task.pid = msg["pid"]
                 if task.is_spout:  # Storm (>= 1.1) activates a spout of an active topology when it starts
                     task.urgent.append(ACTIVATE)

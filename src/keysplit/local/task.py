@@ -46,6 +46,7 @@ class TaskProcess:
         self.wfd = -1
         self.alive = False
         self.ready = False
+        self.answered = False  # this process answered the handshake (stays True after it dies)
         self.generation = 0
         self.started_at = 0.0
         self.restart_at: float | None = None
@@ -86,6 +87,7 @@ class TaskProcess:
         os.set_blocking(self.wfd, False)
         self.alive = True
         self.ready = False
+        self.answered = False
         self.generation += 1
         self.started_at = now
         self.last_sync = now
