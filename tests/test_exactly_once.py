@@ -198,3 +198,15 @@ def test_a_run_forced_into_timeouts_counts_every_word_once(redis_url, text):
     _assert_exact(conn, summary, text, [])
     assert summary["latency_ms"]["p99"] > 2000 or summary["timed_out"] > 0
     assert summary["timed_out"] > 0 and summary["replayed"] > 0 and summary["duplicates_dropped"] > 0
+
+
+def test_redis_is_killed_only_when_keysplit_started_it(tmp_path):
+    own = redis_server.start_server(tmp_path / "own")  # a server the run did not start
+    try:
+        prepared = prepare(RunOptions("pkg", "zipf:messages=10", kills=("redis@0.5",)))
+        conn = redis_server.connect(own.url)
+        with pytest.raises(KeysplitError, match="--kill redis needs the managed Redis server"):
+            run_wordcount(prepared, conn, own.url)
+        assert not list(conn.scan_iter("keysplit:run:*"))  # refused before anything was loaded
+    finally:
+        redis_server.stop_server(tmp_path / "own", force=True)

@@ -392,6 +392,8 @@ def run_wordcount(
     """
     opts = prepared.options
     deadline = time.monotonic() + opts.timeout
+    kills, managed = [parse_kill(k) for k in opts.kills], managed_server(redis_url)
+    Injector(kills, managed)  # refuses --kill redis on a server keysplit did not start, before anything is loaded
     try:
         settings, keys, base = start_run(conn, prepared, redis_url, progress=progress, deadline=deadline)
     except RunTimeout as exc:
@@ -399,10 +401,10 @@ def run_wordcount(
         raise KeysplitError(f"run {run_id} did not finish within --timeout {opts.timeout:g} s ({exc}); a partly "
                             f"loaded run cannot be resumed: delete it with `keysplit runs delete {run_id}`") from None
     return drive(conn, settings, keys, base, deadline=deadline, max_pending=opts.max_pending,
-                 message_timeout=opts.message_timeout, kills=[parse_kill(k) for k in opts.kills],
+                 message_timeout=opts.message_timeout, kills=kills,
                  progress=progress, log_dir=log_dir, python=python, storm_env=opts.storm_env,
                  worker_processes=opts.worker_processes, password=split_password(redis_url)[1],
-                 managed=managed_server(redis_url))
+                 managed=managed)
 
 
 def resume_run(
