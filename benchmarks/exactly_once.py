@@ -53,7 +53,7 @@ def main() -> int:
     rows = []
     for delay in (float(d) for d in args.delays.split(",")):
         rates: dict[str, list[float]] = {"at-least-once": [], "exactly-once": []}
-        peaks = []
+        peaks, marks = [], []
         for i in range(args.repeat):
             order = ("at-least-once", "exactly-once") if i % 2 == 0 else ("exactly-once", "at-least-once")
             for delivery in order:
@@ -64,18 +64,20 @@ def main() -> int:
                 rates[delivery].append(s["words_per_second"])
                 if delivery == "exactly-once":
                     peaks.append(s["dedup_peak_bytes"])
+                    marks.append(s["dedup_peak_marks"])
                 if not args.json:
                     print(f"D={delay:g} ms {delivery:>13}: {s['words_per_second']:8.0f} words/s "
                           f"(run {s['run_id']}, {time.time() - started:.0f} s wall)", flush=True)
         base, exact = statistics.median(rates["at-least-once"]), statistics.median(rates["exactly-once"])
         rows.append({"cpu_delay_ms": delay, "at_least_once_words_per_second": base,
                      "exactly_once_words_per_second": exact, "cost": 1.0 - exact / base,
-                     "dedup_peak_bytes": max(peaks), "runs": rates})
+                     "dedup_peak_bytes": max(peaks), "dedup_peak_marks": max(marks), "runs": rates})
     memory = None
     if args.longer > 1:
         longer = argparse.Namespace(**{**vars(args), "lines": args.lines * args.longer})
         s = run_once("exactly-once", 0.0, dataset_file(longer), longer)
         memory = {"lines": args.lines, "peak_bytes": rows[0]["dedup_peak_bytes"] if rows else None,
+                  "peak_marks": rows[0]["dedup_peak_marks"] if rows else None,
                   "longer_lines": longer.lines, "longer_peak_bytes": s["dedup_peak_bytes"],
                   "longer_peak_marks": s["dedup_peak_marks"]}
     title = (f"keysplit run wordcount -g {args.groupings.split(',')[0]}: {path.name}, S={args.sources} "
@@ -86,15 +88,16 @@ def main() -> int:
         print()
         return 0
     print(f"\n{title}\n")
-    print("| CPU delay (ms) | at-least-once words/s | exactly-once words/s | cost | peak dedup memory |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| CPU delay (ms) | at-least-once words/s | exactly-once words/s | cost | peak dedup memory | peak marks |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['cpu_delay_ms']:g} | {r['at_least_once_words_per_second']:.0f} | "
               f"{r['exactly_once_words_per_second']:.0f} | {100 * r['cost']:.1f}% | "
-              f"{r['dedup_peak_bytes'] / 1024:.0f} KiB |")
+              f"{r['dedup_peak_bytes'] / 1024:.0f} KiB | {r['dedup_peak_marks']:,} |")
     if memory:
-        print(f"\npeak dedup memory: {memory['peak_bytes'] / 1024:.0f} KiB over {memory['lines']:,} lines, "
-              f"{memory['longer_peak_bytes'] / 1024:.0f} KiB over {memory['longer_lines']:,} lines")
+        print(f"\npeak dedup memory: {memory['peak_bytes'] / 1024:.0f} KiB ({memory['peak_marks']:,} marks) over "
+              f"{memory['lines']:,} lines, {memory['longer_peak_bytes'] / 1024:.0f} KiB "
+              f"({memory['longer_peak_marks']:,} marks) over {memory['longer_lines']:,} lines")
     return 0
 
 

@@ -13,7 +13,8 @@ What is remembered, and when it is forgotten (Redis, per run; :class:`~keysplit.
 - ``dedup:seen``, a hash with a field ``"line:position"`` per committed occurrence of a line not yet complete;
 - ``dedup:done``, the set of complete lines at or above the floor, and ``dedup:floor``, the lowest line that is
   not complete (every line below it is);
-- ``dedup:dropped``, how many occurrences the commits dropped as counted before (a measure, not state).
+- ``dedup:dropped``, how many occurrences the commits dropped as counted before, and ``dedup:peak``, the most
+  marks ``seen`` ever held (measures, not state).
 
 A line is complete when its spout gets the ack of its whole tuple tree: in Storm that means every bolt acked
 every tuple of it, and the aggregators ack only after the commit, so every occurrence of the line is in the
@@ -39,9 +40,9 @@ from keysplit.storm.keys import RunKeys
 #: Delivery guarantees of the word count's totals (``keysplit.delivery``); the first is the default.
 DELIVERIES = ("exactly-once", "at-least-once")
 
-# KEYS: counts, seen, done, floor, dropped. ARGV[1]: JSON [[word, [line, pos, line, pos, ...]], ...].
+# KEYS: counts, seen, done, floor, dropped, peak. ARGV[1]: JSON [[word, [line, pos, line, pos, ...]], ...].
 # Returns each word's total after the commit, in order (what the aggregator's top-k must show); counts the
-# occurrences it drops as committed before in ``dropped``.
+# occurrences it drops as committed before in ``dropped``, and the most marks ever held in ``peak``.
 COMMIT = """
 local floor = tonumber(redis.call('GET', KEYS[4]) or '0')
 local complete = {}
@@ -70,6 +71,8 @@ for i, item in ipairs(cjson.decode(ARGV[1])) do
   end
 end
 if dropped > 0 then redis.call('INCRBY', KEYS[5], dropped) end
+local held = redis.call('HLEN', KEYS[2])
+if held > tonumber(redis.call('GET', KEYS[6]) or '0') then redis.call('SET', KEYS[6], held) end
 return totals
 """
 
@@ -107,7 +110,7 @@ class Dedup:
     def commit(self, batch: Sequence[tuple[str, Sequence[int]]], client: redis.Redis | None = None) -> list[int]:
         """Add each word's occurrences ``[line, pos, line, pos, ...]`` not counted before; the words' totals."""
         k = self.keys
-        return self._commit(keys=[k.counts, k.dedup_seen, k.dedup_done, k.dedup_floor, k.dedup_dropped],
+        return self._commit(keys=[k.counts, k.dedup_seen, k.dedup_done, k.dedup_floor, k.dedup_dropped, k.dedup_peak],
                             args=[json.dumps(batch, separators=(",", ":"), ensure_ascii=False)], client=client)
 
     def complete(self, lines: Iterable[tuple[int, int]], client=None):
@@ -126,6 +129,11 @@ def floor(conn: redis.Redis, keys: RunKeys) -> int:
 def dropped(conn: redis.Redis, keys: RunKeys) -> int:
     """Occurrences the commits dropped because they were committed before (replays, stale tuples)."""
     return int(conn.get(keys.dedup_dropped) or 0)
+
+
+def peak_marks(conn: redis.Redis, keys: RunKeys) -> int:
+    """The most commit marks the run ever held at once (kept by the commit script: exact, not sampled)."""
+    return int(conn.get(keys.dedup_peak) or 0)
 
 
 def memory(conn: redis.Redis, keys: RunKeys) -> tuple[int, int]:

@@ -28,6 +28,7 @@ key                         content
 ``...:dedup:done``          set: complete lines at or above the floor (:mod:`.exactly_once`)
 ``...:dedup:floor``         string: the lowest line not yet complete
 ``...:dedup:dropped``       string: word occurrences the commits dropped as counted before (replays)
+``...:dedup:peak``          string: the most marks ``dedup:seen`` ever held
 ==========================  =====================================================================
 """
 
@@ -67,6 +68,7 @@ class RunKeys:
         self.dedup_done = p + "dedup:done"
         self.dedup_floor = p + "dedup:floor"
         self.dedup_dropped = p + "dedup:dropped"
+        self.dedup_peak = p + "dedup:peak"
 
     def counter(self, index: int) -> str:
         return f"{self.prefix}counter:{index}"

@@ -481,7 +481,7 @@ def drive(
     warned = [False]
     injector = Injector(list(kills or []), managed)
     exactly = settings.delivery == "exactly-once"
-    dedup_peak = {"bytes": 0, "marks": 0}
+    dedup_peak = [0]  # bytes, sampled every poll (the peak count of marks is exact: exactly_once.peak_marks)
     quick = client(with_password(settings.redis_url, password) if password else settings.redis_url,
                    reconnect=False)
     quiet = _QuietWhenRedisIsGone(quick)
@@ -492,6 +492,10 @@ def drive(
     def finished() -> bool:
         if injector.restart_redis_if_due():
             return False  # Redis is down (--kill redis): nothing to ask it
+        if injector.kills:  # a kill due now fires even if these were the last lines
+            injector.fire_due(cluster, spout_metrics(conn, keys, settings.spouts)["acked"], lines)
+            if injector.redis_down:
+                return False
         if feed_done(conn, keys):
             return True
         timed_out = cluster.stats()[SPOUT]["timed_out"]
@@ -505,10 +509,7 @@ def drive(
         if progress is not None:
             progress("run", acked, lines)
         if exactly:
-            used, marks = exactly_once.memory(conn, keys)
-            dedup_peak["bytes"] = max(dedup_peak["bytes"], used)
-            dedup_peak["marks"] = max(dedup_peak["marks"], marks)
-        injector.fire_due(cluster, acked, lines)
+            dedup_peak[0] = max(dedup_peak[0], exactly_once.memory(conn, keys)[0])
         return False
 
     old_umask = os.umask(0o077)  # task logs (.stderr, .log) hold the dataset's words: 0600, like dump.rdb
@@ -556,8 +557,8 @@ def drive(
     summary["route"] = settings.route
     summary["kills"] = injector.fired
     if exactly:
-        summary["dedup_peak_bytes"] = dedup_peak["bytes"]
-        summary["dedup_peak_marks"] = dedup_peak["marks"]
+        summary["dedup_peak_bytes"] = dedup_peak[0]
+        summary["dedup_peak_marks"] = exactly_once.peak_marks(conn, keys)
     summary["wall_s"] = time.time() - started
     if resumes:
         summary["resumes"] = resumes
