@@ -179,14 +179,19 @@ def _locked(home: str | os.PathLike | None) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def running_server(home: str | os.PathLike | None = None) -> ManagedServer | None:
-    """The managed server recorded under ``home`` if it is running and answers, else None."""
+def _recorded_server(home: str | os.PathLike | None) -> ManagedServer | None:
+    """The managed server the state file under ``home`` records (running or not), else None."""
     state = keysplit_home(home) / "redis" / STATE_FILE
     try:
-        server = ManagedServer(**json.loads(state.read_text()))
+        return ManagedServer(**json.loads(state.read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    if not process_alive(server.pid):
+
+
+def running_server(home: str | os.PathLike | None = None) -> ManagedServer | None:
+    """The managed server recorded under ``home`` if it is running and answers, else None."""
+    server = _recorded_server(home)
+    if server is None or not process_alive(server.pid):
         return None
     try:
         client(server.url, timeout=5.0, reconnect=False).ping()
@@ -215,8 +220,7 @@ def _start(home: str | os.PathLike | None) -> ManagedServer:
     os.chmod(conf, 0o600)
     # a data directory of an older keysplit has dump.rdb and no append-only file: a server started with
     # appendonly on would start empty, so it starts from dump.rdb and writes the file itself (CONFIG SET)
-    has_aof = (directory / AOF_FILE).exists() or (directory / "appendonlydir").exists()  # Redis < 7, >= 7
-    migrate = (directory / "dump.rdb").exists() and not has_aof
+    migrate = (directory / "dump.rdb").exists() and not _has_aof(directory)
     conf.write_text(
         "\n".join([
             "bind 127.0.0.1",
@@ -247,10 +251,14 @@ def _start(home: str | os.PathLike | None) -> ManagedServer:
     return server
 
 
+def _has_aof(directory: Path) -> bool:
+    """Whether the data directory has an append-only file (a file before Redis 7, a folder since)."""
+    return (directory / AOF_FILE).exists() or (directory / "appendonlydir").exists()
+
+
 def _aof_written(conn: redis.Redis, directory: Path) -> bool:
     info = conn.info("persistence")
-    return (not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]
-            and ((directory / AOF_FILE).exists() or (directory / "appendonlydir").exists()))
+    return not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"] and _has_aof(directory)
 
 
 def _launch(server: ManagedServer) -> ManagedServer:
@@ -284,12 +292,8 @@ def _launch(server: ManagedServer) -> ManagedServer:
 
 def managed_server(url: str, home: str | os.PathLike | None = None) -> ManagedServer | None:
     """The managed server under ``home`` if ``url`` is its URL (the one server keysplit may kill and restart)."""
-    state = keysplit_home(home) / "redis" / STATE_FILE
-    try:
-        server = ManagedServer(**json.loads(state.read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
-    return server if server.url == url else None
+    server = _recorded_server(home)
+    return server if server is not None and server.url == url else None
 
 
 def kill_server(server: ManagedServer) -> None:
