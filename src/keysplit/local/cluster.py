@@ -260,7 +260,7 @@ class LocalCluster:
         """SIGKILL task ``index`` of ``component`` (its pid is returned); its worker goes down with it and
         the supervisor restarts the worker."""
         task = self._task(component, index)
-        if not task.alive or task.proc is None:
+        if not task.running:
             raise TopologyError(f"task {component}[{index}] is not running")
         os.kill(task.proc.pid, signal.SIGKILL)
         return task.proc.pid
@@ -270,7 +270,7 @@ class LocalCluster:
         are returned); the supervisor restarts the worker with all its tasks."""
         if not 0 <= worker < self.n_workers:
             raise TopologyError(f"the topology has {self.n_workers} worker process(es); no worker {worker}")
-        pids = [t.proc.pid for t in self.tasks.values() if t.worker == worker and t.alive and t.proc is not None]
+        pids = [t.proc.pid for t in self.tasks.values() if t.worker == worker and t.running]  # type: ignore[union-attr]
         if not pids:
             raise TopologyError(f"worker {worker} is not running")
         for pid in pids:
@@ -280,11 +280,11 @@ class LocalCluster:
     def is_running(self, component: str, index: int = 0) -> bool:
         """Whether task ``index`` of ``component`` has a live process (not down with its worker)."""
         task = self._task(component, index)
-        return task.alive and task.proc is not None
+        return task.running
 
     def worker_running(self, worker: int) -> bool:
         """Whether every task of worker ``worker`` has a live process."""
-        return all(t.alive and t.proc is not None for t in self.tasks.values() if t.worker == worker)
+        return all(t.running for t in self.tasks.values() if t.worker == worker)
 
     def task_ids(self, component: str) -> list[int]:
         """Storm task ids of ``component``, in index order."""
@@ -337,14 +337,14 @@ class LocalCluster:
             return
         self._closed = True
         for task in self.tasks.values():
-            if task.alive and task.proc is not None:
+            if task.running:
                 self._unregister(task)
                 for pipe in (task.proc.stdin, task.proc.stdout):  # EOF, and EPIPE for a blocked writer
                     with contextlib.suppress(OSError):
                         pipe.close()  # type: ignore[union-attr]
         deadline = time.monotonic() + 2.0
         for task in self.tasks.values():
-            if task.proc is not None and task.alive:
+            if task.running:
                 with contextlib.suppress(Exception):
                     task.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
                 task.close(kill=True)

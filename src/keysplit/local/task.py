@@ -107,6 +107,11 @@ class TaskProcess:
         self.per_next = 1.0
         self.idle = True  # one call first, to measure how many tuples a call emits
 
+    @property
+    def running(self) -> bool:
+        """Whether the task has a live process (not dead, not down with its worker waiting for a restart)."""
+        return self.alive and self.proc is not None
+
     def close(self, kill: bool) -> int | None:
         """Close the pipes (and SIGKILL the process if ``kill``); return its exit code if known."""
         self.alive = False

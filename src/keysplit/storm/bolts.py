@@ -102,7 +102,7 @@ class CounterBolt(Bolt):
         settings, self.keys, self.index = _setup(self, conf, context)
         self.conn = client(settings.redis_connect_url())
         record_start(self.conn, self.keys, self.component_name, self.index)
-        self.exactly_once = settings.delivery == "exactly-once"
+        self.exactly_once = settings.exactly_once
         self.delay = settings.cpu_delay_ms / 1000.0
         self.partial = PartialCounts()
         self.busy = 0.0
@@ -163,7 +163,7 @@ class AggregatorBolt(Bolt):
         self.k = settings.top_k
         self.conn = client(settings.redis_connect_url())
         record_start(self.conn, self.keys, self.component_name, self.index)
-        self.dedup = Dedup(self.conn, self.keys) if settings.delivery == "exactly-once" else None
+        self.dedup = Dedup(self.conn, self.keys) if settings.exactly_once else None
         # after a restart, continue from the stored totals (words of other aggregators only add
         # candidates with their true counts at this moment; the global merge keeps the largest)
         self.totals = Totals({w: int(c) for w, c in self.conn.hgetall(self.keys.counts).items()})

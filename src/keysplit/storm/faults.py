@@ -84,6 +84,7 @@ class Injector:
     redis: ManagedServer | None = None
     fired: list[dict[str, Any]] = field(default_factory=list)
     redis_back_at: float | None = None  # monotonic time to restart a killed Redis
+    restarts_at_kill: int | None = None  # the cluster's task restarts when the last task or worker kill fired
 
     def __post_init__(self) -> None:
         self.kills = sorted(self.kills, key=lambda k: k.fraction)
@@ -94,6 +95,13 @@ class Injector:
     @property
     def redis_down(self) -> bool:
         return self.redis_back_at is not None
+
+    def recovering(self, cluster: Any) -> bool:
+        """Whether the tasks of the last kill are still down: a run whose last lines were acked just before a
+        kill ends only once the killed tasks are back, so that every kill is a crash and a recovery."""
+        if self.restarts_at_kill is not None and cluster.summary()["task_restarts"] > self.restarts_at_kill:
+            self.restarts_at_kill = None
+        return self.redis_down or self.restarts_at_kill is not None
 
     def restart_redis_if_due(self) -> bool:
         """Restart a killed Redis once it has been down REDIS_DOWN_SECS; True while it is still down."""
@@ -107,25 +115,27 @@ class Injector:
         return False
 
     def fire_due(self, cluster: Any, acked: int, lines: int) -> None:
-        """Fire the next kill if its fraction of ``lines`` is acked and its target runs now."""
-        while self.kills and acked >= self.kills[0].fraction * lines:
-            kill = self.kills[0]
-            if kill.kind == "redis":
-                kill_server(self.redis)  # type: ignore[arg-type]
-                self.redis_back_at = time.monotonic() + REDIS_DOWN_SECS
-                pids = [self.redis.pid]  # type: ignore[union-attr]
-            elif kill.kind == "worker":
-                if not cluster.worker_running(kill.index):
-                    return  # restarting: fire when it is back
-                pids = cluster.kill_worker(kill.index)
-            else:
-                if not cluster.is_running(kill.kind, kill.index):
-                    return
-                pids = [cluster.kill_task(kill.kind, kill.index)]
-            log.warning("--kill %s@%g: killed %s (pid %s) with %d of %d lines acked", kill.target, kill.fraction,
-                        kill.target, ",".join(map(str, pids)), acked, lines)
-            self.fired.append({"target": kill.target, "fraction": kill.fraction, "acked": acked})
-            self.kills.pop(0)
-            # one kill per call: the runner notices this death before the next one fires, so two kills due at
-            # once are two crashes (two worker restarts), not one
+        """Fire the next kill if its fraction of ``lines`` is acked and its target runs now. One kill per call:
+        the runner notices this death before the next one fires, so two kills due at once are two crashes (two
+        worker restarts), not one."""
+        if not self.kills or acked < self.kills[0].fraction * lines:
             return
+        kill = self.kills[0]
+        if kill.kind == "redis":
+            kill_server(self.redis)  # type: ignore[arg-type]
+            self.redis_back_at = time.monotonic() + REDIS_DOWN_SECS
+            pids = [self.redis.pid]  # type: ignore[union-attr]
+        elif kill.kind == "worker":
+            if not cluster.worker_running(kill.index):
+                return  # restarting: fire when it is back
+            self.restarts_at_kill = cluster.summary()["task_restarts"]
+            pids = cluster.kill_worker(kill.index)
+        else:
+            if not cluster.is_running(kill.kind, kill.index):
+                return
+            self.restarts_at_kill = cluster.summary()["task_restarts"]
+            pids = [cluster.kill_task(kill.kind, kill.index)]
+        log.warning("--kill %s@%g: killed %s (pid %s) with %d of %d lines acked", kill.target, kill.fraction,
+                    kill.target, ",".join(map(str, pids)), acked, lines)
+        self.fired.append({"target": kill.target, "fraction": kill.fraction, "acked": acked})
+        self.kills.pop(0)

@@ -34,6 +34,7 @@ from collections.abc import Callable
 import redis
 
 from keysplit.datasets import decode_record
+from keysplit.storm import exactly_once
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import FEED_GROUP, RunKeys
 from keysplit.storm.latency import LatencyHistogram
@@ -137,7 +138,7 @@ class StreamFeed:
             return True
         if now >= self._next_floor_read:
             self._next_floor_read = now + FLOOR_POLL_SECS
-            self.floor = int(self.conn.get(self.keys.dedup_floor) or 0)
+            self.floor = exactly_once.floor(self.conn, self.keys)
         return line < self.floor + self.window
 
     def _fill(self, now: float) -> None:

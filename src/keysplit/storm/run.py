@@ -33,7 +33,7 @@ from keysplit.redis_server import client, keysplit_home, managed_server, private
 from keysplit.specs import parse_spec
 from keysplit.storm import exactly_once
 from keysplit.storm.bolts import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
-from keysplit.storm.faults import Injector, Kill, check_kills, parse_kill
+from keysplit.storm.faults import Injector, check_kills, parse_kill
 from keysplit.storm.feed import create_group, feed_done
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.latency import LatencyHistogram
@@ -392,8 +392,8 @@ def run_wordcount(
     """
     opts = prepared.options
     deadline = time.monotonic() + opts.timeout
-    kills, managed = [parse_kill(k) for k in opts.kills], managed_server(redis_url)
-    Injector(kills, managed)  # refuses --kill redis on a server keysplit did not start, before anything is loaded
+    # refuses --kill redis on a server keysplit did not start, before anything is loaded
+    injector = Injector([parse_kill(k) for k in opts.kills], managed_server(redis_url))
     try:
         settings, keys, base = start_run(conn, prepared, redis_url, progress=progress, deadline=deadline)
     except RunTimeout as exc:
@@ -401,10 +401,9 @@ def run_wordcount(
         raise KeysplitError(f"run {run_id} did not finish within --timeout {opts.timeout:g} s ({exc}); a partly "
                             f"loaded run cannot be resumed: delete it with `keysplit runs delete {run_id}`") from None
     return drive(conn, settings, keys, base, deadline=deadline, max_pending=opts.max_pending,
-                 message_timeout=opts.message_timeout, kills=kills,
+                 message_timeout=opts.message_timeout, injector=injector,
                  progress=progress, log_dir=log_dir, python=python, storm_env=opts.storm_env,
-                 worker_processes=opts.worker_processes, password=split_password(redis_url)[1],
-                 managed=managed)
+                 worker_processes=opts.worker_processes, password=split_password(redis_url)[1])
 
 
 def resume_run(
@@ -430,8 +429,7 @@ def resume_run(
     return drive(conn, settings, keys, base, deadline=time.monotonic() + timeout,
                  max_pending=int(config["max_pending"]), message_timeout=int(config["message_timeout_secs"]),
                  progress=progress, python=python, resumes=resumes, storm_env=config.get("storm_env", "local"),
-                 worker_processes=int(config.get("worker_processes", 1)), password=password,
-                 managed=managed_server(redis_url))
+                 worker_processes=int(config.get("worker_processes", 1)), password=password)
 
 
 class _QuietWhenRedisIsGone(logging.Filter):
@@ -456,10 +454,10 @@ class _QuietWhenRedisIsGone(logging.Filter):
 
 def drive(
     conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: dict[str, Any], *, deadline: float,
-    max_pending: int, message_timeout: int, kills: list[Kill] | None = None,
+    max_pending: int, message_timeout: int, injector: Injector | None = None,
     progress: Callable[[str, int, int], None] | None = None, log_dir: str | os.PathLike | None = None,
     python: str = sys.executable, resumes: int = 0, storm_env: str = "local", worker_processes: int = 1,
-    password: str = "", managed: Any = None,
+    password: str = "",
 ) -> dict[str, Any]:
     """The local runner's part: start the tasks, wait until the feed is done, collect the summary."""
     from keysplit.local import LocalCluster
@@ -479,8 +477,8 @@ def drive(
     worker_env = {PASSWORD_ENV: password} if password else {}
     log_dir = Path(log_dir) if log_dir else private_dir(keysplit_home() / "logs") / settings.run_id
     warned = [False]
-    injector = Injector(list(kills or []), managed)
-    exactly = settings.delivery == "exactly-once"
+    injector = injector or Injector([])
+    exactly = settings.exactly_once
     dedup_peak = [0]  # bytes, sampled every poll (the peak count of marks is exact: exactly_once.peak_marks)
     quick = client(with_password(settings.redis_url, password) if password else settings.redis_url,
                    reconnect=False)
@@ -492,10 +490,10 @@ def drive(
     def finished() -> bool:
         if injector.restart_redis_if_due():
             return False  # Redis is down (--kill redis): nothing to ask it
-        if injector.kills:  # a kill due now fires even if these were the last lines
-            injector.fire_due(cluster, spout_metrics(conn, keys, settings.spouts)["acked"], lines)
-            if injector.redis_down:
-                return False
+        acked = spout_metrics(conn, keys, settings.spouts)["acked"]
+        injector.fire_due(cluster, acked, lines)  # before the end check: a kill due with the last lines fires
+        if injector.recovering(cluster):
+            return False
         if feed_done(conn, keys):
             return True
         timed_out = cluster.stats()[SPOUT]["timed_out"]
@@ -505,7 +503,6 @@ def drive(
                         "and are replayed%s: raise --message-timeout or lower --max-pending", settings.run_id,
                         message_timeout, " (the totals stay exact; the run is slower)" if exactly else
                         ", so the totals will be at least, not exact")
-        acked = spout_metrics(conn, keys, settings.spouts)["acked"]
         if progress is not None:
             progress("run", acked, lines)
         if exactly:

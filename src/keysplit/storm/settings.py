@@ -114,6 +114,11 @@ class WordCountSettings:
         """The settings as topology configuration entries ``keysplit.<name>``."""
         return {PREFIX + k: v for k, v in asdict(self).items()}
 
+    @property
+    def exactly_once(self) -> bool:
+        """Whether the totals are committed exactly once (storm/exactly_once.py)."""
+        return self.delivery == "exactly-once"
+
     def window_lines(self, max_pending: int | None) -> int:
         """The spouts' exactly-once window: ``window``, else 4 x max spout pending x spouts (20,000 lines a spout
         when max pending is unlimited)."""

@@ -37,11 +37,10 @@ class RedisStreamSpout(Spout):
         timeout = float(conf.get("topology.message.timeout.secs", 30))
         conn = client(settings.redis_connect_url())
         record_start(conn, keys, self.component_name, index)
-        exactly_once = settings.delivery == "exactly-once"
         self.feed = StreamFeed(
             conn, keys, f"spout-{index}",
             orphan_idle_ms=int(3 * timeout * 1000), metrics_key=keys.spout(index),
-            dedup=Dedup(conn, keys) if exactly_once else None,
+            dedup=Dedup(conn, keys) if settings.exactly_once else None,
             window=settings.window_lines(conf.get("topology.max.spout.pending")),
         )
         self.feed.restore()
