@@ -202,7 +202,7 @@ def ship_code(sc: Any) -> None:
     """On a cluster, send the keysplit and spark_replay packages to the executors (``addPyFile``).
 
     Every ``.py`` file of both packages goes in, with a directory entry per package folder (zipimport finds
-    packages by those entries). Their third-party dependencies (mmh3, numpy, numba, pyarrow) must be
+    packages by those entries). Their third-party dependencies (mmh3, numpy, numba, pyarrow, pandas) must be
     installed on the worker nodes. The zip stays until :func:`stop_session`: the driver serves it from there.
     """
     import keysplit
@@ -226,7 +226,7 @@ def ship_code(sc: Any) -> None:
 
 
 #: What the executors must import: keysplit (installed or shipped) and its dependencies.
-WORKER_MODULES = ("keysplit", "spark_replay", "numpy", "numba", "mmh3", "pyarrow")
+WORKER_MODULES = ("keysplit", "spark_replay", "numpy", "numba", "mmh3", "pyarrow", "pandas")
 
 
 def check_workers(sc: Any) -> None:
@@ -270,7 +270,7 @@ def missing_modules(missing: list[str], executable: str, master: str) -> str:
     elif any(m.startswith(("keysplit", "spark_replay")) for m in missing):
         fix = "the code zip keysplit ships did not reach the executors; check spark.submit.pyFiles"
     else:
-        fix = ("install keysplit's dependencies (numpy, numba, mmh3, pyarrow) in the worker nodes' Python, "
+        fix = ("install keysplit's dependencies (numpy, numba, mmh3, pyarrow, pandas) in the worker nodes' Python, "
                "or point PYSPARK_PYTHON at one that has them")
     return f"the Spark executors' Python ({executable}) cannot import {names}: {fix}"
 

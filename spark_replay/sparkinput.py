@@ -7,17 +7,23 @@ arrive as raw bytes (the column cast to binary, so Java never decodes them) and 
 :meth:`FileDataset.lines` decodes them (invalid UTF-8 replaced), then parsed by the reader's own
 ``parse_line``. Hadoop decompresses a ``.gz`` file (by its name; a gzip file not named ``.gz`` is refused with
 the fix). Parquet goes through Spark's ``parquet`` source, each row through the reader's ``make_record``.
-Every split of the file is read by one task, in order, and ``_metadata.file_block_start`` (the split's first
-byte) names it, so the chunks ``(split start, n)`` sort in file order: each record gets exactly the index,
-and each message the sequence number, it has in ``simulate`` and in the topology's feed.
+Rows reach Python row by row, or for a file of :data:`ARROW_MIN_BYTES` or more as Arrow batches (the same
+runs of rows either way). Every split of the file is read by one task, in order, and
+``_metadata.file_block_start`` (the split's first byte) names it, so the chunks ``(split start, n)`` sort in
+file order: each record gets exactly the index, and each message the sequence number, it has in ``simulate``
+and in the topology's feed.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import pickle
 from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 from keysplit.datasets import open_dataset
 from keysplit.datasets.base import Dataset
@@ -144,8 +150,13 @@ def spark_chunks(spark: Any, dataset: FileDataset, partitions: int | None) -> tu
 
             def parse(rows: Iterator) -> Iterator:
                 return text_chunks(dataset, rows)
-        rows = frame.rdd  # planned now, with the split settings above
-        return rows.mapPartitions(parse), rows.getNumPartitions()
+        # planned now, with the split settings above
+        if _size(spark, uri) < ARROW_MIN_BYTES:
+            rows = frame.rdd
+            return rows.mapPartitions(lambda it: parse(_row_runs(it))), rows.getNumPartitions()
+        # rows reach Python as Arrow batches, each chunk comes back as one pickled value of a one-row batch
+        chunks = frame.mapInArrow(lambda batches: _pickled(parse(_arrow_runs(batches))), "chunk binary")
+        return chunks.rdd.map(lambda row: pickle.loads(row[0])), chunks.rdd.getNumPartitions()
     finally:
         for key, value in saved.items():
             if value is None:
@@ -170,9 +181,13 @@ def _parquet_frame(spark: Any, uri: str, dataset: ParquetDataset) -> Any:
 
 #: Rows taken at a time from Spark's row iterator (one split's run is cut there too).
 ROWS = 4096
+#: Files at least this large reach Python as Arrow batches (``mapInArrow``), smaller ones row by row: the
+#: Arrow hand-over costs ~1.5 s per million lines against ~10 s row by row, but its start (pandas and Arrow
+#: in the driver and in every Python worker) costs 2 to 3 s per replay, more than a small file's rows.
+ARROW_MIN_BYTES = 4 << 20
 
 
-def _runs(rows: Iterator) -> Iterator[tuple[int, list]]:
+def _row_runs(rows: Iterator) -> Iterator[tuple[int, list]]:
     """``(split start, column lists)`` for each run of rows of one split, in the order Spark read them (rows
     are ``(columns..., split start)``)."""
     batch: list = []
@@ -185,10 +200,30 @@ def _runs(rows: Iterator) -> Iterator[tuple[int, list]]:
         yield batch[0][-1], [list(col) for col in zip(*batch)][:-1]
 
 
+def _arrow_runs(batches: Iterator) -> Iterator[tuple[int, list]]:
+    """:func:`_row_runs` from Arrow record batches whose last column is the split start."""
+    for batch in batches:
+        at = batch.column(batch.num_columns - 1).to_numpy(zero_copy_only=False)
+        cuts = [0, *(np.flatnonzero(at[1:] != at[:-1]) + 1).tolist(), len(at)]
+        for lo, hi in itertools.pairwise(cuts):
+            for start in range(lo, hi, ROWS):
+                part = batch.slice(start, min(hi, start + ROWS) - start)
+                yield int(at[lo]), [part.column(i).to_pylist() for i in range(batch.num_columns - 1)]
+
+
+def _pickled(chunks: Iterator[Chunk]) -> Iterator:
+    import pyarrow as pa
+
+    for chunk in chunks:
+        yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(chunk, protocol=5)], pa.large_binary())],
+                                         ["chunk"])
+
+
 def text_chunks(reader: FileDataset, rows: Iterator) -> Iterator[Chunk]:
-    """Chunks of the lines Spark read: each split's lines decoded and parsed in order (the header skipped)."""
+    """Chunks of the lines Spark read (``rows``: runs of :func:`_row_runs`): each split's lines decoded and
+    parsed in order (the header skipped)."""
     builder: ChunkBuilder | None = None
-    for at, (lines,) in _runs(rows):
+    for at, (lines,) in rows:
         if builder is None or builder.part != at:
             if builder is not None:
                 yield from builder.finish()
@@ -202,11 +237,12 @@ def text_chunks(reader: FileDataset, rows: Iterator) -> Iterator[Chunk]:
 
 
 def parquet_chunks(reader: tuple, rows: Iterator) -> Iterator[Chunk]:
-    """Chunks of the Parquet rows Spark read, each through the reader's ``make_record``."""
+    """Chunks of the Parquet rows Spark read (``rows``: runs of :func:`_row_runs`), each through the reader's
+    ``make_record``."""
     ds: Any = object.__new__(ParquetDataset)  # no file opened on the executor: Spark read the rows
     ds.path, ds.key_column, ds.time_column, ds.empty_keys = *reader, 0
     builder: ChunkBuilder | None = None
-    for at, cols in _runs(rows):
+    for at, cols in rows:
         if builder is None or builder.part != at:
             if builder is not None:
                 yield from builder.finish()

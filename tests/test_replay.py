@@ -99,7 +99,16 @@ def test_reference_engine_and_a_shared_state_grouping_make_the_same_decisions(sp
     assert_same_as_simulate(summary, zipf_spec)
 
 
-def test_text_file_cut_into_byte_ranges_replays_like_the_file(spark, tmp_path):
+@pytest.fixture(params=["rows", "arrow"])
+def handover(request, monkeypatch):
+    """Spark hands a small file's rows to Python one by one, a large file's as Arrow batches: both, here."""
+    from spark_replay import sparkinput
+
+    monkeypatch.setattr(sparkinput, "ARROW_MIN_BYTES", 0 if request.param == "arrow" else 1 << 62)
+    return request.param
+
+
+def test_text_file_cut_into_byte_ranges_replays_like_the_file(spark, tmp_path, handover):
     path = write_text(tmp_path / "book.txt")
     groupings = ["kg", "pkg", "dkg", "pkg:probe=0.01", "offgreedy"]
     opts = ReplayOptions(dataset=f"text:{path}", groupings=groupings, workers=5, sources=3, split="key", rate=5000.0,
@@ -119,7 +128,7 @@ def test_text_file_cut_into_byte_ranges_replays_like_the_file(spark, tmp_path):
     assert summary["dataset"]["sha256"] == open_dataset(f"text:{path}").sha256()
 
 
-def test_timestamps_gzip_and_parquet_feed_the_same_event_times(spark, tmp_path):
+def test_timestamps_gzip_and_parquet_feed_the_same_event_times(spark, tmp_path, handover):
     rng = random.Random(3)
     rows = [(f"k{min(int(rng.paretovariate(1.2)), 50)}", round(1000 + n * 0.0004 + rng.random() * 0.0002, 6))
             for n in range(3000)]
