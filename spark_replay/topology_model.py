@@ -28,6 +28,13 @@ What the model follows, each a fact of the topology (``keysplit.storm``, ``keysp
 Complete latency is a line's emit-to-complete time (Storm's complete latency, what the spout measures) and the
 throughput is words / (last completion - first emit), both as ``keysplit run`` reports them.
 
+The model streams: :class:`StreamedModel` takes the routed stream in sequence order a chunk of whole lines at a
+time, and its event loop (:func:`stream_kernel`) keeps only what is in flight -- rings of the lines from the
+oldest one not complete to the last fed, and of their words (at most ``max_pending`` x ``spouts`` lines are in
+flight, in closed and open loop) -- plus per-counter, per-aggregator and per-key state; each completed line's
+latency goes to a fixed-size histogram (:class:`Latencies`). In the replay it runs in one Spark task fed the
+routed pieces in chunk order (:func:`spark_estimate`), so its memory does not grow with the stream.
+
 Not modelled: message timeouts re-emitting a line (the lines that would exceed ``message_timeout`` are counted
 in ``timeouts``; a run that replayed lines is outside the model), task restarts, and CPU contention beyond the
 runner's serial stage.
@@ -109,10 +116,9 @@ class Latencies:
 
     def percentile(self, q: float) -> float:
         """Nearest-rank percentile: the largest latency of the bin that holds the rank."""
-        if not self.n:
-            return 0.0
-        rank = max(1, math.ceil(q / 100.0 * self.n))
-        return float(self.top[int(np.searchsorted(np.cumsum(self.counts), rank))])
+        from spark_replay.queueing import rank_bin
+
+        return float(self.top[rank_bin(self.counts, self.n, q)]) if self.n else 0.0
 
 
 @dataclass
