@@ -461,6 +461,10 @@ def _regrow(arrays: list[np.ndarray], lo: int, hi: int, size: int) -> list[np.nd
     return out
 
 
+#: Lines :meth:`StreamedModel.feed` hands the kernel at a time (a bigger chunk is cut).
+FEED_LINES = 1 << 13
+
+
 class StreamedModel:
     """The model fed its routed stream in sequence order, a chunk of whole lines at a time (:meth:`feed`), then
     :meth:`finish`. It holds the lines and words from the oldest line in flight to the last fed (in closed and
@@ -500,8 +504,14 @@ class StreamedModel:
             raise ValueError("workers, key ids and line lengths disagree on the number of words")
         if m and (int(workers.min()) < 0 or int(workers.max()) >= self.params.workers):
             raise ValueError(f"a worker id is outside 0..{self.params.workers - 1}")
-        if not m:
-            return
+        bounds = line_starts(lengths)
+        for a in range(0, len(lengths), FEED_LINES):  # the rings hold at most FEED_LINES lines not yet emitted
+            b = min(a + FEED_LINES, len(lengths))
+            words = slice(int(bounds[a]), int(bounds[b]))
+            self._feed(lengths[a:b], workers[words], aggregators[words], key_ids[words])
+
+    def _feed(self, lengths: np.ndarray, workers: np.ndarray, aggregators: np.ndarray, key_ids: np.ndarray) -> None:
+        m = len(workers)
         fed, oldest, k = int(self.iv[_I_LINES]), int(self.iv[_I_OLDEST]), len(lengths)
         left, _, first = self.lines
         if fed + k - oldest > len(left):
@@ -649,11 +659,30 @@ class KeyTable:
         return ids, self._agg[ids]
 
 
-def model_piece(sub: Any, chosen: np.ndarray) -> tuple:
-    """What the model task needs of one routed piece: sequence numbers, workers, key ids into the piece's
-    vocabulary, the vocabulary, and the words of each of its records (in order)."""
+#: Slices a routed piece is cut into for the model's shuffle: PySpark's shuffle writes and reads its items in
+#: batches of up to ten, so an item must be small (a merged piece of 2^19 messages gives slices of 2^14).
+SLICES = 32
+
+
+def model_slices(sub: Any, chosen: np.ndarray) -> list[tuple]:
+    """What the model task needs of one routed piece, in :data:`SLICES` slices of whole records (some may be
+    empty): per slice its sequence numbers, workers, key ids into its own vocabulary, that vocabulary, and the
+    messages of each of its records (in order)."""
     assert sub.rec_len is not None, "the ingest gives every piece its records' lengths"
-    return sub.seq, np.asarray(chosen, dtype=np.int32), sub.key_ids, list(sub.vocab), sub.rec_len
+    rec = sub.rec_len.astype(np.int64)
+    rec_start = np.cumsum(rec) - rec
+    which = rec_start * SLICES // max(1, len(sub.seq))  # a record goes to the slice where it starts
+    cuts = np.searchsorted(which, np.arange(SLICES + 1))  # record bounds of each slice
+    out = []
+    chosen = np.asarray(chosen, dtype=np.int32)
+    for q in range(SLICES):
+        r0, r1 = int(cuts[q]), int(cuts[q + 1])
+        a = int(rec_start[r0]) if r0 < len(rec) else len(sub.seq)
+        b = int(rec_start[r1]) if r1 < len(rec) else len(sub.seq)
+        used, local = np.unique(sub.key_ids[a:b], return_inverse=True)
+        out.append((sub.seq[a:b].copy(), chosen[a:b].copy(), local.astype(np.int32).reshape(-1),
+                    [sub.vocab[k] for k in used.tolist()], sub.rec_len[r0:r1].copy()))
+    return out
 
 
 def merge_pieces(pieces: list[tuple], keys: KeyTable) -> tuple:
@@ -678,18 +707,19 @@ def merge_pieces(pieces: list[tuple], keys: KeyTable) -> tuple:
 
 
 def estimate_task(items: Any, chunks: int, sources: list[int], params: TopologyParams) -> dict:
-    """The model's one task: the routed pieces ``((chunk number, source), piece)`` of every source, released in
-    chunk order (:func:`spark_replay.ordered.in_order`: early ones wait in a bounded buffer, then on disk), each
-    chunk merged by sequence number and fed to a :class:`StreamedModel`."""
+    """The model's one task: the slices ``((chunk number, source, slice), slice)`` of every source's routed
+    pieces (:func:`model_slices`), released in chunk order (:func:`spark_replay.ordered.in_order`: early ones
+    wait in a bounded buffer, then on disk); each chunk's slices are merged by sequence number and fed to a
+    :class:`StreamedModel`."""
     from spark_replay.ordered import in_order
 
     model = StreamedModel(params)
     keys = KeyTable(params.aggregators)
     held: list[tuple] = []
-    order = [(n, s) for n in range(chunks) for s in sources]
+    order = [(n, s, q) for n in range(chunks) for s in sources for q in range(SLICES)]
     for piece in in_order(items, order):
         held.append(piece)
-        if len(held) == len(sources):
+        if len(held) == len(sources) * SLICES:  # every slice of the chunk: merge and feed
             model.feed(*merge_pieces(held, keys))
             held = []
     return model.finish().summary()
@@ -703,7 +733,8 @@ def spark_estimate(routed: Any, chunks: int, sources: list[int], params: Topolog
 
     def tag(index: int, pieces: Any) -> Any:
         for n, (sub, chosen, _fast) in enumerate(pieces):
-            yield 0, ((n, index), model_piece(sub, chosen))
+            for q, part in enumerate(model_slices(sub, chosen)):
+                yield 0, ((n, index, q), part)
 
     return (routed.mapPartitionsWithIndex(tag)
             .partitionBy(1, lambda _key: 0)

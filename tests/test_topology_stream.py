@@ -17,6 +17,7 @@ import numba
 import numpy as np
 import pytest
 
+from spark_replay.ingest import SubStream
 from spark_replay.topology_model import (
     _ACK,
     _ARRIVE,
@@ -31,6 +32,7 @@ from spark_replay.topology_model import (
     _push,
     estimate_task,
     line_starts,
+    model_slices,
     route_dataset,
     simulate,
 )
@@ -285,12 +287,12 @@ def test_the_spark_task_merges_sources_in_sequence_order_whatever_order_pieces_c
         for s in range(sources):
             recs = [i for i in range(a, b) if record_source[i] == s]
             idx = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in recs] or [np.zeros(0, int)])
-            local = np.unique(keys[idx], return_inverse=True)
-            piece_vocab = [vocab[k] for k in local[0].tolist()][::-1]  # any order of the piece's vocabulary
-            piece_keys = (len(local[0]) - 1 - local[1].reshape(-1)).astype(np.int32)
-            rec_len = np.diff(starts)[recs].astype(np.int32)
-            pieces.append(((n, s), (idx.astype(np.int64), workers[idx].astype(np.int32), piece_keys, piece_vocab,
-                                    rec_len)))
+            used, local = np.unique(keys[idx], return_inverse=True)
+            order = np.random.default_rng(n).permutation(len(used))  # any order of the piece's vocabulary
+            sub = SubStream(s, idx.astype(np.int64), order[local.reshape(-1)].astype(np.int32),
+                            [vocab[k] for k in used[np.argsort(order)].tolist()], None, None,
+                            rec_len=np.diff(starts)[recs].astype(np.int32))
+            pieces += [((n, s, q), part) for q, part in enumerate(model_slices(sub, workers[idx]))]
     rng = np.random.default_rng(2)
     shuffled = [pieces[i] for i in rng.permutation(len(pieces))]
     got = estimate_task(iter(shuffled), len(bounds) - 1, list(range(sources)), params)
