@@ -70,6 +70,7 @@ class SubStream:
     has_ts: np.ndarray | None
     sources: np.ndarray | None = None  # int32 per message, merged streams only
     key_hash: np.ndarray | None = None  # uint64 per vocab entry, set when hashes are collision-free
+    rec_len: np.ndarray | None = None  # int32, messages of each of its records (non-empty ones, in order)
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -250,14 +251,16 @@ def deal_chunk(chunk: Chunk, rec0: int, seq0: int, sources: int, split: str, mer
     ts = np.repeat(chunk.ts, chunk.rec_len) if chunk.ts is not None else None
     has_ts = np.repeat(chunk.has_ts, chunk.rec_len) if chunk.has_ts is not None else None
     if merged:
-        sub = SubStream(0, seq, chunk.key_ids, chunk.vocab, ts, has_ts, sources=msg_source)
+        sub = SubStream(0, seq, chunk.key_ids, chunk.vocab, ts, has_ts, sources=msg_source, rec_len=chunk.rec_len[
+            chunk.rec_len > 0])
         yield 0, (chunk.part, with_fingerprints(sub) if hashed else sub)
         return
     for s in range(sources):
         mask = msg_source == s
         used, local = np.unique(chunk.key_ids[mask], return_inverse=True)
         sub = SubStream(s, seq[mask], local.astype(np.int32).reshape(-1), [chunk.vocab[i] for i in used.tolist()],
-                        ts[mask] if ts is not None else None, has_ts[mask] if has_ts is not None else None)
+                        ts[mask] if ts is not None else None, has_ts[mask] if has_ts is not None else None,
+                        rec_len=chunk.rec_len[(rec_source == s) & (chunk.rec_len > 0)])
         yield s, (chunk.part, with_fingerprints(sub) if hashed else sub)
 
 

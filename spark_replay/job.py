@@ -174,10 +174,6 @@ def _replay_into(spark: Any, opts: ReplayOptions, modes: list[str], dataset: Any
                  say: Callable[[str], None]) -> dict:
     started = time.perf_counter()
     source = _materialise(spark, dataset, out)
-    if opts.arrivals != "lindley" and is_uri(source.path) and not source.path.startswith("file:"):
-        # the topology model reads the records' word counts in one task, with the local readers
-        raise KeysplitError(f"--arrivals {opts.arrivals} needs the dataset on a local path (or file:), not "
-                            f"{source.path}; use --arrivals lindley for a dataset on distributed storage")
     if source is not dataset:
         say(f"generator written to {source.path} (read back as {source.spec})")
     with user_errors(spark.sparkContext.master):
@@ -242,7 +238,7 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
     every = opts.checkpoint or default_checkpoint(ing.messages)
     results = []
     for n, (spec, mode) in enumerate(zip(opts.groupings, modes), 1):
-        r = replay_grouping(spark, ing, spec, mode, opts, every, frequencies, source.spec)
+        r = replay_grouping(spark, ing, spec, mode, opts, every, frequencies)
         s = r.summary
         say(f"[{n}/{len(opts.groupings)}] {s['grouping']} ({s['mode']}): {ing.messages:,} messages in "
             f"{s['seconds']:.2f} s ({s['messages_per_second']:,.0f} msg/s); final imbalance "
@@ -271,7 +267,7 @@ def _partition_top(items: Iterator[tuple[str, int]], k: int) -> tuple[int, list]
 
 
 def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: ReplayOptions, every: int,
-                    frequencies: Any, dataset_spec: str | None = None) -> GroupingResult:
+                    frequencies: Any) -> GroupingResult:
     """Route every sub-stream with ``spec`` and measure it (loads, I(t), memory, queueing)."""
     W, S = opts.workers, opts.sources
     changes = sorted(opts.resizes, key=lambda r: r.at)
@@ -315,9 +311,9 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
         for start in range(0, ing.messages, 1 << 20):
             hist.add(np.zeros(min(1 << 20, ing.messages - start)))
     estimate = None
-    if opts.arrivals != "lindley" and dataset_spec is not None:
-        # the model needs the routed stream in sequence order: route again (same decisions) for its one task
-        estimate = spark_estimate(stream.mapPartitionsWithIndex(routed_pieces), dataset_spec,
+    if opts.arrivals != "lindley":
+        # the model needs the routed stream in sequence order: route again (same decisions), streamed to its task
+        estimate = spark_estimate(stream.mapPartitionsWithIndex(routed_pieces), len(order), sources,
                                   model_params(opts, n_workers))
     elapsed = time.perf_counter() - t0
 

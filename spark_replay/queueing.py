@@ -84,10 +84,14 @@ class LatencyHistogram:
         """The nearest-rank q-th percentile (0 < q <= 100): the lower edge of its bin, clamped to [min, max]."""
         if not self.n:
             return 0.0
-        rank = max(1, math.ceil(q / 100.0 * self.n))
-        i = int(np.searchsorted(np.cumsum(self.counts), rank))
+        i = rank_bin(self.counts, self.n, q)
         edge = self.service * BIN_RATIO**i
         return min(max(edge, self.low), self.high)
+
+
+def rank_bin(counts: np.ndarray, n: int, q: float) -> int:
+    """The bin of a histogram of ``n`` values that holds their nearest-rank q-th percentile (0 < q <= 100)."""
+    return int(np.searchsorted(np.cumsum(counts), max(1, math.ceil(q / 100.0 * n))))
 
 
 def worker_latencies(arrival_chunks: list[np.ndarray], service: float) -> np.ndarray:
