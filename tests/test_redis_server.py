@@ -53,6 +53,36 @@ def test_session_stops_only_the_server_it_started(tmp_path):
         redis_server.stop_server(home)
 
 
+def test_a_session_interrupted_mid_command_still_releases_its_lease_and_stops_its_server(tmp_path):
+    home = tmp_path / "home"
+    with pytest.raises(KeyboardInterrupt), redis_server.session(home=home) as (conn, _url):
+        conn.set("x", "a string")
+        # a signal raised between a command's request and its reply leaves the reply on the pooled connection
+        pending = conn.connection_pool.get_connection()
+        pending.send_command("GET", "x")
+        conn.connection_pool.release(pending)
+        raise KeyboardInterrupt
+    assert redis_server.running_server(home) is None  # the clean-up read its own replies, not "a string"
+
+
+def test_a_reply_left_unread_by_an_interruption_is_not_taken_for_the_next_ones(tmp_path):
+    home = tmp_path / "home"
+    conn = redis_server.connect(home=home)
+    try:
+        conn.hset("h", "k", "v")
+        pending = conn.connection_pool.get_connection()
+        pending.send_command("GET", "nothing")
+        conn.connection_pool.release(pending)
+        assert conn.hgetall("h") is None  # the stale reply (the proof that the situation is real)
+        conn.hset("h", "k", "v")
+        pending = conn.connection_pool.get_connection()
+        pending.send_command("GET", "nothing")
+        conn.connection_pool.release(pending)
+        assert redis_server.fresh_connections(conn).hgetall("h") == {"k": "v"}
+    finally:
+        redis_server.stop_server(home)
+
+
 def test_unreachable_url_fails_fast_with_one_line_and_no_password_shown():
     with pytest.raises(KeysplitError) as info:
         redis_server.connect("redis://:secret@127.0.0.1:1/0")

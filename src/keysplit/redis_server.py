@@ -114,6 +114,14 @@ def client(url: str, timeout: float = CONNECT_TIMEOUT, reconnect: bool = True) -
         raise KeysplitError(f"bad Redis URL {redact(url)!r}: {exc}") from None
 
 
+def fresh_connections(conn: redis.Redis) -> redis.Redis:
+    """``conn`` with its pooled connections closed, for clean-up after an interruption: a signal that raised
+    (SIGTERM, SIGHUP, Ctrl-C) in the middle of a command leaves its reply unread on a pooled connection (redis-py
+    drops a connection only on its own errors), and the next command would take that reply for its own."""
+    conn.connection_pool.disconnect()
+    return conn
+
+
 def connect(url: str | None = None, *, home: str | os.PathLike | None = None) -> redis.Redis:
     """A live client: to ``url``, or to the project-managed server (started if needed)."""
     if url is None:
@@ -372,7 +380,7 @@ def session(url: str | None = None, *, home: str | os.PathLike | None = None) ->
         yield conn, server.url
     finally:
         with _locked(home), contextlib.suppress(redis.RedisError):
-            conn.hdel(LEASES, holder)
+            fresh_connections(conn).hdel(LEASES, holder)
             if live_leases(conn) == 0 and conn.get(LEASES + ":owned"):
                 conn.delete(LEASES)
                 _stop(home, True, False)

@@ -29,7 +29,7 @@ from keysplit.errors import KeysplitError
 from keysplit.groupings import check_grouping, grouping_class
 from keysplit.metrics import dist_cost, imbalance_fraction, load_stddev
 from keysplit.outputs import atomic_file
-from keysplit.redis_server import client, keysplit_home, managed_server, private_dir
+from keysplit.redis_server import client, fresh_connections, keysplit_home, managed_server, private_dir
 from keysplit.specs import parse_spec
 from keysplit.storm import exactly_once
 from keysplit.storm.bolts import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
@@ -304,7 +304,7 @@ def start_run(
         conn.set(keys.config, json.dumps({**base, **settings.conf(), "keysplit.redis_url": ""}))
         set_state(conn, keys, "loaded", lines=lines, messages=words, feed_complete=1)
     except BaseException as exc:
-        mark_interrupted(conn, keys, _reason(exc, "while loading the feed"))
+        mark_interrupted(fresh_connections(conn), keys, _reason(exc, "while loading the feed"))
         raise
     return settings, keys, base
 
@@ -539,7 +539,7 @@ def drive(
     except BaseException as exc:
         if isinstance(exc, Exception) and (quiet.gone or _redis_gone(quick)):
             raise KeysplitError(f"run {settings.run_id} lost its Redis server (task logs in {log_dir})") from None
-        mark_interrupted(conn, keys, _reason(exc, "while running"))
+        mark_interrupted(fresh_connections(conn), keys, _reason(exc, "while running"))
         raise
     finally:
         os.umask(old_umask)
