@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numba
@@ -595,10 +595,6 @@ def simulate(params: TopologyParams, line_start: np.ndarray, workers: np.ndarray
         words = slice(int(bounds[a]), int(bounds[b]))
         model.feed(lengths[a:b], workers[words], aggregators[words], key_ids[words])
     return model.finish()
-
-
-def params_dict(params: TopologyParams) -> dict:
-    return asdict(params)
 
 
 def aggregator_of(keys: list[str], aggregators: int) -> np.ndarray:

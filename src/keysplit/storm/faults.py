@@ -8,8 +8,8 @@ once a fraction of the lines is acked, as a crash on a cluster would.
   its append-only file; the components' clients reconnect meanwhile (``redis_server.client``).
 
 A kill of a task that is down at that moment (its worker is restarting) waits until the task runs again, and
-kills fire one at a time (the runner polls every 0.2 s), so each is a crash of its own. A kill whose fraction is
-reached only as the last lines are acked may not fire: the summary's ``kills`` lists those that did.
+kills fire one at a time (the runner polls every 0.2 s), so each is a crash of its own. A kill due as the last
+lines are acked still fires, and the run ends only once the killed tasks are back (:meth:`Injector.recovering`).
 """
 
 from __future__ import annotations
