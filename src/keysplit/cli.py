@@ -9,6 +9,7 @@ is caught, so a real bug still shows its traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import os
@@ -114,5 +115,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def console() -> int:
+    """The ``keysplit`` executable: :func:`main`, then the process ends. Its objects are frozen first, which
+    spares the interpreter's shutdown its collections over every one of them (a 5 M-message simulate holds
+    100 k keys: ~15 ms of its exit); commands close their resources themselves. Not for callers of main()
+    that go on running, whose later garbage would then never be collected."""
+    status = main()
+    gc.freeze()
+    return status
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

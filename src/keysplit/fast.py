@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from keysplit.compiled import kernel
 from keysplit.datasets import Dataset
 from keysplit.datasets import generators as _generators
 from keysplit.errors import SpecError
@@ -63,7 +63,10 @@ INDEX_TABLE_LIMIT = 1 << 24
 _compile_seconds: float | None = None
 
 
-@njit(cache=True, nogil=True)
+@kernel(
+    "UniTuple(i8, 3)(i8, i4[:], i4[:], i8, i8, f8[:], b1, i8, f8, i4[:, :], i4[:], i8, i8, i8, f8[:, :], i8[:], f8[:],"
+    " f8, f8, b1, i8[:], u8[:, :], i8[:], i8, i8, i8[:], i4[:], u8[:], i8[:])"
+)
 def _route_chunk(
     mode, kid, src, src_mode, src_next, now, use_now, seq0, rate,
     cand, ksrc, d, workers, sources,

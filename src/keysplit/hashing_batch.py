@@ -17,19 +17,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
+from keysplit.compiled import kernel
 from keysplit.hashing import BASE_SEED
 
 _MASK = 0xFFFFFFFF
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _rotl32(x, r):  # pragma: no cover - compiled
     return ((x << r) | (x >> (32 - r))) & _MASK
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _murmur3_32(data, start, stop, seed):  # pragma: no cover - compiled
     """MurmurHash3_x86_32 of ``data[start:stop]`` with ``seed``, as an unsigned 32-bit value.
 
@@ -74,13 +74,13 @@ def _murmur3_32(data, start, stop, seed):  # pragma: no cover - compiled
     return h
 
 
-@njit(cache=True, nogil=True)
+@kernel("void(u1[:], i8[:], i8, i8[:])")
 def _hash_all(data, starts, seed, out):  # pragma: no cover - compiled
     for j in range(out.shape[0]):
         out[j] = _murmur3_32(data, starts[j], starts[j + 1], seed)
 
 
-@njit(cache=True, nogil=True)
+@kernel("void(u1[:], i8[:], i8, i8, b1, i8, i4[:, :])")
 def _candidate_rows(data, starts, d, workers, distinct, base_seed, out):  # pragma: no cover - compiled
     """``out[j]`` = key j's d candidates, operation for operation as ``hashing.choices`` (not ``distinct``)
     or ``hashing.distinct_choices`` (``distinct``: the (h_i mod (W - i))-th worker not taken yet)."""

@@ -10,6 +10,7 @@ import math
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -103,12 +104,46 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-def progress_bar(total: int | None, desc: str, enabled: bool = True) -> Any:
-    """A tqdm bar on stderr, shown only on a terminal; ``update(n)`` advances it."""
-    from tqdm import tqdm
+#: Seconds of work before a progress bar appears (tqdm's ``delay``): shorter commands never import tqdm.
+PROGRESS_DELAY = 1.0
 
-    return tqdm(total=total, desc=desc, unit="msg", unit_scale=True, leave=False, file=sys.stderr,
-                disable=None if enabled else True)
+
+class Progress:
+    """A progress bar on stderr, shown only on a terminal and only once the work has lasted
+    :data:`PROGRESS_DELAY`; tqdm is imported then, so a command that ends sooner does not pay its ~20 ms import.
+    ``update(n)`` advances it; ``n`` is the count so far."""
+
+    def __init__(self, total: int | None, desc: str, unit: str = "msg", enabled: bool = True) -> None:
+        self.total, self.desc, self.unit = total, desc, unit
+        self.n = 0
+        self._bar: Any = None
+        self._shown = enabled and sys.stderr.isatty()
+        self._started = time.monotonic()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if self._bar is not None:
+            self._bar.update(n)
+        elif self._shown and time.monotonic() - self._started >= PROGRESS_DELAY:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total, desc=self.desc, unit=self.unit, unit_scale=True, leave=False,
+                             file=sys.stderr, initial=self.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def progress_bar(total: int | None, desc: str, enabled: bool = True, unit: str = "msg") -> Progress:
+    """A :class:`Progress` of ``total`` units (None: unknown) labelled ``desc``."""
+    return Progress(total, desc, unit, enabled)
 
 
 def print_table(rows: list[dict], columns: list[tuple[str, str, Callable[[Any], str]]]) -> None:

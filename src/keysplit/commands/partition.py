@@ -85,8 +85,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from(args)
     if args.plot is not None:
         check_plot_path(args.plot)
-    bar = progress_bar(work_units(cfg), "partition-experiment", enabled=not args.json)
-    bar.unit = "step"
+    bar = progress_bar(work_units(cfg), "partition-experiment", enabled=not args.json, unit="step")
     with bar:
         result = run_experiment(cfg, progress=bar.update)
     written = None if args.plot is None else plot(result, args.plot)

@@ -20,7 +20,7 @@ from keysplit.commands.common import (
     stop_on_signals,
 )
 from keysplit.commands.knobs import add_shared_knobs
-from keysplit.commands.simulate import grouping_help
+from keysplit.commands.simulate import GROUPINGS_EPILOG, GroupingsHelpFormatter
 from keysplit.datasets import open_dataset
 from keysplit.datasets.readers import FileDataset
 from keysplit.errors import KeysplitError
@@ -50,9 +50,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "machine (one process per task, Storm's multi-lang protocol) until every line is acked. Prints "
         "throughput, complete latency, per-worker loads, imbalance, memory and the top-k; everything is "
         "stored in Redis under the run id for `keysplit compare`.",
-        epilog=grouping_help() + "\n\nexample:\n  keysplit run wordcount --grouping pkg --dataset "
+        epilog=GROUPINGS_EPILOG + "\n\nexample:\n  keysplit run wordcount --grouping pkg --dataset "
         "zipf:z=1.4,keys=10000,messages=20000,seed=1 --workers 8 --cpu-delay 2",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=GroupingsHelpFormatter,
     )
     p.add_argument("topology", choices=["wordcount"], help="the topology to run")
     p.add_argument("--grouping", "-g", metavar="G", help="grouping spec, e.g. pkg, pkg:d=4, kg, sg (required)")

@@ -35,6 +35,20 @@ def grouping_help() -> str:
     return "groupings (spec NAME[:key=value,...]):\n" + "\n".join(lines)
 
 
+#: Where an epilog lists the groupings; :class:`GroupingsHelpFormatter` fills it in.
+GROUPINGS_EPILOG = "{groupings}"
+
+
+class GroupingsHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Raw description and epilog, whose ``{groupings}`` becomes :func:`grouping_help` only when help is
+    printed: listing the groupings imports every grouping module, which every start would otherwise pay."""
+
+    def add_text(self, text: str | None) -> None:
+        if text and GROUPINGS_EPILOG in text:
+            text = text.replace(GROUPINGS_EPILOG, grouping_help())
+        super().add_text(text)
+
+
 def resize_list(text: str) -> list[Resize]:
     out = []
     for item in text.split(","):
@@ -74,8 +88,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="route a dataset through groupings in process and measure balance and memory",
         description="Route a dataset through one or more groupings with S sources and W workers, in "
         "process, and print imbalance, load std-dev, memory (dist_cost) and speed.",
-        epilog=grouping_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=GROUPINGS_EPILOG,
+        formatter_class=GroupingsHelpFormatter,
     )
     p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec, e.g. zipf:z=1.0,keys=10000,"
                    "messages=1000000,seed=1 or text:book.txt (see `keysplit datasets --help`)")
