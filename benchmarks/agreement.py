@@ -11,9 +11,10 @@ open-loop rates of ``--rates`` (words/s, below saturation) at ``--rate-delay`` m
 capacities the topology's router gives them (1000 / D per worker).
 
 The model's overheads come from a calibration file (``--calibration``, default .keysplit/calibration.json);
-``--calibrate`` first makes it from two runs (see ``topology_model.calibrate``): no CPU delay (the runner's
-ceiling) and a saturating CPU delay with shuffle grouping, both with max pending 5000 on a 200,000-word Zipf
-text of the same shape. Calibrate on the machine, and under the load, the comparison runs on.
+``--calibrate`` first makes it from three runs (see ``topology_model.calibrate``), shuffle grouping with max
+pending 5000 on a 200,000-word Zipf text of the same shape: no CPU delay (the runner's ceiling), no CPU delay
+in open loop at a quarter of that ceiling (the hop when nothing queues), and a saturating CPU delay. Calibrate
+on the machine, and under the load, the comparison runs on.
 
     .venv/bin/python benchmarks/agreement.py [--calibrate] [--subset] [--groupings kg,sg] [--delays 1,2] \\
         [--rates 1000,2500] [--json]
@@ -33,6 +34,8 @@ sys.path.insert(0, str(ROOT))
 KEYSPLIT = str(Path(sys.executable).with_name("keysplit"))
 DEMO = "zipf:z=1.1,keys=5000,messages=30000,seed=42"
 CALIBRATION_DATA = "zipf:z=1.1,keys=5000,messages=200000,seed=7"
+#: The light calibration run's open-loop rate, as a share of the ceiling's words/s: low enough that nothing queues.
+LIGHT_SHARE = 0.25
 #: --subset: the cells a loaded machine can afford (one closed-loop delay per grouping family, one rate).
 SUBSET = {"groupings": "kg,sg,pkg", "delays": "1,2", "rates": "2000"}
 
@@ -84,18 +87,22 @@ def calibrate(args: argparse.Namespace, out: str) -> dict:
     from spark_replay.topology_model import calibrate as fit
 
     path = text_file(CALIBRATION_DATA)
-    print(f"calibrating on text:{path.name}: sg, no CPU delay, then sg at {args.calibration_delay:g} ms "
-          "(max pending 5000)", file=sys.stderr)
+    print(f"calibrating on text:{path.name}: sg with no CPU delay, closed loop then open loop at "
+          f"{LIGHT_SHARE:.0%} of its throughput, then sg at {args.calibration_delay:g} ms (max pending 5000)",
+          file=sys.stderr)
     ceiling = measure("sg", path, args, 0.0, max_pending=5000)
+    light_rate = round(LIGHT_SHARE * ceiling["words_per_second"], -2)
+    light = measure("sg", path, args, 0.0, rate=light_rate, max_pending=5000)
     saturation = measure("sg", path, args, args.calibration_delay, max_pending=5000)
-    cal = fit(ceiling, arrays_for(ceiling, path), saturation, arrays_for(saturation, path))
+    cal = fit(ceiling, arrays_for(ceiling, path), saturation, arrays_for(saturation, path), light,
+              arrays_for(light, path))
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w", encoding="utf-8") as fh:
         json.dump(cal, fh, indent=2)
         fh.write("\n")
     print(f"wrote {out}: runner {cal['overhead_us']:.0f} us/word (ceiling {ceiling['words_per_second']:.0f} "
           f"words/s), counter {cal['counter_overhead_us']:.0f} us/word beyond the delay, hop "
-          f"{cal['hop_delay_ms']:.0f} ms, tick phase "
+          f"{cal['hop_delay_ms']:.0f} ms (light run at {light_rate:g} words/s), tick phase "
           f"{cal['tick_phase_s']:.3f} s", file=sys.stderr)
     return cal
 

@@ -129,8 +129,8 @@ def reference_kernel(line_start, word_worker, word_agg, word_key, n_keys, n_work
                 start = max(now, c_free[w])
                 c_free[w] = start + tuple_cost * (words + distinct)
                 c_busy[w] += tuple_cost * (words + distinct)
-                if head >= 0:
-                    ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, c_free[w], _PARTIAL, head)
+                if head >= 0:  # the partial counts leave as emitted, before the words' acks (CounterBolt)
+                    ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, start + tuple_cost * distinct, _PARTIAL, head)
                     seq += 1
             # every aggregator's tick: acks what reached it before the tick (its partial counts, FIFO)
             for a in range(n_aggs):
