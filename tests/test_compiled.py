@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_install_builds_the_kernels_and_this_process_uses_them():
     # `make test` depends on the build, so a failing build step shows up here rather than as a slow start.
-    assert compiled.mode() == "aot"
+    assert compiled.mode() == "aot", "no current ahead-of-time build: `make install` (re)builds it"
     for exported in (fast._route_chunk, hashing_batch._candidate_rows, hashing_batch._hash_all):
         assert not hasattr(exported, "py_func")  # a numba dispatcher has one; the build's functions do not
 

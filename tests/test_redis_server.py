@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
@@ -137,4 +138,46 @@ def test_an_older_data_directory_without_an_append_only_file_keeps_its_runs(tmp_
     for _ in range(2):  # the first start writes the append-only file; the second reads it
         conn = redis_server.client(redis_server.start_server(tmp_path).url)
         assert conn.get("old-run") == "kept" and conn.config_get("appendonly") == {"appendonly": "yes"}
+        redis_server.stop_server(tmp_path)
+
+
+def test_a_clean_stop_compacts_an_append_only_file_that_outgrew_its_data(tmp_path, monkeypatch):
+    # Each start sets Redis's own rewrite threshold to twice the file it loaded, so a file that runs only append
+    # to grows forever (1 GB after a day of runs on this machine, 30 s to load at every start).
+    monkeypatch.setattr(redis_server, "AOF_COMPACT_BYTES", 1 << 20)
+    aof = tmp_path / "redis" / redis_server.AOF_FILE
+    conn = redis_server.client(redis_server.start_server(tmp_path).url)
+    assert not redis_server.compact_aof(conn, aof.parent)  # a small file is left alone
+    pipe = conn.pipeline(transaction=False)
+    for i in range(20000):
+        pipe.set(f"word:{i}", "x" * 200)
+        pipe.delete(f"word:{i}")
+    pipe.set("kept", "yes")
+    pipe.execute()
+    conn.config_set("appendfsync", "always")
+    conn.set("flush", 1)
+    grown = aof.stat().st_size
+    assert grown > 2 * int(conn.info("memory")["used_memory"])
+    redis_server.stop_server(tmp_path)
+    assert aof.stat().st_size < grown / 10
+    conn = redis_server.client(redis_server.start_server(tmp_path).url)
+    assert conn.get("kept") == "yes" and conn.dbsize() == 2
+    redis_server.stop_server(tmp_path)
+
+
+def test_a_server_loading_a_large_data_set_is_waited_for_however_long_it_takes(tmp_path, monkeypatch):
+    monkeypatch.setattr(redis_server, "START_SECS", 0.1)  # silence allowed; loading answers "LOADING" all along
+    conn = redis_server.client(redis_server.start_server(tmp_path).url)
+    conn.execute_command("DEBUG", "POPULATE", 1_000_000)
+    conn.bgrewriteaof()  # POPULATE is not logged: the rewrite puts the keys in the append-only file
+    while not redis_server._aof_written(conn, tmp_path / "redis"):
+        time.sleep(0.05)
+    redis_server.stop_server(tmp_path)
+    conn = redis_server.client(redis_server.start_server(tmp_path).url)
+    try:
+        assert conn.dbsize() == 1_000_000
+        log = (tmp_path / "redis" / "redis.log").read_text()
+        loaded = float(re.findall(r"DB loaded from append only file: ([\d.]+) seconds", log)[-1])
+        assert loaded > redis_server.START_SECS  # the start did wait through a load longer than the silence
+    finally:
         redis_server.stop_server(tmp_path)
