@@ -22,7 +22,8 @@ What the model follows, each a fact of the topology (``keysplit.storm``, ``keysp
   tick (``tuple_us`` each), anchored to the words, and then acks the words (``tuple_us`` each), in that order
   (``keysplit.storm.bolts.CounterBolt.process_tick``): the partial counts leave before the acks; each goes to
   the aggregator of its word (the runner's fields hash), which serves it in ``tuple_us`` and holds it until
-  the aggregator's next tick; that tick's service (``tuple_us`` per partial count, the Redis write) ends with
+  the aggregator's next tick; that tick's service (``commit_us`` per partial count: merging, the Redis commit,
+  the acks, as the aggregators measure it, see :func:`calibrate`) ends with
   the ack, and the line is complete ``ack_delay_ms`` later (the top-k bolt, the acker, the spout's ack) once
   every word of it is acked.
 
@@ -71,7 +72,8 @@ class TopologyParams:
     rate: float | None = None  # lines/s per topology (open loop); None: closed loop
     overhead_us: float = 0.0  # the runner's serial per-word cost (calibrated)
     counter_overhead_us: float = 0.0  # a counter's per-word cost beyond the CPU delay (calibrated)
-    tuple_us: float = 0.0  # cost of one emitted or acked tuple in a counter's or aggregator's tick
+    tuple_us: float = 0.0  # cost of one emitted or acked tuple in a counter's tick, or received by an aggregator
+    commit_us: float | None = None  # an aggregator's time per partial count at its tick (None: tuple_us)
     ack_delay_ms: float = 0.0  # from an aggregator's ack to the spout's ack of a completed line
     hop_delay_ms: float = 0.0  # from the runner to the counter: the processes' hops when nothing queues (calibrated)
     tick_phase_s: float = 0.0  # time of tick 0 relative to the first emit (ticks at phase + k*T, k >= 1)
@@ -80,8 +82,9 @@ class TopologyParams:
         for name in ("workers", "aggregators", "max_pending", "spouts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("cpu_delay_ms", "overhead_us", "counter_overhead_us", "tuple_us", "ack_delay_ms", "hop_delay_ms"):
-            if getattr(self, name) < 0:
+        for name in ("cpu_delay_ms", "overhead_us", "counter_overhead_us", "tuple_us", "ack_delay_ms", "hop_delay_ms",
+                     "commit_us"):
+            if (getattr(self, name) or 0.0) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.flush_secs <= 0 or self.message_timeout <= 0:
             raise ValueError("flush_secs and message_timeout must be positive")
@@ -92,6 +95,11 @@ class TopologyParams:
     def tick_secs(self) -> float:
         """The tick period: Storm's tick frequency is whole seconds, at least 1 (``WordCountSettings.tick_secs``)."""
         return float(max(1, round(self.flush_secs)))
+
+    @property
+    def commit_s(self) -> float:
+        """An aggregator's time per partial count at its tick."""
+        return (self.commit_us if self.commit_us is not None else self.tuple_us) / 1e6
 
     @property
     def service_s(self) -> float:
@@ -283,7 +291,7 @@ def _bin(ms):
 @numba.njit(cache=True)
 def stream_kernel(iv, fv, ht, hs, hk, ha, c_head, c_tail, c_free, c_busy, a_head, a_tail, a_free, a_seen, stamp,
                   l_left, l_emit, lm, w_worker, w_agg, w_key, w_line, w_nxt, wm, h_count, h_top, rec_emit, rec_done,
-                  final, service, runner, tuple_cost, ack_delay, tick, phase, cap, rate, timeout, hop):
+                  final, service, runner, tuple_cost, commit_cost, ack_delay, tick, phase, cap, rate, timeout, hop):
     """The event loop (see the module docstring) over the lines fed so far, resumable. Times in seconds; ``rate``
     0 means closed loop.
 
@@ -379,7 +387,7 @@ def stream_kernel(iv, fv, ht, hs, hk, ha, c_head, c_tail, c_free, c_busy, a_head
                 stamp_no += 1
                 _, distinct = _count(head, w_nxt, w_key, stamp, stamp_no, wm)
                 start = max(now, a_free[a])
-                a_free[a] = start + tuple_cost * distinct
+                a_free[a] = start + commit_cost * distinct
                 ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, a_free[a] + ack_delay, _ACK, head)
                 seq += 1
             if not final or completed < lines:  # before the last chunk, some line is always still to complete
@@ -539,9 +547,9 @@ class StreamedModel:
         status, *self.heap = stream_kernel(
             self.iv, self.fv, *self.heap, *self.counters, *self.aggs, self.stamp, self.lines[0], self.lines[1],
             len(self.lines[0]) - 1, *self.words, len(self.words[0]) - 1, self.h_count, self.h_top, self.rec_emit,
-            self.rec_done, final, p.service_s, p.overhead_us / 1e6, p.tuple_us / 1e6, p.ack_delay_ms / 1000.0,
-            p.tick_secs, p.tick_phase_s, p.max_pending * p.spouts, p.rate or 0.0, p.message_timeout,
-            p.hop_delay_ms / 1000.0)
+            self.rec_done, final, p.service_s, p.overhead_us / 1e6, p.tuple_us / 1e6, p.commit_s,
+            p.ack_delay_ms / 1000.0, p.tick_secs, p.tick_phase_s, p.max_pending * p.spouts, p.rate or 0.0,
+            p.message_timeout, p.hop_delay_ms / 1000.0)
         assert final or status == 0, "the model stopped before the stream's end"
 
     def finish(self) -> ModelResult:
@@ -753,6 +761,8 @@ def default_calibration() -> str:
     return str(keysplit_home() / CALIBRATION_NAME)
 #: The calibrated quantities a calibration file holds (microseconds, seconds).
 CALIBRATED = ("overhead_us", "counter_overhead_us", "tuple_us", "tick_phase_s", "hop_delay_ms")
+#: Calibrated quantities a file may lack (made before they were measured): the model's default then applies.
+OPTIONAL_CALIBRATED = ("commit_us",)
 
 
 def model_params(opts: Any, workers: int | None = None) -> TopologyParams:
@@ -765,7 +775,8 @@ def model_params(opts: Any, workers: int | None = None) -> TopologyParams:
             workers=workers or opts.workers, aggregators=opts.aggregators, cpu_delay_ms=opts.cpu_delay_ms,
             max_pending=opts.max_pending, spouts=opts.spouts, flush_secs=opts.flush_secs,
             message_timeout=opts.message_timeout, rate=opts.rate if opts.arrivals == "open" else None,
-            **{k: float(o.get(k, 0.0)) for k in CALIBRATED})
+            **{k: float(o.get(k, 0.0)) for k in CALIBRATED},
+            **{k: float(o[k]) for k in OPTIONAL_CALIBRATED if o.get(k) is not None})
     except ValueError as exc:
         raise SpecError(str(exc)) from None
 
@@ -821,9 +832,11 @@ def calibrate(ceiling: dict, ceiling_arrays: tuple, saturation: dict, saturation
       ``benchmarks/topology_throughput.py`` measures): ``overhead_us``, the runner's serial time per word, and
       ``tuple_us`` (the same per-tuple cost for what ticks emit and ack) are fitted so that the model reproduces
       its words/s;
-    - ``light``: no CPU delay, open loop well below the ceiling, so that nothing queues: ``hop_delay_ms``, the
-      delay from the runner to a counter (the hops through the router processes), is fitted so that the model
-      reproduces its mean complete latency (the ticks' waits, which make up most of it, are in the model);
+    - ``light``: no CPU delay, open loop well below the ceiling, so that nothing queues: ``commit_us`` is what
+      its aggregators measured per partial count at their ticks (the run's ``aggregator_us``), and
+      ``hop_delay_ms``, the delay from the runner to a counter (the hops through the router processes), is fitted
+      so that the model reproduces its mean complete latency (the ticks' waits, which make up most of it, and
+      the aggregators' commits are in the model);
     - ``saturation``: a CPU delay with every counter saturated (shuffle grouping, high max pending):
       ``counter_overhead_us``, what a counter spends per word beyond the delay (the sleep's overshoot when the
       cores are shared, reading and parsing the tuple), is fitted so that the model reproduces its words/s;
@@ -843,21 +856,25 @@ def calibrate(ceiling: dict, ceiling_arrays: tuple, saturation: dict, saturation
     phase = float(np.mean([float(r.get("tick_phase_s") or 0.0) for r in runs]))
     base = params_of_run(ceiling, tick_phase_s=phase)
     per_word = fit_overhead("overhead_us", ceiling["words_per_second"], replace(base, tuple_us=0.0), ceiling_arrays)
+    commit = float(light.get("aggregator_us") or per_word)  # a run from before the aggregators measured it
     hop = fit_delay("hop_delay_ms", light["latency_ms"]["mean"],
-                    params_of_run(light, overhead_us=per_word, tuple_us=per_word, tick_phase_s=phase), light_arrays)
-    sat = params_of_run(saturation, overhead_us=per_word, tuple_us=per_word, tick_phase_s=phase, hop_delay_ms=hop)
+                    params_of_run(light, overhead_us=per_word, tuple_us=per_word, commit_us=commit,
+                                  tick_phase_s=phase), light_arrays)
+    sat = params_of_run(saturation, overhead_us=per_word, tuple_us=per_word, commit_us=commit, tick_phase_s=phase,
+                        hop_delay_ms=hop)
     counter = fit_overhead("counter_overhead_us", saturation["words_per_second"], sat, saturation_arrays)
-    return {"overhead_us": per_word, "counter_overhead_us": counter, "tuple_us": per_word, "tick_phase_s": phase,
-            "hop_delay_ms": hop,
+    return {"overhead_us": per_word, "counter_overhead_us": counter, "tuple_us": per_word, "commit_us": commit,
+            "tick_phase_s": phase, "hop_delay_ms": hop,
             "runs": {name: {k: r.get(k) for k in _RUN_FIELDS} for name, r in zip(("ceiling", "light", "saturation"),
                                                                                  runs)},
             "how": "fitted so that the model reproduces the words/s of a `keysplit run` with no CPU delay (runner "
                    "and protocol per word), the mean latency of one with no CPU delay at a light open-loop rate "
-                   "(hop delay) and the words/s of one with every counter saturated (counter per word)"}
+                   "(hop delay; its aggregators measured their commit per partial count) and the words/s of one "
+                   "with every counter saturated (counter per word)"}
 
 
 _RUN_FIELDS = ("run_id", "grouping", "dataset", "workers", "sources", "aggregators", "cpu_delay_ms", "max_pending",
-               "flush_secs", "rate", "words_per_second", "tick_phase_s")
+               "flush_secs", "rate", "words_per_second", "tick_phase_s", "aggregator_us")
 
 
 def load_calibration(path: str | None) -> dict:
@@ -874,4 +891,5 @@ def load_calibration(path: str | None) -> dict:
         raise KeysplitError(f"cannot read the calibration {target}: {exc}") from None
     if not isinstance(data, dict) or any(not isinstance(data.get(k), (int, float)) for k in CALIBRATED):
         raise KeysplitError(f"{target} is not a keysplit calibration (needs numbers {', '.join(CALIBRATED)})")
-    return {k: float(data[k]) for k in CALIBRATED} | {"source": os.path.abspath(target)}
+    optional = {k: float(data[k]) for k in OPTIONAL_CALIBRATED if isinstance(data.get(k), (int, float))}
+    return {k: float(data[k]) for k in CALIBRATED} | optional | {"source": os.path.abspath(target)}

@@ -76,12 +76,13 @@ def test_a_counters_partial_counts_leave_before_it_acks_its_words():
     # counter before its first tick; at 5 ms a tuple the acks take 1.5 s, the one partial count 5 ms. So the
     # aggregator holds the count before its next tick and every line is acked then, two periods after the start
     # (were the count sent after the acks, it would miss that tick and wait for the third).
-    p = TopologyParams(workers=1, aggregators=1, cpu_delay_ms=0.0, max_pending=1000, tuple_us=5000.0)
+    p = TopologyParams(workers=1, aggregators=1, cpu_delay_ms=0.0, max_pending=1000, tuple_us=5000.0,
+                       commit_us=20000.0)
     lines, words = 30, 10
     r = simulate(p, line_starts(np.full(lines, words)), np.zeros(lines * words, dtype=np.int64),
                  np.zeros(lines * words, dtype=np.int64))
     assert r.emit.max() < p.tick_secs  # every line left the spout before the counter's first tick
-    assert np.allclose(r.done, 2 * p.tick_secs + p.tuple_us / 1e6)  # its tick serves the one count, then acks
+    assert np.allclose(r.done, 2 * p.tick_secs + p.commit_us / 1e6)  # its tick commits the one count, then acks
     assert r.counter_busy[0] == pytest.approx((lines * words + 1) * p.tuple_us / 1e6)  # the counter still paid them
 
 

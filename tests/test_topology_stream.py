@@ -40,7 +40,7 @@ from spark_replay.topology_model import (
 
 @numba.njit(cache=True)
 def reference_kernel(line_start, word_worker, word_agg, word_key, n_keys, n_workers, n_aggs, service, runner,
-                    tuple_cost, ack_delay, tick, phase, cap, rate, timeout, hop):
+                    tuple_cost, commit_cost, ack_delay, tick, phase, cap, rate, timeout, hop):
     """The event loop (see the module docstring). Times in seconds; ``rate`` 0 means closed loop.
 
     Returns ``(emit, done, counter_busy, timeouts)``; ``done[i]`` is line i's completion time."""
@@ -142,7 +142,7 @@ def reference_kernel(line_start, word_worker, word_agg, word_key, n_keys, n_work
                 stamp_no += 1
                 _, distinct = _count(head, nxt, word_key, stamp, stamp_no, -1)
                 start = max(now, a_free[a])
-                a_free[a] = start + tuple_cost * distinct
+                a_free[a] = start + commit_cost * distinct
                 ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, a_free[a] + ack_delay, _ACK, head)
                 seq += 1
             if completed < n_lines:
@@ -193,7 +193,7 @@ def reference(params: TopologyParams, starts: np.ndarray, workers: np.ndarray, k
     return reference_kernel(
         starts, workers.astype(np.int64), (keys % p.aggregators).astype(np.int64), keys.astype(np.int64),
         int(keys.max()) + 1, p.workers, p.aggregators, p.service_s, p.overhead_us / 1e6, p.tuple_us / 1e6,
-        p.ack_delay_ms / 1000.0, p.tick_secs, p.tick_phase_s, p.max_pending * p.spouts, p.rate or 0.0,
+        p.commit_s, p.ack_delay_ms / 1000.0, p.tick_secs, p.tick_phase_s, p.max_pending * p.spouts, p.rate or 0.0,
         p.message_timeout, p.hop_delay_ms / 1000.0)
 
 
@@ -235,8 +235,8 @@ def words_stream(lines: int, workers: int, keys: int = 60, seed: int = 3, skew: 
 CASES = {
     # closed loop, a hot worker (key grouping) with every overhead set: the back-pressure binds
     "closed": (TopologyParams(workers=4, aggregators=2, cpu_delay_ms=1.5, max_pending=40, overhead_us=80.0,
-                              counter_overhead_us=60.0, tuple_us=20.0, ack_delay_ms=3.0, hop_delay_ms=2.0,
-                              tick_phase_s=-0.3), 3000, True),
+                              counter_overhead_us=60.0, tuple_us=20.0, commit_us=45.0, ack_delay_ms=3.0,
+                              hop_delay_ms=2.0, tick_phase_s=-0.3), 3000, True),
     # open loop below saturation, max pending high
     "open": (TopologyParams(workers=3, aggregators=3, cpu_delay_ms=1.0, max_pending=5000, rate=3000.0,
                             overhead_us=50.0, tuple_us=10.0, tick_phase_s=-0.6), 4000, False),

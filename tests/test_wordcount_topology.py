@@ -114,6 +114,8 @@ def test_pkg_through_the_cli_stores_everything_in_redis_and_writes_counts(home, 
     assert set(summary["latency_ms"]) >= {"mean", "p50", "p95", "p99"}
     assert summary["words_per_second"] > 0 and summary["latency_ms"]["p99"] >= summary["latency_ms"]["p50"] > 0
     assert summary["totals"] == ("exact" if summary["replayed"] == 0 else "at-least")
+    # the aggregators timed their ticks: a commit per partial count, microseconds, for the replay's model
+    assert 0 < summary["aggregator_us"] < 1e5
     # PKG splits keys over two workers: memory between KG's 1.0 and 2.0
     assert 1.0 < summary["dist_cost"] <= 2.0
     assert dict((w, int(c)) for w, c in (line.split("\t") for line in out.read_text().splitlines())) == dict(exact)

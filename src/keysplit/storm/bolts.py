@@ -182,6 +182,16 @@ class AggregatorBolt(Bolt):
         self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
         if not self.pending:
             return
+        partials, started = len(self.pending), time.perf_counter()
+        self.commit()
+        # what the tick cost per partial count (merge, commit, acks): the replay's model calibrates on it
+        pipe = self.conn.pipeline(transaction=False)
+        pipe.hincrby(self.keys.aggregator(self.index), "partials", partials)
+        pipe.hincrbyfloat(self.keys.aggregator(self.index), "busy_s", time.perf_counter() - started)
+        pipe.execute()
+
+    def commit(self):
+        """Commit the partial counts since the last tick, send the local top-k, ack them."""
         if self.dedup is None:
             increments = self.totals.drain_increments()
             pipe = self.conn.pipeline(transaction=True)

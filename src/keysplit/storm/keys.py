@@ -19,6 +19,7 @@ key                         content
 ``...:loads``               hash: counter index -> words processed (what PKG's probe reads)
 ``...:counter:{i}``         hash: metrics of counter ``i`` (processed, distinct, rate, busy_s, task, pid)
 ``...:keys:{i}``            set: the distinct words counter ``i`` has held (memory, DistCost)
+``...:aggregator:{i}``      hash: aggregator ``i``'s ticks with partial counts: ``partials`` and ``busy_s``
 ``...:spout:{i}``           hash: emitted, acked, replayed, first_emit, last_ack, histogram (JSON)
 ``...:grouping_state``      string: JSON of the leader router's ``export_state()`` (groupings sharing state)
 ``...:grouping_version``    string: the ``version`` of ``grouping_state`` (what followers poll)
@@ -72,6 +73,9 @@ class RunKeys:
 
     def counter(self, index: int) -> str:
         return f"{self.prefix}counter:{index}"
+
+    def aggregator(self, index: int) -> str:
+        return f"{self.prefix}aggregator:{index}"
 
     def keys(self, index: int) -> str:
         return f"{self.prefix}keys:{index}"

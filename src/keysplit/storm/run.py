@@ -228,6 +228,8 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
     top = json.loads(conn.get(keys.topk) or "[]")
     grouping_stats = conn.get(keys.grouping_stats)  # the leader router's grouping stats(), when it has them
     counted = sum(int(c) for _, c in conn.hscan_iter(keys.counts, count=5000))
+    commits = [conn.hgetall(keys.aggregator(i)) for i in range(settings.aggregators)]
+    partials = sum(int(c.get("partials", 0)) for c in commits)
     return {
         **base,
         "words_per_second": base["messages"] / duration,
@@ -245,6 +247,8 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
         "duplicates_dropped": exactly_once.dropped(conn, keys),
         "top_k": top,
         "duration_s": duration,
+        # an aggregator's tick per partial count (merge, commit, acks), microseconds: the model's commit_us
+        "aggregator_us": 1e6 * sum(float(c.get("busy_s", 0.0)) for c in commits) / partials if partials else None,
         **({"grouping_stats": json.loads(grouping_stats)} if grouping_stats else {}),
     }
 
