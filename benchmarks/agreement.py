@@ -102,7 +102,8 @@ def calibrate(args: argparse.Namespace, out: str) -> dict:
         fh.write("\n")
     print(f"wrote {out}: runner {cal['overhead_us']:.0f} us/word (ceiling {ceiling['words_per_second']:.0f} "
           f"words/s), counter {cal['counter_overhead_us']:.0f} us/word beyond the delay, hop "
-          f"{cal['hop_delay_ms']:.0f} ms (light run at {light_rate:g} words/s), tick phase "
+          f"{cal['hop_delay_ms']:.0f} ms and ack delay {cal['ack_delay_ms']:.0f} ms and commit {cal['commit_us']:.0f} "
+          f"us a partial count (light run at {light_rate:g} words/s), tick phase "
           f"{cal['tick_phase_s']:.3f} s", file=sys.stderr)
     return cal
 
@@ -167,7 +168,8 @@ def main() -> int:
         return 0
     print(f"{DEMO} (10 words a line), W={args.workers} S={args.sources} A={args.aggregators}, flush {args.flush:g} s, "
           f"max pending {args.max_pending}; calibration {cal.get('source')}: runner {cal['overhead_us']:.0f} us/word, "
-          f"counter {cal['counter_overhead_us']:.0f} us/word, hop {cal['hop_delay_ms']:.0f} ms, tick phase "
+          f"counter {cal['counter_overhead_us']:.0f} us/word, hop {cal['hop_delay_ms']:.0f} ms, ack delay "
+          f"{cal.get('ack_delay_ms', 0.0):.0f} ms, tick phase "
           f"{cal['tick_phase_s']:.3f} s\n")
     print("| grouping | CPU delay (ms) | arrivals | words/s measured / predicted (ratio) | p50 ms measured / predicted "
           "(ratio) | p99 ms measured / predicted (ratio) | within target |")

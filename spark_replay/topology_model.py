@@ -762,7 +762,7 @@ def default_calibration() -> str:
 #: The calibrated quantities a calibration file holds (microseconds, seconds).
 CALIBRATED = ("overhead_us", "counter_overhead_us", "tuple_us", "tick_phase_s", "hop_delay_ms")
 #: Calibrated quantities a file may lack (made before they were measured): the model's default then applies.
-OPTIONAL_CALIBRATED = ("commit_us",)
+OPTIONAL_CALIBRATED = ("commit_us", "ack_delay_ms")
 
 
 def model_params(opts: Any, workers: int | None = None) -> TopologyParams:
@@ -833,18 +833,21 @@ def calibrate(ceiling: dict, ceiling_arrays: tuple, saturation: dict, saturation
       ``tuple_us`` (the same per-tuple cost for what ticks emit and ack) are fitted so that the model reproduces
       its words/s;
     - ``light``: no CPU delay, open loop well below the ceiling, so that nothing queues: ``commit_us`` is what
-      its aggregators measured per partial count at their ticks (the run's ``aggregator_us``), and
-      ``hop_delay_ms``, the delay from the runner to a counter (the hops through the router processes), is fitted
-      so that the model reproduces its mean complete latency (the ticks' waits, which make up most of it, and
-      the aggregators' commits are in the model);
+      its aggregators measured per partial count at their ticks (the run's ``aggregator_us``), ``hop_delay_ms``
+      what it measured from the first emit to the first word at a counter (``first_hop_ms``: the spout, the
+      router and the hops between), and ``ack_delay_ms``, from an aggregator's ack to the line's completion
+      (the top-k bolt, the runner's acker, the spout's completion in Redis), is fitted so that the model
+      reproduces its mean complete latency (the ticks' waits, which make up most of it, are in the model). A
+      run from before these measurements fits the hop instead, with no ack delay;
     - ``saturation``: a CPU delay with every counter saturated (shuffle grouping, high max pending):
       ``counter_overhead_us``, what a counter spends per word beyond the delay (the sleep's overshoot when the
       cores are shared, reading and parsing the tuple), is fitted so that the model reproduces its words/s;
     - ``tick_phase_s``: the mean, over the runs, of where their ticks fell relative to the first emit.
 
-    The hop used to be fitted to the ceiling run's mean latency, but there it also absorbed what a saturated
-    machine adds (every process waiting for a core): 161 ms against the tens of ms a light run shows, enough to
-    push the hottest counter's flush past a tick in the agreement table (kg at 1 ms).
+    The hop used to be fitted to a mean latency (the ceiling's, then the light run's): 161 ms, then 51 to 76 ms,
+    while a word reaches its counter 7 to 9 ms after its emit; the rest of a line's trip comes after the
+    aggregators' tick, where a delay cannot push a counter's flush past a tick (kg at 1 ms in the agreement
+    table).
     """
     if ceiling.get("cpu_delay_ms") or light.get("cpu_delay_ms"):
         raise ValueError("the ceiling and light calibration runs must have no CPU delay (keysplit run --cpu-delay 0)")
@@ -857,24 +860,29 @@ def calibrate(ceiling: dict, ceiling_arrays: tuple, saturation: dict, saturation
     base = params_of_run(ceiling, tick_phase_s=phase)
     per_word = fit_overhead("overhead_us", ceiling["words_per_second"], replace(base, tuple_us=0.0), ceiling_arrays)
     commit = float(light.get("aggregator_us") or per_word)  # a run from before the aggregators measured it
-    hop = fit_delay("hop_delay_ms", light["latency_ms"]["mean"],
-                    params_of_run(light, overhead_us=per_word, tuple_us=per_word, commit_us=commit,
-                                  tick_phase_s=phase), light_arrays)
+    light_params = params_of_run(light, overhead_us=per_word, tuple_us=per_word, commit_us=commit,
+                                 tick_phase_s=phase)
+    if light.get("first_hop_ms") is not None:
+        hop = float(light["first_hop_ms"])
+        ack = fit_delay("ack_delay_ms", light["latency_ms"]["mean"], replace(light_params, hop_delay_ms=hop),
+                        light_arrays)
+    else:
+        hop, ack = fit_delay("hop_delay_ms", light["latency_ms"]["mean"], light_params, light_arrays), 0.0
     sat = params_of_run(saturation, overhead_us=per_word, tuple_us=per_word, commit_us=commit, tick_phase_s=phase,
-                        hop_delay_ms=hop)
+                        hop_delay_ms=hop, ack_delay_ms=ack)
     counter = fit_overhead("counter_overhead_us", saturation["words_per_second"], sat, saturation_arrays)
     return {"overhead_us": per_word, "counter_overhead_us": counter, "tuple_us": per_word, "commit_us": commit,
-            "tick_phase_s": phase, "hop_delay_ms": hop,
+            "tick_phase_s": phase, "hop_delay_ms": hop, "ack_delay_ms": ack,
             "runs": {name: {k: r.get(k) for k in _RUN_FIELDS} for name, r in zip(("ceiling", "light", "saturation"),
                                                                                  runs)},
             "how": "fitted so that the model reproduces the words/s of a `keysplit run` with no CPU delay (runner "
                    "and protocol per word), the mean latency of one with no CPU delay at a light open-loop rate "
-                   "(hop delay; its aggregators measured their commit per partial count) and the words/s of one "
-                   "with every counter saturated (counter per word)"}
+                   "(ack delay; that run measured the first hop and its aggregators' commit per partial count) and "
+                   "the words/s of one with every counter saturated (counter per word)"}
 
 
 _RUN_FIELDS = ("run_id", "grouping", "dataset", "workers", "sources", "aggregators", "cpu_delay_ms", "max_pending",
-               "flush_secs", "rate", "words_per_second", "tick_phase_s", "aggregator_us")
+               "flush_secs", "rate", "words_per_second", "tick_phase_s", "aggregator_us", "first_hop_ms")
 
 
 def load_calibration(path: str | None) -> dict:

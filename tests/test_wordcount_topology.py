@@ -116,6 +116,7 @@ def test_pkg_through_the_cli_stores_everything_in_redis_and_writes_counts(home, 
     assert summary["totals"] == ("exact" if summary["replayed"] == 0 else "at-least")
     # the aggregators timed their ticks: a commit per partial count, microseconds, for the replay's model
     assert 0 < summary["aggregator_us"] < 1e5
+    assert 0 < summary["first_hop_ms"] < 1e4  # the first word reached a counter after the first emit
     # PKG splits keys over two workers: memory between KG's 1.0 and 2.0
     assert 1.0 < summary["dist_cost"] <= 2.0
     assert dict((w, int(c)) for w, c in (line.split("\t") for line in out.read_text().splitlines())) == dict(exact)

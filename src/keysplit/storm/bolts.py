@@ -108,8 +108,11 @@ class CounterBolt(Bolt):
         self.busy = 0.0
         self.reported = 0
         self.last_report = time.time()
+        self.first_tuple: float | None = None  # when the first word reached this task (the run's first hop)
 
     def process(self, tup):
+        if self.first_tuple is None:
+            self.first_tuple = time.time()
         started = time.perf_counter()
         if self.delay:
             time.sleep(self.delay)  # the paper's CPU delay, as a sleep so many workers fit on few cores
@@ -133,6 +136,8 @@ class CounterBolt(Bolt):
         pipe = self.conn.pipeline(transaction=False)
         if delta:
             pipe.hincrby(self.keys.loads, str(self.index), delta)
+        if self.first_tuple is not None:  # kept from the task's first start: a restart does not move it
+            pipe.hsetnx(self.keys.counter(self.index), "first_tuple", self.first_tuple)
         new_keys = self.partial.drain_new_keys()
         if new_keys:
             pipe.sadd(self.keys.keys(self.index), *new_keys)

@@ -17,7 +17,7 @@ key                         content
                             in the dataset), ``s`` (the line's sequence number in the feed: 0, 1, 2, ...)
 ``...:frequencies``         hash: word -> exact count (only for groupings that need a full pass)
 ``...:loads``               hash: counter index -> words processed (what PKG's probe reads)
-``...:counter:{i}``         hash: metrics of counter ``i`` (processed, distinct, rate, busy_s, task, pid)
+``...:counter:{i}``         hash: metrics of counter ``i`` (processed, distinct, rate, busy_s, first_tuple, task, pid)
 ``...:keys:{i}``            set: the distinct words counter ``i`` has held (memory, DistCost)
 ``...:aggregator:{i}``      hash: aggregator ``i``'s ticks with partial counts: ``partials`` and ``busy_s``
 ``...:spout:{i}``           hash: emitted, acked, replayed, first_emit, last_ack, histogram (JSON)

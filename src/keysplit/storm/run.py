@@ -230,6 +230,7 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
     counted = sum(int(c) for _, c in conn.hscan_iter(keys.counts, count=5000))
     commits = [conn.hgetall(keys.aggregator(i)) for i in range(settings.aggregators)]
     partials = sum(int(c.get("partials", 0)) for c in commits)
+    firsts = [float(t) for t in (conn.hget(keys.counter(i), "first_tuple") for i in range(settings.counter_tasks)) if t]
     return {
         **base,
         "words_per_second": base["messages"] / duration,
@@ -249,6 +250,8 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
         "duration_s": duration,
         # an aggregator's tick per partial count (merge, commit, acks), microseconds: the model's commit_us
         "aggregator_us": 1e6 * sum(float(c.get("busy_s", 0.0)) for c in commits) / partials if partials else None,
+        # from the first emit to the first word reaching a counter (spout, router, the hops between): the model's hop
+        "first_hop_ms": 1000 * (min(firsts) - spouts["first_emit"]) if firsts and spouts["first_emit"] else None,
         **({"grouping_stats": json.loads(grouping_stats)} if grouping_stats else {}),
     }
 
