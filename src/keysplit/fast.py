@@ -385,8 +385,9 @@ _EMPTY_F64 = np.zeros(0, dtype=np.float64)
 
 
 def warmup() -> float:
-    """Compile the kernel (or load it from numba's on-disk cache); returns the seconds that took, once
-    per process (0.0 afterwards). Kept out of every ``messages_per_second``."""
+    """Make the kernels ready: nothing to do for the ahead-of-time build (:mod:`keysplit.compiled`), else numba
+    compiles them or loads them from its on-disk cache; returns the seconds that took, once per process (0.0
+    afterwards). Kept out of every ``messages_per_second``."""
     global _compile_seconds
     if _compile_seconds is not None:
         return 0.0
