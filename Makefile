@@ -13,13 +13,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-# Ahead of time: the fast path's kernels (keysplit/compiled.py; without them numba's JIT costs every process
+# Ahead of time: the fast path's kernels (keysplit/simulator/compiled.py; without them numba's JIT costs every process
 # ~0.45 s) and the bytecode of every module (pip compiles a regular install; this one is editable).
-KERNEL_SOURCES := $(addprefix src/keysplit/,compiled.py hashing_batch.py fast.py hashing.py groupings/salt.py)
+KERNEL_SOURCES := $(addprefix src/keysplit/,simulator/compiled.py simulator/hashing_batch.py simulator/kernel.py hashing.py groupings/salt.py)
 BUILT := $(VENV)/.built
 
 $(BUILT): $(STAMP) $(KERNEL_SOURCES)
-	$(BIN)/python -m keysplit.compiled
+	$(BIN)/python -m keysplit.simulator.compiled
 	$(BIN)/python -m compileall -q src spark_replay topologies > /dev/null
 	touch $(BUILT)
 
@@ -36,4 +36,4 @@ bench: $(BUILT)
 	$(BIN)/python benchmarks/routing.py
 
 clean:
-	rm -rf $(VENV) .keysplit build src/*.egg-info src/keysplit/_kernels_aot*.so
+	rm -rf $(VENV) .keysplit build src/*.egg-info src/keysplit/simulator/_kernels_aot*.so

@@ -10,7 +10,7 @@ Where simulate's wall time goes outside routing: the start-up of a one-message `
 imports, loading the kernels), split in a fresh process into importing the ``simulate`` command, importing the
 fast path and loading its kernels; and the same simulate command at more messages (``--scale``), to show the
 ratio fall as the fixed start-up is spread over a longer run. The kernels come from the ahead-of-time build
-(``keysplit.compiled``, made by ``make install``); the 5M simulate also runs with ``KEYSPLIT_KERNELS=jit``,
+(``keysplit.simulator.compiled``, made by ``make install``); the 5M simulate also runs with ``KEYSPLIT_KERNELS=jit``,
 numba's JIT loading them from its on-disk cache, as the baseline.
 
 Each command runs ``--repeat`` times (default 3) and the best wall time is kept (the machine is shared).
@@ -36,9 +36,9 @@ import json, time
 t0 = time.perf_counter()
 import keysplit.commands.simulate
 t1 = time.perf_counter()
-import keysplit.fast
+import keysplit.simulator.fast
 t2 = time.perf_counter()
-keysplit.fast.warmup()
+keysplit.simulator.fast.warmup()
 t3 = time.perf_counter()
 print(json.dumps({"import_simulate_command": t1 - t0, "import_fast_path": t2 - t1, "kernel_load": t3 - t2}))
 """
@@ -78,7 +78,7 @@ def main() -> int:
     ap.add_argument("--skip-advise", action="store_true", help="leave out the advise run (about a minute)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    from keysplit import compiled
+    from keysplit.simulator import compiled
 
     timed(["simulate", "--dataset", "zipf:messages=10", "-g", "pkg,salt"], "jit")  # fill numba's cache, once
     help_s, _ = best(["--help"], args.repeat)

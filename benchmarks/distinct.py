@@ -4,7 +4,7 @@
 A dataset's keys are fixed, so "20 seeds of the hash" is what varies which keys' choices coincide: hash
 function family ``s`` is murmur3 with seeds ``BASE_SEED + 1000*s + i`` (s = 0 is keysplit's own). For each
 family the candidates of every distinct key are computed in Python (``hashing.choices`` /
-``hashing.distinct_choices``) and the messages, encoded once as key ids, are routed by ``keysplit.fast``'s
+``hashing.distinct_choices``) and the messages, encoded once as key ids, are routed by ``keysplit.simulator.fast``'s
 kernel: the same decisions as ``pkg`` / ``pkg:distinct=false`` (``tests/test_fast.py``), only the hash seeds
 differ. Records go to the S sources round-robin, as in ``keysplit simulate``.
 
@@ -28,10 +28,10 @@ from collections import Counter
 
 import numpy as np
 
-from keysplit import fast
 from keysplit.datasets import open_dataset
 from keysplit.hashing import BASE_SEED, choices, distinct_choices
 from keysplit.metrics import default_checkpoint
+from keysplit.simulator import fast
 
 DEMO = "zipf:z=1.1,keys=5000,messages=30000,seed=42"
 
@@ -60,7 +60,7 @@ def avg_imbalance(names, kid, src, workers, sources, family, distinct, d=2) -> f
     checkpoint = default_checkpoint(len(kid))
     st = fast.RouteState(fast.FastSpec(fast.PKG_LOCAL, d, None, 1.0, "pkg"), workers, sources, "shuffle", 1.0,
                          checkpoint, table)
-    st.run(fast.Chunk(kid, src))
+    st.run(fast.IdChunk(kid, src))
     return fast.run_result(st, 0.0).avg_imbalance_fraction
 
 

@@ -33,10 +33,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from keysplit import fast
 from keysplit.datasets import open_dataset
 from keysplit.groupings import available
-from keysplit.simulate import prepare_groupings, simulate
+from keysplit.groupings.hosting import prepare_groupings
+from keysplit.simulator import fast, simulate
 
 PKG_VARIANTS = ["pkg:d=4", "pkg:d=8", "pkg:load=global", "pkg:probe=1", "pkg:probe=1,probe_scale=total"]
 FAST_SPECS = ["kg", "sg", "pkg", *PKG_VARIANTS]

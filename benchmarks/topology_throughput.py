@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from topology_effect import add_topology_args, dataset_file, run_once
 
 from keysplit.datasets import open_dataset
-from keysplit.simulate import simulate
+from keysplit.simulator import simulate
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
-"""The replay's fast path: ``keysplit.fast``'s numba kernel, fed one partition's messages.
+"""The replay's fast path: ``keysplit.simulator.fast``'s numba kernel, fed one partition's messages.
 
-``keysplit.fast`` makes exactly the reference decisions of kg, sg and pkg (every variant: d choices, local
+``keysplit.simulator.fast`` makes exactly the reference decisions of kg, sg and pkg (every variant: d choices, local
 or global load, probing; ``tests/test_fast.py`` proves it against ``choose``). Its ``RouteState`` holds every
 source's state (round-robin position, local load row, next probe), and each message carries its source, so:
 
@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from keysplit import fast
+from keysplit.simulator import fast
 from spark_replay.ingest import SubStream
 
 
 def has_fast_path(spec: str, workers: int, sources: int) -> bool:
-    """True when ``keysplit.fast`` routes ``spec`` (kg, sg, pkg and its variants)."""
+    """True when ``keysplit.simulator.fast`` routes ``spec`` (kg, sg, pkg and its variants)."""
     return fast.fast_spec(spec, workers, sources) is not None
 
 
@@ -44,7 +44,7 @@ class FastRouter:
         remap = np.array(table.ids_of(sub.vocab), dtype=np.int32)
         table.flush()  # the piece's new keys named in one batch
         src = sub.sources if sub.sources is not None else np.full(n, sub.source, dtype=np.int32)
-        chunk = fast.Chunk(remap[sub.key_ids], src.astype(np.int32), sub.now(self.rate).astype(np.float64))
+        chunk = fast.IdChunk(remap[sub.key_ids], src.astype(np.int32), sub.now(self.rate).astype(np.float64))
         return self.state.run(chunk)
 
 

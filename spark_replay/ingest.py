@@ -1,6 +1,6 @@
 """Reading a dataset on Spark partitions, numbering its messages, and dealing them to S ordered sub-streams.
 
-The rules are the simulator's (``keysplit.simulate``): records are numbered 0, 1, ... in file order (the
+The rules are the stream's (``keysplit.stream``): records are numbered 0, 1, ... in file order (the
 records the reader yields, i.e. after ``parse_line`` skipped blank or keyless lines); record ``index`` goes
 to source ``source_of(index, first_key, S, split)``; messages (keys) are numbered by ``sequence`` from 0 over
 the whole stream, and a message's event time is its record's timestamp or ``sequence / rate``.
@@ -19,7 +19,6 @@ ordered`), one at a time. Nothing of the dataset itself goes through the driver.
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import zlib
@@ -33,9 +32,9 @@ import numpy as np
 from keysplit.datasets import Dataset, FileDataset, open_dataset, write_dataset
 from keysplit.datasets.readers import ParquetDataset, open_binary
 from keysplit.errors import DatasetError
-from keysplit.fingerprint import Fingerprint, RecordColumns, chunk_lanes, key_hashes
+from keysplit.fingerprint import RecordColumns, chunk_lanes, key_hashes
 from keysplit.hashing import BASE_SEED, hash32
-from keysplit.simulate import SPLIT_SEED
+from keysplit.stream import SPLIT_SEED
 
 #: Seed of the 64-bit key fingerprints the replay uses to merge per-key state across partitions.
 KEY_HASH_SEED = BASE_SEED + 700
@@ -291,26 +290,6 @@ def with_fingerprints(sub: SubStream) -> SubStream:
 # ------------------------------------------------------------------------------------------- the job
 
 
-@dataclass
-class Ingested:
-    """The dataset on Spark: its pieces (cached), their order, the exact counts, its size and fingerprint."""
-
-    streams: Any  # RDD[(source, (chunk id, SubStream))], partition s = source s
-    merged: Any  # RDD[(0, (chunk id, SubStream))] in one partition (every source), or None
-    order: list[tuple[int, int]]  # every chunk id, in sequence order
-    counts: Any  # RDD[(key, count)]
-    records: int
-    messages: int
-    partitions: int
-    sha256: str
-    rising_times: bool  # event times never decrease along the stream
-
-    def unpersist(self) -> None:
-        for rdd in (self.streams, self.merged, self.counts):
-            if rdd is not None:
-                rdd.unpersist()
-
-
 def is_uri(path: str) -> bool:
     """A path with a scheme (``hdfs://``, ``s3a://``, ``file:``) rather than a local file name."""
     head = path.split("/", 1)[0]
@@ -328,64 +307,3 @@ def materialise(dataset: Dataset, out_dir: str) -> FileDataset:
     written = open_dataset(spec)
     assert isinstance(written, FileDataset)
     return written
-
-
-def ingest(spark: Any, dataset: FileDataset, sources: int, split: str, partitions: int | None = None,
-           rate: float = 10_000.0, merged: bool = False) -> Ingested:
-    """Read, number and deal the dataset into pieces per (source, chunk), cached (see the module docstring);
-    ``merged`` also keeps every chunk whole, for the groupings routed in one partition."""
-    from pyspark import StorageLevel
-
-    from spark_replay.sparkinput import read_failure, spark_chunks
-
-    chunks, n_input = spark_chunks(spark, dataset, partitions)
-    chunks = chunks.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        sizes = sorted(chunks.map(lambda c: (c.part, len(c.rec_len), len(c.key_ids))).collect())
-    except Exception as exc:
-        failure = read_failure(exc, dataset)
-        if failure is None:
-            raise
-        raise failure from None
-    records = sum(r for _, r, _ in sizes)
-    messages = sum(m for _, _, m in sizes)
-    if messages == 0:
-        chunks.unpersist()
-        raise DatasetError(f"dataset {dataset.spec!r} has no records (empty file or no keys in it)")
-    offsets: dict[tuple[int, int], tuple[int, int]] = {}
-    rec0 = seq0 = 0
-    for part, r, m in sizes:
-        offsets[part] = (rec0, seq0)
-        rec0 += r
-        seq0 += m
-    facts = sorted(chunks.map(lambda c: chunk_facts(c, *offsets[c.part], rate)).collect())
-    fingerprint = Fingerprint()
-    for (_part, r, m), (_, lanes, _) in zip(sizes, facts):
-        fingerprint.add(r, m, lanes)
-    spans = [span for _, _, span in facts if span[0] is not None]
-    rising = all(span[2] for span in spans) and all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
-
-    counts = chunks.flatMap(_chunk_counts).reduceByKey(lambda a, b: a + b).persist(StorageLevel.MEMORY_AND_DISK)
-    # Fingerprints stand in for keys only when no two distinct keys share one (checked, not assumed).
-    keys = counts.count()
-    hashed = counts.map(lambda kv: key_fingerprint(kv[0])).distinct().count() == keys
-
-    def deal(chunk: Chunk, whole: bool) -> Iterator:
-        return deal_chunk(chunk, *offsets[chunk.part], sources, split, merged=whole, hashed=hashed)
-
-    streams = chunks.flatMap(lambda c: deal(c, False)).partitionBy(sources, lambda s: s)
-    streams = streams.persist(StorageLevel.MEMORY_AND_DISK)
-    streams.count()  # materialise the cache before the chunks go
-    whole = None
-    if merged:
-        whole = chunks.flatMap(lambda c: deal(c, True)).partitionBy(1, lambda s: 0)
-        whole = whole.persist(StorageLevel.MEMORY_AND_DISK)
-        whole.count()
-    chunks.unpersist()
-    return Ingested(streams, whole, [part for part, _, _ in sizes], counts, records, messages, n_input,
-                    fingerprint.hexdigest(), rising)
-
-
-def _chunk_counts(chunk: Chunk) -> Iterator[tuple[str, int]]:
-    freq = np.bincount(chunk.key_ids, minlength=len(chunk.vocab)).tolist()
-    return zip(chunk.vocab, freq)

@@ -25,6 +25,7 @@ import numpy as np
 from keysplit.commands.knobs import ARRIVALS
 from keysplit.datasets import FileDataset
 from keysplit.errors import KeysplitError, SpecError
+from keysplit.groupings.hosting import check_resizes
 from keysplit.metrics import (
     ImbalanceSeries,
     default_checkpoint,
@@ -34,13 +35,14 @@ from keysplit.metrics import (
     load_stddev,
 )
 from keysplit.outputs import inside, replace_entry, same_file
-from keysplit.simulate import DEFAULT_RATE, SPLITS, Resize, check_checkpoint, check_resizes
+from keysplit.stream import DEFAULT_RATE, SPLITS, Resize, check_checkpoint
 from spark_replay import aggregates, routing, storage
-from spark_replay.ingest import Ingested, ingest, is_uri, materialise
+from spark_replay.ingest import is_uri, materialise
 from spark_replay.ordered import in_order
 from spark_replay.queueing import throughput_estimate
 from spark_replay.session import worker_problem
 from spark_replay.sparkinput import open_for_spark, uri_of
+from spark_replay.streams import Ingested, ingest
 from spark_replay.topology_model import model_params, spark_estimate
 
 DEFAULT_CPU_DELAY_MS = 1.0
@@ -62,7 +64,7 @@ class ReplayOptions:
     out: str = DEFAULT_OUT
     capacities: list[float] | None = None
     partitions: int | None = None  # input partitions (default: by file size and cores)
-    fast: bool = True  # route kg/sg/pkg with keysplit.fast's proven kernel
+    fast: bool = True  # route kg/sg/pkg with keysplit.simulator.fast's proven kernel
     resizes: list[Resize] = field(default_factory=list)  # worker changes mid-stream, as simulate's --resize
     # the topology the estimate models (keysplit run's knobs, same names) and how its words arrive
     aggregators: int = 2

@@ -6,7 +6,7 @@ per-worker capacities for those that take them, and a probe of the true loads. G
 depend on the other sources -- a shared ("global oracle") load vector, or a probe of the true loads -- cannot
 be split by source: they run in ONE partition over the merged stream in sequence order (``mode="global"``),
 exactly as the simulator interleaves them. Everything else runs one partition per source
-(``mode="partitioned"``). Either way kg, sg and pkg go through ``keysplit.fast``'s proven kernel
+(``mode="partitioned"``). Either way kg, sg and pkg go through ``keysplit.simulator.fast``'s proven kernel
 (:mod:`spark_replay.fastpath`) and the other groupings through their reference ``choose``.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from keysplit.groupings import BaseGrouping, build_grouping
-from keysplit.simulate import WorkerChanges, prepare_groupings
+from keysplit.groupings.hosting import WorkerChanges, prepare_groupings
 from spark_replay.fastpath import fast_router
 from spark_replay.ingest import SubStream
 

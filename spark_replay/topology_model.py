@@ -625,8 +625,9 @@ def route_dataset(spec: str, grouping: str, workers: int, sources: int, aggregat
     """Route a dataset with the simulator's groupings in process (no Spark): the model's input arrays.
 
     Records go to sources as ``keysplit simulate`` deals them; event time is ``sequence / rate``."""
-    from keysplit.datasets import open_dataset
     from keysplit.simulate import DEFAULT_RATE, prepare_groupings, route
+
+    from keysplit.datasets import open_dataset
 
     dataset = open_dataset(spec)
     groupings = prepare_groupings(grouping, workers, sources, dataset, capacities=capacities)

@@ -13,7 +13,7 @@ from keysplit.errors import SpecError
 from keysplit.groupings import build_grouping, paper_setting
 from keysplit.groupings.choices import choose_d
 from keysplit.hashing import choices, distinct_choices
-from keysplit.simulate import simulate
+from keysplit.simulator import simulate
 
 
 def zipf(z: float, messages: int = 100_000, keys: int = 10_000, seed: int = 1):

@@ -1,4 +1,4 @@
-"""The fast path's kernels compiled ahead of time (keysplit.compiled): built by the install, used only when
+"""The fast path's kernels compiled ahead of time (keysplit.simulator.compiled): built by the install, used only when
 current, and routing exactly as numba's JIT does (the differential tests of tests/test_fast.py run on the
 build; the JIT is checked here in a process that forces it)."""
 
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from keysplit import compiled, fast, hashing_batch
+from keysplit.simulator import compiled, fast, hashing_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +30,7 @@ def test_a_build_from_other_sources_is_not_used(monkeypatch):
 
 def test_keysplit_kernels_jit_forces_numbas_jit():
     env = {**os.environ, compiled.ENV: "jit"}
-    code = "from keysplit import compiled, fast; print(compiled.mode(), type(fast._route_chunk).__name__)"
+    code = "from keysplit.simulator import compiled, fast; print(compiled.mode(), type(fast._route_chunk).__name__)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["jit", "CPUDispatcher"]
 
@@ -39,9 +39,9 @@ def test_the_build_and_the_jit_route_every_fast_spec_identically():
     specs = ["kg", "sg", "pkg", "pkg:d=3,distinct=false", "pkg:load=global", "pkg:probe=0.001", "salt:k=3"]
     code = f"""
 import json, sys
-from keysplit import compiled
+from keysplit.simulator import compiled
 from keysplit.datasets import open_dataset
-from keysplit.fast import fast_route, fast_simulate
+from keysplit.simulator.fast import fast_route, fast_simulate
 ds = open_dataset("zipf:z=1.3,keys=3000,messages=40000,seed=5")
 out = {{}}
 for spec in {specs!r}:

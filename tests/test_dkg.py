@@ -10,7 +10,7 @@ from keysplit.datasets import open_dataset
 from keysplit.errors import SpecError
 from keysplit.groupings import build_grouping, paper_setting
 from keysplit.groupings.dkg import ideal_load, max_width, scale_threshold
-from keysplit.simulate import simulate
+from keysplit.simulator import simulate
 
 # Table 1. Thresholds of ideal loads: machines, ideal load %, threshold load %, max machines.
 TABLE_1 = [(5, 20.00, 24.47, 5), (10, 10.00, 13.16, 8), (20, 5.00, 7.24, 14), (50, 2.00, 3.41, 30),

@@ -1,7 +1,7 @@
 """The numba fast path makes exactly the reference decisions (DESIGN.md: "a differential test proves it").
 
 Every test routes the same stream twice, through the reference ``Grouping.choose`` loop of ``simulate`` and
-through ``keysplit.fast``, and demands the same worker for every message and the same ``RunResult`` (every
+through ``keysplit.simulator.fast``, and demands the same worker for every message and the same ``RunResult`` (every
 field but ``messages_per_second``): loads, imbalance series, load std-dev, dist_cost, distinct keys.
 """
 
@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 from keysplit.datasets import Dataset, Record, open_dataset
 from keysplit.datasets.generators import Generator
 from keysplit.errors import SpecError
-from keysplit.fast import fast_route, fast_simulate, fast_spec
+from keysplit.groupings.hosting import prepare_groupings, route
 from keysplit.hashing import candidates, choices
-from keysplit.simulate import prepare_groupings, route, simulate
+from keysplit.simulator import simulate
+from keysplit.simulator.fast import fast_route, fast_simulate, fast_spec
 
 SPECS = [
     "kg",

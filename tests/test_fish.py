@@ -14,8 +14,10 @@ from keysplit.datasets import open_dataset
 from keysplit.errors import SpecError
 from keysplit.execution import execution, half_fast
 from keysplit.groupings import build_grouping, paper_setting
+from keysplit.groupings.hosting import route
 from keysplit.hashing import HashRing, bucket
-from keysplit.simulate import Resize, route, simulate
+from keysplit.simulator import simulate
+from keysplit.stream import Resize
 
 # The FISH paper's ZF setting, scaled down: a Zipf ranking that rotates after 80% of the stream.
 DRIFT = "drift:z=1.0,keys=10000,messages=100000,seed=1"

@@ -13,7 +13,8 @@ import pytest
 from keysplit.datasets import open_dataset
 from keysplit.errors import SpecError
 from keysplit.groupings import build_grouping
-from keysplit.simulate import prepare_groupings, route, simulate
+from keysplit.groupings.hosting import prepare_groupings, route
+from keysplit.simulator import simulate
 
 RATE = 10_000.0
 

@@ -22,7 +22,7 @@ from keysplit.hashing import (
     moved_keys,
     second_choice,
 )
-from keysplit.hashing_batch import bucket_many, candidate_rows, hash_many
+from keysplit.simulator.hashing_batch import bucket_many, candidate_rows, hash_many
 
 
 def test_hashes_are_identical_in_another_process():
@@ -101,7 +101,7 @@ def test_a_ring_built_at_once_equals_one_built_worker_by_worker():
     assert at_once.arcs() == one_by_one.arcs() and at_once.workers == one_by_one.workers
 
 
-# -- the batch hashes of the fast path (keysplit.hashing_batch) equal mmh3 and hashing.candidates ----------------
+# -- the batch hashes of the fast path (keysplit.simulator.hashing_batch) equal mmh3 and hashing.candidates --------
 
 def random_keys(seed: int) -> list[str]:
     """Keys of every tail length (0..16 bytes of ASCII), non-ASCII keys (2-, 3- and 4-byte UTF-8 characters, so

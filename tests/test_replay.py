@@ -22,8 +22,10 @@ from keysplit.cli import main as cli_main
 from keysplit.datasets import open_dataset
 from keysplit.errors import KeysplitError
 from keysplit.groupings import REGISTRY
+from keysplit.groupings.hosting import route
 from keysplit.metrics import default_checkpoint
-from keysplit.simulate import Resize, route, simulate
+from keysplit.simulator import simulate
+from keysplit.stream import Resize
 from spark_replay.job import ReplayOptions, run_replay
 
 #: The groupings the issue names, plus the global-oracle and probing PKG variants (one partition each).

@@ -183,7 +183,7 @@ def aggregation_cost(kid: np.ndarray, out: np.ndarray, workers: int, flush: int)
 def route_sample(ds: Dataset, spec: str, workers: int, sources: int) -> np.ndarray:
     """Every sampled message's worker through the reference loop (probes read the true loads, as ``simulate``
     feeds them); the fast-path specs are routed by ``simulate_candidates`` itself."""
-    from keysplit.simulate import prepare_groupings, route
+    from keysplit.groupings.hosting import prepare_groupings, route
 
     loads = [0] * workers
     groupings = prepare_groupings(spec, workers, sources, ds, lambda: loads[:])
@@ -226,8 +226,8 @@ def shortlist(p1: float, workers: int) -> tuple[list[str], list[str]]:
 def simulate_candidates(enc: Encoded, workers: int, sources: int, sample: int, flush: int,
                         full: bool = True) -> list[Candidate]:
     """Every shortlisted spec on the sample, and the fast ones also over the whole stream."""
-    from keysplit.fast import names_table, simulate_ids
     from keysplit.metrics import default_checkpoint
+    from keysplit.simulator.fast import names_table, simulate_ids
 
     m = len(enc.kid)
     prof_p1 = float(np.bincount(enc.kid).max() / m) if m else 0.0

@@ -25,7 +25,8 @@ import numpy as np
 
 from keysplit.datasets import Dataset
 from keysplit.errors import SpecError
-from keysplit.simulate import DEFAULT_RATE, SPLITS, event_time, prepare_groupings, source_of
+from keysplit.groupings.hosting import prepare_groupings
+from keysplit.stream import DEFAULT_RATE, SPLITS, event_time, source_of
 
 
 @dataclass
@@ -74,7 +75,7 @@ def execution(
     latencies: list[float] = []
     arrival = 0.0
     seq = 0
-    # The simulator's routing loop (simulate.route), keeping each message's event time as its arrival.
+    # The simulator's routing loop (keysplit.groupings.hosting.route), keeping each message's event time as its arrival.
     for index, (ts, keys) in enumerate(dataset.records()):
         if not keys:
             continue

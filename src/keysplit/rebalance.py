@@ -30,7 +30,7 @@ from keysplit.datasets import Dataset
 from keysplit.errors import SpecError
 from keysplit.groupings import BaseGrouping, build_grouping
 from keysplit.hashing import BASE_SEED, HashRing
-from keysplit.simulate import DEFAULT_RATE, SPLITS, event_time, source_of
+from keysplit.stream import DEFAULT_RATE, SPLITS, event_time, source_of
 
 
 def mapping_moves(keys: Iterable[str], before: int, after: int, vnodes: int = 64) -> dict:

@@ -7,7 +7,7 @@ import argparse
 from keysplit.commands.common import int_list, positive_float, positive_int, print_json, print_table, spec_list
 from keysplit.datasets import open_dataset, require_records
 from keysplit.groupings import check_grouping
-from keysplit.simulate import DEFAULT_RATE, SPLITS
+from keysplit.stream import DEFAULT_RATE, SPLITS
 
 DEFAULT_GROUPINGS = ["fish", "fish:assign=load", "pkg", "sg"]
 

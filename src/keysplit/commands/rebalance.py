@@ -9,7 +9,7 @@ from keysplit.datasets import open_dataset, require_records
 from keysplit.errors import SpecError
 from keysplit.groupings import check_grouping
 from keysplit.rebalance import mapping_moves, rebalance_run
-from keysplit.simulate import DEFAULT_RATE, SPLITS
+from keysplit.stream import DEFAULT_RATE, SPLITS
 
 DEFAULT_GROUPINGS = ["fish", "fish:placement=mod", "pkg", "kg"]
 

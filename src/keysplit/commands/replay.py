@@ -48,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partitions", type=positive_int, metavar="N",
                    help="input partitions of the dataset file (default: by size and cores)")
     p.add_argument("--engine", choices=("auto", "reference"), default="auto",
-                   help="auto: kg/sg/pkg through keysplit.fast's proven kernel; reference: every grouping's choose")
+                   help="auto: kg/sg/pkg through the simulator's proven kernel; reference: every grouping's choose")
     p.add_argument("--out", default=_DEFAULT_OUT, metavar="DIR", help=f"output directory (default {_DEFAULT_OUT})")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     p.set_defaults(func=run)
@@ -82,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     validate(opts)  # bad groupings and numbers fail before the JVM starts
     conf = parse_conf(args.conf)
     from keysplit.datasets import Generator, open_dataset
-    from keysplit.simulate import check_checkpoint, check_resizes
+    from keysplit.groupings.hosting import check_resizes
+    from keysplit.stream import check_checkpoint
     from spark_replay.sparkinput import remote_spec
 
     # A missing local file fails before the JVM too; a file named by URI (hdfs://...) is checked through Spark.

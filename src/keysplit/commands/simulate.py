@@ -18,9 +18,11 @@ from keysplit.datasets import Dataset, FileDataset, open_dataset, require_record
 from keysplit.errors import SpecError
 from keysplit.groupings import REGISTRY, check_grouping, grouping_class
 from keysplit.groupings.base import spec_value
+from keysplit.groupings.hosting import check_resizes
 from keysplit.outputs import refuse_inputs
 from keysplit.plots import check_plot_path, imbalance_over_time
-from keysplit.simulate import DEFAULT_RATE, ENGINES, SPLITS, Resize, check_checkpoint, check_resizes, simulate
+from keysplit.simulator import ENGINES, simulate
+from keysplit.stream import DEFAULT_RATE, SPLITS, Resize, check_checkpoint
 
 
 def grouping_help() -> str:

@@ -35,7 +35,7 @@ def next_probe_after(next_probe: float, now: float, interval: float) -> float:
 
     A jump rather than a step-by-step walk, so a host whose clock starts at Unix time (a Storm router)
     does not loop 10^8 times on its first tuple; the final steps make it exact whatever the rounding.
-    ``keysplit.fast`` repeats these very operations, so both paths probe at the same instants.
+    ``keysplit.simulator.fast`` repeats these very operations, so both paths probe at the same instants.
 
     >>> next_probe_after(0.0, 10.5, 2.0), next_probe_after(1.7e18, 1.7e18, 1.0)  # the second: ns timestamps
     (12.0, 1.7000000000000003e+18)

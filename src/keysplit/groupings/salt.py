@@ -28,7 +28,7 @@ MIX2 = 0x94D049BB133111EB
 
 
 def salt_state(seed: int, source: int) -> int:
-    """The initial SplitMix64 state of ``source`` (``keysplit.fast`` starts its generators the same way)."""
+    """The initial SplitMix64 state of ``source`` (``keysplit.simulator.fast`` starts its generators the same way)."""
     return (seed * 1_000_003 + source) & MASK64
 
 

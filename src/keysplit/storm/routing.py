@@ -1,5 +1,5 @@
 """The router's logic (the PKG paper's "source"): split a record into words and choose a counter task for
-each with the configured grouping, exactly as ``keysplit.simulate.route`` does in process.
+each with the configured grouping, exactly as ``keysplit.groupings.hosting.route`` does in process.
 
 The router learns the topology from Storm's multi-lang context: ``task->component`` maps every task id to
 its component. Counter task ids sorted ascending are the grouping's workers 0..W-1 (the first W of them
@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from keysplit.datasets import decode_record
 from keysplit.errors import KeysplitError
 from keysplit.groupings import BaseGrouping
-from keysplit.simulate import prepare_groupings
+from keysplit.groupings.hosting import prepare_groupings
 from keysplit.storm.keys import RunKeys
 
 #: How the router addresses the counter task it chose (see the module docstring); the first is the default.

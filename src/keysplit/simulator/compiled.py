@@ -3,7 +3,7 @@
 A numba kernel costs every process about 0.45 s before its first call, even from numba's on-disk cache:
 importing numba, initialising its CPU target and loading the cached code. On ``keysplit simulate`` over
 5 M messages that is about as long as the routing itself. So ``make install`` also compiles the kernels once,
-ahead of time, into an extension module (``python -m keysplit.compiled``, numba's ``pycc``) that imports in
+ahead of time, into an extension module (``python -m keysplit.simulator.compiled``, numba's ``pycc``) that imports in
 under a millisecond without numba.
 
 One source, two compilers: a kernel is an ordinary function decorated with :func:`kernel` and its numba
@@ -28,8 +28,10 @@ from typing import Any
 AOT_MODULE = "_kernels_aot"
 #: Modules whose kernels are exported, in import order. Their files, this one and the modules whose
 #: constants a kernel reads (compiled in as constants) make up :func:`sources_digest`.
-KERNEL_MODULES = ("keysplit.hashing_batch", "keysplit.fast")
-DIGEST_FILES = ("compiled.py", "hashing_batch.py", "fast.py", "hashing.py", "groupings/salt.py")
+KERNEL_MODULES = ("keysplit.simulator.hashing_batch", "keysplit.simulator.kernel")
+#: Paths below the ``keysplit`` package.
+DIGEST_FILES = ("simulator/compiled.py", "simulator/hashing_batch.py", "simulator/kernel.py", "hashing.py",
+                "groupings/salt.py")
 #: ``KEYSPLIT_KERNELS``: ``auto`` (the build when current) or ``jit`` (always numba's JIT).
 ENV = "KEYSPLIT_KERNELS"
 
@@ -40,7 +42,7 @@ EXPORTS: dict[str, tuple[Callable[..., Any], str]] = {}
 def sources_digest() -> int:
     """A digest of the kernels' sources and numpy's version (the build is linked against numpy's C API),
     as a non-negative int64: the build stores it, and a build whose digest differs is not used."""
-    here = Path(__file__).parent
+    here = Path(__file__).parents[1]
     h = hashlib.sha256()
     for name in DIGEST_FILES:
         h.update((here / name).read_bytes())
@@ -54,7 +56,7 @@ def _load_build() -> Any | None:
     if os.environ.get(ENV, "auto") == "jit":
         return None
     try:
-        module = importlib.import_module(f"keysplit.{AOT_MODULE}")
+        module = importlib.import_module(f"keysplit.simulator.{AOT_MODULE}")
         return module if module.sources_digest() == sources_digest() else None
     except Exception:  # missing, stale or built for another platform: the JIT will do
         return None
@@ -114,11 +116,13 @@ def build(output_dir: Path) -> Path:
 
 
 def main() -> int:
-    """``python -m keysplit.compiled``: build the kernels next to this file (``make install`` runs it)."""
+    """``python -m keysplit.simulator.compiled``: build the kernels next to this file (``make install`` runs it)."""
     if os.environ.get(ENV) != "jit":  # the build compiles the JIT's functions: rerun with it forced
         env = {**os.environ, ENV: "jit"}
-        os.execve(sys.executable, [sys.executable, "-m", "keysplit.compiled"], env)
-    from keysplit import compiled  # this file runs as __main__; the kernels register with the package's module
+        os.execve(sys.executable, [sys.executable, "-m", "keysplit.simulator.compiled"], env)
+    from keysplit.simulator import (
+        compiled,  # this file runs as __main__; the kernels register with the package's module
+    )
 
     try:
         path = compiled.build(Path(__file__).parent)

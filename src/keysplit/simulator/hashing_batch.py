@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from keysplit.compiled import kernel
 from keysplit.hashing import BASE_SEED
+from keysplit.simulator.compiled import kernel
 
 _MASK = 0xFFFFFFFF
 
