@@ -33,7 +33,7 @@ test: $(BUILT)
 	$(BIN)/python -m pytest -q
 
 bench: $(BUILT)
-	$(BIN)/python benchmarks/routing.py
+	$(BIN)/python benchmarks/routing_speed.py
 
 clean:
 	rm -rf $(VENV) .keysplit build src/*.egg-info src/keysplit/simulator/_kernels_aot*.so

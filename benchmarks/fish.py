@@ -59,7 +59,7 @@ def main() -> None:
     counter = EpochCounter()
     t = time.perf_counter()
     for k in keys:
-        counter.observe(k)
+        counter.update(k)
     r = len(keys) / (time.perf_counter() - t)
     print(f"{'EpochCounter.observe alone':34s} {r:>12,.0f} msgs/s  ({r / base:.2f}x pkg)")
 

@@ -1,6 +1,6 @@
 """Per-partition summaries of routed messages, and how the driver combines them.
 
-A routing task routes its pieces one at a time (:mod:`spark_replay.routing`) and keeps, for all of them:
+A routing task routes its pieces one at a time (:mod:`spark_replay.source_routing`) and keeps, for all of them:
 
 - ``agg``: the K x W matrix of loads at the checkpoints (row j: messages with sequence < (j+1)*c that went
   to each worker, the simulator's ``ImbalanceSeries`` points) and the final per-worker loads; summed over

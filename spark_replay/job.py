@@ -36,7 +36,7 @@ from keysplit.metrics import (
 )
 from keysplit.outputs import inside, replace_entry, same_file
 from keysplit.stream import DEFAULT_RATE, SPLITS, Resize, check_checkpoint
-from spark_replay import aggregates, routing, storage
+from spark_replay import aggregates, source_routing, storage
 from spark_replay.ingest import is_uri, materialise
 from spark_replay.ordered import in_order
 from spark_replay.queueing import throughput_estimate
@@ -126,7 +126,7 @@ def validate(opts: ReplayOptions) -> list[str]:
     if opts.capacities is not None and len(opts.capacities) != opts.workers:
         raise SpecError(f"--capacities needs {opts.workers} values, got {len(opts.capacities)}")
     check_resizes(opts.groupings, opts.workers, opts.resizes)
-    return [routing.routing_mode(spec, opts.workers, opts.sources) for spec in opts.groupings]
+    return [source_routing.routing_mode(spec, opts.workers, opts.sources) for spec in opts.groupings]
 
 
 def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] | None = None) -> dict:
@@ -224,7 +224,7 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
     """Ingest once, write the exact counts, then replay every grouping."""
     t0 = time.perf_counter()
     ing = ingest(spark, source, opts.sources, opts.split, opts.partitions, opts.rate,
-                 merged=routing.GLOBAL in modes)
+                 merged=source_routing.GLOBAL in modes)
     ingest_s = time.perf_counter() - t0
     say(f"read {ing.messages:,} messages in {ing.records:,} records from {ing.partitions} partition(s) "
         f"into {opts.sources} sub-stream(s) in {ingest_s:.1f} s")
@@ -235,7 +235,7 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
     say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")
     frequencies = None
     if any(g.needs_full_pass for spec in opts.groupings
-           for g in routing.build_grouping(spec, opts.workers, opts.sources)[:1]):
+           for g in source_routing.build_grouping(spec, opts.workers, opts.sources)[:1]):
         frequencies = spark.sparkContext.broadcast(ing.counts.collectAsMap())
     every = opts.checkpoint or default_checkpoint(ing.messages)
     results = []
@@ -281,19 +281,19 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
 
     order = ing.order
     groups = max(2, spark.sparkContext.defaultParallelism)  # reduce tasks; worker w's queue is in task w % groups
-    stream, sources = (ing.merged, [0]) if mode == routing.GLOBAL else (ing.streams, list(range(S)))
+    stream, sources = (ing.merged, [0]) if mode == source_routing.GLOBAL else (ing.streams, list(range(S)))
     rate, rising = opts.rate, ing.rising_times
     lindley = opts.arrivals == "lindley" and service > 0  # else the topology model estimates, below
     queue_service = service if lindley else 0.0
 
     def routed_pieces(index: int, items: Iterator) -> Iterator:
         p = dict(params, frequencies=frequencies.value if frequencies is not None else None)
-        source = 0 if mode == routing.GLOBAL else index  # partition s holds source s's pieces
+        source = 0 if mode == source_routing.GLOBAL else index  # partition s holds source s's pieces
         pieces = in_order(((part, sub) for _, (part, sub) in items), order)
-        return routing.route_pieces(source, pieces, p)
+        return source_routing.route_pieces(source, pieces, p)
 
     def route(index: int, items: Iterator) -> Iterator:
-        source = 0 if mode == routing.GLOBAL else index
+        source = 0 if mode == source_routing.GLOBAL else index
         routed = enumerate(routed_pieces(index, items))
         return aggregates.tag_pieces(routed, source, n_workers, every, rows, rate, lindley, groups)
 
@@ -331,7 +331,7 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
     per_worker = [int(x) for x in distinct.tolist()]
     m = ing.messages
     summary = {
-        "grouping": routing.describe(spec, W, S),
+        "grouping": source_routing.describe(spec, W, S),
         "workers": workers_at(m, W, changes),
         "sources": S,
         "avg_imbalance_fraction": series.avg_fraction,
@@ -352,7 +352,7 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
         "cpu_delay_ms": opts.cpu_delay_ms,
         "rate": opts.rate,
         "split": opts.split,
-        "mode": "global (one partition: decisions depend on every source)" if mode == routing.GLOBAL
+        "mode": "global (one partition: decisions depend on every source)" if mode == source_routing.GLOBAL
         else f"partitioned ({S} partition(s), one per source)",
         "fast_path": bool(fast),
         "seconds": elapsed,

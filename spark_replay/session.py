@@ -82,7 +82,7 @@ def _private_dir() -> str:
     fresh private temporary folder when the state folder cannot be created. Never a fixed name in the shared
     /tmp, where another user could plant the log4j file or a symlink for the log to be appended through."""
     if not _private:
-        from keysplit.redis_server import keysplit_home, private_dir
+        from keysplit.home import keysplit_home, private_dir
 
         try:
             _private.append(str(private_dir(keysplit_home() / "spark")))

@@ -625,9 +625,9 @@ def route_dataset(spec: str, grouping: str, workers: int, sources: int, aggregat
     """Route a dataset with the simulator's groupings in process (no Spark): the model's input arrays.
 
     Records go to sources as ``keysplit simulate`` deals them; event time is ``sequence / rate``."""
-    from keysplit.simulate import DEFAULT_RATE, prepare_groupings, route
-
     from keysplit.datasets import open_dataset
+    from keysplit.groupings.hosting import prepare_groupings, route
+    from keysplit.stream import DEFAULT_RATE
 
     dataset = open_dataset(spec)
     groupings = prepare_groupings(grouping, workers, sources, dataset, capacities=capacities)
@@ -757,7 +757,7 @@ CALIBRATION_NAME = "calibration.json"
 
 
 def default_calibration() -> str:
-    from keysplit.redis_server import keysplit_home
+    from keysplit.home import keysplit_home
 
     return str(keysplit_home() / CALIBRATION_NAME)
 #: The calibrated quantities a calibration file holds (microseconds, seconds).

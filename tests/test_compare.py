@@ -10,7 +10,7 @@ import pytest
 
 from keysplit.cli import main as cli_main
 from keysplit.datasets import open_dataset
-from keysplit.redis_server import connect, running_server, stop_server
+from keysplit.runs.redis_server import connect, running_server, stop_server
 from keysplit.simulator import simulate
 from spark_replay.job import ReplayOptions, run_replay
 

@@ -23,7 +23,7 @@ def test_alpha_one_never_forgets_and_counts_exactly_while_the_table_has_room():
     keys = [f"k{i % 37}" for i in range(5000)] + ["k0"] * 100
     c = EpochCounter(epoch=100, capacity=50, alpha=1.0)
     for k in keys:
-        c.observe(k)
+        c.update(k)
     assert c.epochs == len(keys) // 100 - 1  # the last epoch is still open
     assert c.counts == {k: float(n) for k, n in Counter(keys).items()}
     assert c.total == len(keys)
@@ -33,9 +33,9 @@ def test_alpha_one_never_forgets_and_counts_exactly_while_the_table_has_room():
 def test_alpha_zero_forgets_everything_at_each_epoch_end():
     c = EpochCounter(epoch=10, capacity=100, alpha=0.0)
     for _ in range(10):
-        c.observe("old")
+        c.update("old")
     assert c.frequency("old") == 1.0
-    c.observe("new")  # opens epoch 2: everything before is gone
+    c.update("new")  # opens epoch 2: everything before is gone
     assert c.counts == {"new": 1.0}
     assert c.frequency("old") == 0.0 and c.frequency("new") == 1.0
 
@@ -43,9 +43,9 @@ def test_alpha_zero_forgets_everything_at_each_epoch_end():
 def test_decay_multiplies_every_counter_by_alpha_at_the_epoch_end():
     c = EpochCounter(epoch=6, capacity=10, alpha=0.25)
     for k in "aaaabb":
-        c.observe(k)
+        c.update(k)
     assert c.counts == {"a": 4.0, "b": 2.0}
-    c.observe("c")
+    c.update("c")
     assert c.counts == {"a": 1.0, "b": 0.5, "c": 1.0}
     assert c.total == 2.5 and c.max_count == 1.0
 
@@ -54,10 +54,10 @@ def test_a_new_key_replaces_the_minimum_and_starts_from_it_plus_one():
     """ReplaceMin (Alg. 1): the least counted key leaves; the new key starts at its count + 1, not 1."""
     c = EpochCounter(epoch=1000, capacity=3, alpha=0.5)
     for k in "aaabbc":
-        c.observe(k)
-    assert c.observe("d") == 2.0  # replaced "c" (count 1)
+        c.update(k)
+    assert c.update("d") == 2.0  # replaced "c" (count 1)
     assert set(c.counts) == {"a", "b", "d"}
-    assert c.observe("e") == 3.0  # now the minimum is 2 ("b" or "d"; ties by key: "b")
+    assert c.update("e") == 3.0  # now the minimum is 2 ("b" or "d"; ties by key: "b")
     assert set(c.counts) == {"a", "d", "e"}
     assert c.total == 8.0  # a replacement adds exactly one to the sum of counters
 
@@ -65,7 +65,7 @@ def test_a_new_key_replaces_the_minimum_and_starts_from_it_plus_one():
 def test_memory_is_bounded_by_capacity_on_a_stream_of_many_distinct_keys():
     c = EpochCounter(epoch=1000, capacity=200, alpha=0.5)
     for i in range(50_000):
-        c.observe(f"key{i * 7919 % 40_000}")
+        c.update(f"key{i * 7919 % 40_000}")
         assert len(c) <= 200
     assert len(c._heap) == len(c.counts)
 
@@ -73,7 +73,7 @@ def test_memory_is_bounded_by_capacity_on_a_stream_of_many_distinct_keys():
 def test_frequencies_sum_to_one_and_f_max_is_the_top_keys():
     c = EpochCounter(epoch=300, capacity=50, alpha=0.5)
     for k in drift_keys()[:7000]:
-        c.observe(k)
+        c.update(k)
     assert sum(c.frequency(k) for k in c.counts) == pytest.approx(1.0)
     top_key, top_count = c.top(1)[0]
     assert c.f_max == pytest.approx(c.frequency(top_key)) and top_count == c.max_count
@@ -82,7 +82,7 @@ def test_frequencies_sum_to_one_and_f_max_is_the_top_keys():
 def _tuples_until_top(keys: list[str], start: int, key: str, alpha: float, epoch: int = 1000) -> int:
     c = EpochCounter(epoch=epoch, capacity=1000, alpha=alpha)
     for i, k in enumerate(keys):
-        c.observe(k)
+        c.update(k)
         if i >= start and c.counts.get(key) == c.max_count:
             return i - start
     return len(keys) - start
@@ -118,7 +118,7 @@ def test_without_decay_it_is_space_saving(stream, capacity):
     keys = [f"k{x}" for x in stream]
     c = EpochCounter(epoch=10**9, capacity=capacity, alpha=1.0)
     for k in keys:
-        c.observe(k)
+        c.update(k)
     true = Counter(keys)
     assert len(c) <= capacity
     assert c.total == len(keys) == sum(c.counts.values())

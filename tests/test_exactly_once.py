@@ -13,15 +13,17 @@ from __future__ import annotations
 import pytest
 from test_wordcount_topology import exact_counts, write_text
 
-from keysplit import redis_server
 from keysplit.datasets import encode_record
 from keysplit.errors import KeysplitError
+from keysplit.runs import redis_server
+from keysplit.runs.collect import read_counts
+from keysplit.runs.driver import run_wordcount
+from keysplit.runs.faults import parse_kill
+from keysplit.runs.prepare import RunOptions, prepare
 from keysplit.storm import exactly_once
 from keysplit.storm.exactly_once import Dedup
-from keysplit.storm.faults import parse_kill
 from keysplit.storm.feed import StreamFeed, create_group
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.run import RunOptions, prepare, read_counts, run_wordcount
 
 
 @pytest.fixture(scope="module")

@@ -24,11 +24,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from keysplit import redis_server
 from keysplit.errors import KeysplitError
 from keysplit.outputs import atomic_file
+from keysplit.runs import redis_server
+from keysplit.runs.records import check_run_id, read_record, reserve, set_state
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.records import check_run_id, read_record, reserve, set_state
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
@@ -209,7 +209,7 @@ def test_a_lease_left_by_a_killed_process_is_reclaimed_by_the_next_command(tmp_p
     """kill -9 gives a session no chance to release its lease: the next session drops it and, being the last
     one out, stops the server as the dead one would have."""
     home = tmp_path / "home"
-    code = ("import os, signal\nfrom keysplit import redis_server\n"
+    code = ("import os, signal\nfrom keysplit.runs import redis_server\n"
             f"with redis_server.session(home={str(home)!r}):\n    os.kill(os.getpid(), signal.SIGKILL)\n")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == -9
     assert redis_server.running_server(home) is not None  # left running, its lease held by a dead process
@@ -223,8 +223,8 @@ def test_a_lease_left_by_a_killed_process_is_reclaimed_by_the_next_command(tmp_p
 
 def test_a_run_whose_owner_died_reads_as_interrupted(shared):
     _, conn = shared
-    code = ("import sys\nfrom keysplit import redis_server\nfrom keysplit.storm.keys import RunKeys\n"
-            "from keysplit.storm.records import set_state\n"
+    code = ("import sys\nfrom keysplit.runs import redis_server\nfrom keysplit.storm.keys import RunKeys\n"
+            "from keysplit.runs.records import set_state\n"
             "set_state(redis_server.client(sys.argv[1]), RunKeys('orphan'), 'running')\n")
     url = redis_server.running_server(shared[0]).url
     subprocess.run([sys.executable, "-c", code, url], check=True)

@@ -24,7 +24,7 @@ def zipf_stream(n: int, keys: int, z: float = 1.0, seed: int = 7) -> list[str]:
 def test_undercount_at_most_epsilon_n_and_no_false_negatives(epsilon):
     stream = zipf_stream(40_000, 5_000)
     lc = LossyCounter(epsilon)
-    lc.update(stream)
+    lc.update_many(stream)
     truth = Counter(stream)
     n = len(stream)
     for key, true in truth.items():
@@ -44,7 +44,7 @@ def test_size_is_bounded_by_one_over_epsilon_log_epsilon_n():
     lc = LossyCounter(epsilon)
     peak = 0
     for i, key in enumerate(zipf_stream(60_000, 50_000, z=0.7), 1):
-        lc.add(key)
+        lc.update(key)
         peak = max(peak, len(lc))
         if i % 5_000 == 0:
             assert len(lc) <= (1 / epsilon) * math.log(epsilon * i) + 1 / epsilon
@@ -55,7 +55,7 @@ def test_size_is_bounded_by_one_over_epsilon_log_epsilon_n():
 def test_all_distinct_keys_never_hold_more_than_one_bucket():
     lc = LossyCounter(0.01)
     for i in range(10_000):
-        lc.add(f"x{i}")
+        lc.update(f"x{i}")
         assert len(lc) <= lc.width  # each entry dies at the end of its bucket
     assert lc.width == 100
 
@@ -64,7 +64,7 @@ def test_all_distinct_keys_never_hold_more_than_one_bucket():
 @given(st.lists(st.integers(0, 30), min_size=1, max_size=600), st.sampled_from([0.05, 0.1, 0.2]))
 def test_guarantees_hold_on_any_stream(keys, epsilon):
     lc = LossyCounter(epsilon)
-    lc.update(keys)
+    lc.update_many(keys)
     truth = Counter(keys)
     for key, true in truth.items():
         assert true - epsilon * len(keys) <= lc.count(key) <= true
@@ -83,7 +83,7 @@ def test_sliding_active_counter_covers_between_w_and_three_halves_w():
     window = 300
     s = SlidingLossyCounter(0.01, window)
     for i in range(3_000):
-        s.add(f"k{i % 17}")
+        s.update(f"k{i % 17}")
         n = i + 1
         if n >= window:
             assert window <= s.active.n <= 1.5 * window
@@ -97,7 +97,7 @@ def test_x_counters_approach_a_true_sliding_window():
         s = SlidingLossyCounter(0.01, window, counters=x)
         sizes = []
         for i in range(5_000):
-            s.add(i % 7)
+            s.update(i % 7)
             if i >= window:
                 sizes.append(s.active.n)
         assert max(sizes) <= math.ceil((1 + 1 / (x - 1)) * window)  # (1 + 1/(x-1)) W upper range
@@ -109,9 +109,9 @@ def test_sliding_window_forgets_old_hot_keys_and_finds_new_ones():
     s = SlidingLossyCounter(0.01, window)
     first = zipf_stream(5_000, 200, seed=1)
     second = [k.replace("k", "n") for k in zipf_stream(5_000, 200, seed=2)]
-    s.update(first)
+    s.update_many(first)
     assert "k0" in s.frequent(0.05)
-    s.update(second[: int(1.5 * window)])
+    s.update_many(second[: int(1.5 * window)])
     hot = s.frequent(0.05)
     assert "n0" in hot and "k0" not in hot
     # the active counter's answers obey the guarantees for the items it covers

@@ -10,8 +10,8 @@ import time
 import pytest
 import redis
 
-from keysplit import redis_server
 from keysplit.errors import KeysplitError
+from keysplit.runs import redis_server
 
 
 def test_a_server_binary_is_found_without_a_manual_install():

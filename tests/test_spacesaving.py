@@ -18,7 +18,7 @@ capacities = st.integers(min_value=1, max_value=12)
 
 def build(stream: list[str], capacity: int) -> SpaceSaving:
     s = SpaceSaving(capacity)
-    s.update(stream)
+    s.update_many(stream)
     return s
 
 
@@ -55,7 +55,7 @@ def test_merge_of_two_sub_streams_keeps_the_bound_for_the_whole_stream(left, rig
 @given(streams, streams, streams, capacities)
 def test_updates_after_a_merge_and_merging_three_ways_keep_the_bound(a, b, c, capacity):
     merged = build(a, capacity).merge(build(b, capacity))
-    merged.update(c)
+    merged.update_many(c)
     assert_guarantees(merged, Counter(a) + Counter(b) + Counter(c))
     three = build(a, capacity).merge(build(b, capacity)).merge(build(c, capacity))
     assert_guarantees(three, Counter(a) + Counter(b) + Counter(c))
@@ -71,8 +71,8 @@ def test_with_room_for_every_key_the_counts_are_exact(stream):
 
 def test_offer_returns_the_new_estimate_and_an_unmonitored_key_replaces_the_minimum():
     s = SpaceSaving(capacity=2)
-    assert [s.offer(k) for k in "aab"] == [1, 2, 1]
-    assert s.offer("c") == 2  # b (count 1) is replaced; c starts from 1 + 1 with error 1
+    assert [s.update(k) for k in "aab"] == [1, 2, 1]
+    assert s.update("c") == 2  # b (count 1) is replaced; c starts from 1 + 1 with error 1
     assert "b" not in s and s.error("c") == 1 and s.guaranteed("c") == 1
     assert s.top() == [("a", 2), ("c", 2)]
 

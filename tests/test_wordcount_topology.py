@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from keysplit import redis_server
 from keysplit.cli import main
+from keysplit.runs import redis_server
+from keysplit.runs.collect import read_counts
+from keysplit.runs.driver import run_wordcount
+from keysplit.runs.prepare import RunOptions, prepare
 from keysplit.storm.keys import RUNS, RunKeys
-from keysplit.storm.run import RunOptions, prepare, read_counts, run_wordcount
 from keysplit.storm.settings import split_password
 
 ROOT = Path(__file__).resolve().parents[1]

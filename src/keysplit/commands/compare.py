@@ -49,7 +49,7 @@ def _pair(a, b, fmt, ratio=None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keysplit.redis_server import session
+    from keysplit.runs.redis_server import session
     from spark_replay import compare
 
     compare.load_replay(args.replay)  # a missing replay fails before Redis starts

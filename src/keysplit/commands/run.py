@@ -25,21 +25,14 @@ from keysplit.datasets import open_dataset
 from keysplit.datasets.readers import FileDataset
 from keysplit.errors import KeysplitError
 from keysplit.outputs import refuse_inputs
-from keysplit.redis_server import redact, session
+from keysplit.redis_client import redact
+from keysplit.runs.collect import collect_run, read_counts, stored_run, write_counts
+from keysplit.runs.driver import resume_run, run_wordcount, start_run
+from keysplit.runs.prepare import RunOptions, prepare
+from keysplit.runs.records import check_run_id
+from keysplit.runs.redis_server import session
 from keysplit.storm.exactly_once import DELIVERIES
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.records import check_run_id
-from keysplit.storm.run import (
-    RunOptions,
-    collect_run,
-    prepare,
-    read_counts,
-    resume_run,
-    run_wordcount,
-    start_run,
-    stored_run,
-    write_counts,
-)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -31,8 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keysplit.redis_server import session
-    from keysplit.storm.records import check_run_id
+    from keysplit.runs.records import check_run_id
+    from keysplit.runs.redis_server import session
 
     if args.action == "list" and args.ids:
         raise KeysplitError(f"`keysplit runs` lists every run; to see one, use `keysplit runs show {args.ids[0]}`")
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def listing(conn, as_json: bool) -> int:
-    from keysplit.storm.records import list_runs
+    from keysplit.runs.records import list_runs
 
     runs = list_runs(conn)
     if as_json:
@@ -68,8 +68,8 @@ def listing(conn, as_json: bool) -> int:
 
 
 def show(conn, run_id: str, as_json: bool) -> int:
+    from keysplit.runs.records import read_record
     from keysplit.storm.keys import RunKeys
-    from keysplit.storm.records import read_record
 
     record = read_record(conn, run_id)
     if record is None:
@@ -98,8 +98,8 @@ def delete(conn, run_ids: list[str], as_json: bool) -> int:
     """All or nothing: every id must name a run that is not running, or nothing is deleted."""
     import shutil
 
-    from keysplit.redis_server import keysplit_home
-    from keysplit.storm.records import delete_run, read_record
+    from keysplit.home import keysplit_home
+    from keysplit.runs.records import delete_run, read_record
 
     records = {run_id: read_record(conn, run_id) for run_id in run_ids}
     missing = [run_id for run_id, record in records.items() if record is None]

@@ -163,7 +163,7 @@ class _HeadTailGrouping(BaseGrouping):
 
     def choose(self, key: str, now: float) -> int:
         sketch = self.sketch
-        count = sketch.offer(key)
+        count = sketch.update(key)
         is_head = count > self.theta * sketch.n
         if is_head is not (key in self.head_keys):
             self.refresh_head()

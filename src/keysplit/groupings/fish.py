@@ -237,7 +237,7 @@ class Fish(BaseGrouping):
         if now >= self._next_tick:
             self._tick(now)
         counts = self.epoch_counts
-        c = counts.observe(key)
+        c = counts.update(key)
         self._tuples += 1
         if self._tuples % counts.epoch == 0:
             self._prune()

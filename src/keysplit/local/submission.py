@@ -29,21 +29,44 @@ from keysplit.errors import KeysplitError
 #: Build leftovers that a source tree holds but a jar has no use for (bytecode is rebuilt on the worker).
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "*.egg-info", ".*")
 
+#: What the topology jar holds of the ``keysplit`` package (paths below it, globs allowed): the components
+#: (``storm/``) and what they import, every registered grouping with its sketches and Gedik's partitioning
+#: functions, and the dataset readers the router and the feed decode records with. Nothing else: no CLI, no
+#: local runner, no simulator and no compiled extension (a cluster's workers run another Python or CPU as often
+#: as not). ``tests/test_storm_fidelity.py`` starts every component and builds every registered grouping from
+#: this tree alone, so a module missing here fails there.
+JAR_CONTENTS = (
+    "__init__.py", "errors.py", "specs.py", "hashing.py", "fingerprint.py", "stream.py", "redis_client.py",
+    "latency.py",
+    "datasets/*.py", "groupings/*.py", "sketches/*.py", "storm/*.py",
+    "partitioning/__init__.py", "partitioning/adaptive.py", "partitioning/construct.py", "partitioning/function.py",
+    "partitioning/penalties.py", "partitioning/readj.py", "partitioning/redist.py", "partitioning/resources.py",
+    "partitioning/scan.py", "partitioning/threshold.py", "partitioning/utility.py",
+)
+
+
+def jar_files(package: Path) -> list[Path]:
+    """The files of ``package`` (the ``keysplit`` package folder) that :data:`JAR_CONTENTS` names, sorted."""
+    found = {path for pattern in JAR_CONTENTS for path in package.glob(pattern) if path.is_file()}
+    return sorted(found)
+
 
 def build_resources(dest: str | os.PathLike, src: str | os.PathLike | None = None) -> Path:
-    """Copy ``src`` to ``dest``, laid out as the jar's ``resources/``; returns ``dest``.
+    """Make ``dest``, laid out as the jar's ``resources/``; returns ``dest``.
 
-    A given ``src`` is copied whole, as streamparse copies a project's ``src/``. Without one, the ``keysplit``
-    package this code runs from is copied to ``dest/keysplit``: what this project's ``src/`` holds, and it
-    works for an installed keysplit too (whose parent directory is site-packages).
+    A given ``src`` is copied whole, as streamparse copies a project's ``src/``. Without one, the files of the
+    ``keysplit`` package this code runs from that :data:`JAR_CONTENTS` names are copied to ``dest/keysplit``;
+    it works for an installed keysplit too (whose parent directory is site-packages).
     """
     dest = Path(dest)
     if dest.exists():
         shutil.rmtree(dest)
     if src is None:
         package = Path(__file__).resolve().parents[1]
-        dest.mkdir(parents=True)
-        shutil.copytree(package, dest / package.name, ignore=_IGNORE)
+        for path in jar_files(package):
+            target = dest / package.name / path.relative_to(package)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
         return dest
     src = Path(src)
     if not src.is_dir():

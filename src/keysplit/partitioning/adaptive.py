@@ -82,7 +82,7 @@ class AdaptivePartitioner:
             self.rebuild(self.workers, now, "period")
             self.next_rebuild = self.period * (math.floor(now / self.period) + 1)  # the next boundary after now
         self.now = now
-        self.counter.add(key)
+        self.counter.update(key)
         if self._bucket_fill == self._bucket_size:
             self._buckets.append({})  # the oldest bucket falls out of the window
             self._bucket_fill = 0

@@ -118,7 +118,7 @@ def lossy_sizes(freq: np.ndarray, cfg: ExperimentConfig, progress: Callable[[int
     for n in range(2, cfg.max_workers + 1):
         delta = frequency_threshold(resources, n, cfg.sigma, cfg.domain)
         counter = LossyCounter(min(0.5, cfg.epsilon_ratio * delta))
-        counter.update(stream)
+        counter.update_many(stream)
         sizes[n] = max(counter.peak, len(counter))
         if progress:
             progress(1)

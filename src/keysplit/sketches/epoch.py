@@ -20,11 +20,11 @@ counter by the same factor, which keeps the order, and the heap is rebuilt once 
 per ``epoch`` tuples).
 
 >>> c = EpochCounter(epoch=4, capacity=2, alpha=0.5)
->>> [c.observe(k) for k in ["a", "a", "b", "c"]]  # "c" replaces "b" (the minimum, 1) and starts at 2
+>>> [c.update(k) for k in ["a", "a", "b", "c"]]  # "c" replaces "b" (the minimum, 1) and starts at 2
 [1.0, 2.0, 1.0, 2.0]
 >>> c.frequency("a"), c.frequency("b")
 (0.5, 0.0)
->>> c.observe("a")  # the 5th tuple opens epoch 2: counters were halved to a=1, c=1 first
+>>> c.update("a")  # the 5th tuple opens epoch 2: counters were halved to a=1, c=1 first
 2.0
 >>> sorted(c.counts.items())
 [('a', 2.0), ('c', 1.0)]
@@ -38,7 +38,7 @@ import heapq
 class EpochCounter:
     """Decayed top-``capacity`` counter over epochs of ``epoch`` tuples (FISH Algorithm 1).
 
-    ``observe(key)`` counts one tuple and returns the key's counter after the update. ``counts`` is K
+    ``update(key)`` counts one tuple and returns the key's counter after the update. ``counts`` is K
     (key -> counter), ``total`` the sum of its counters, ``max_count`` the largest counter
     (the top key's, f_max = max_count / total).
     """
@@ -65,10 +65,10 @@ class EpochCounter:
     def __len__(self) -> int:
         return len(self.counts)
 
-    def observe(self, key: str) -> float:
+    def update(self, key: str) -> float:
         """Count one tuple of ``key`` (Alg. 1 lines 8-17) and return its counter.
 
-        An epoch closes (decay) when the first tuple of the next one arrives, so after ``observe`` the
+        An epoch closes (decay) when the first tuple of the next one arrives, so after ``update`` the
         counter, ``total`` and ``max_count`` always describe the same table.
         """
         if self._in_epoch >= self.epoch:

@@ -19,7 +19,7 @@ fewer than ``W`` items have arrived (initialisation, the paper's footnote 2) it 
 
 >>> lc = LossyCounter(epsilon=0.1)
 >>> for key in "aaaaabbbcd" * 10:
-...     lc.add(key)
+...     lc.update(key)
 >>> sorted(lc.frequent(0.2))
 ['a', 'b']
 >>> lc.count("a"), lc.n
@@ -48,7 +48,7 @@ class LossyCounter:
         self._errors: dict[Hashable, int] = {}  # c_e
         self.peak = 0  # the most entries held at once (reached just before a bucket closes)
 
-    def add(self, key: Hashable) -> None:
+    def update(self, key: Hashable) -> None:
         """Count one appearance of ``key``; prune at a bucket boundary."""
         counts = self._counts
         if key in counts:
@@ -61,9 +61,9 @@ class LossyCounter:
             self._prune()
             self.bucket += 1
 
-    def update(self, keys: Iterable[Hashable]) -> None:
+    def update_many(self, keys: Iterable[Hashable]) -> None:
         for key in keys:
-            self.add(key)
+            self.update(key)
 
     def _prune(self) -> None:
         """Evict entries with ``c_a + c_e <= b`` when bucket ``b`` closes."""
@@ -110,7 +110,7 @@ class SlidingLossyCounter:
 
     >>> s = SlidingLossyCounter(epsilon=0.01, window=100)
     >>> for i in range(400):
-    ...     s.add("old" if i < 200 else "new")
+    ...     s.update("old" if i < 200 else "new")
     >>> sorted(s.frequent(0.5)), s.active.n
     (['new'], 150)
     """
@@ -138,16 +138,16 @@ class SlidingLossyCounter:
         self._live = [c for j, c in enumerate(self.counters) if n >= j * self.stagger]
         self._next_event = n + self.stagger
 
-    def add(self, key: Hashable) -> None:
+    def update(self, key: Hashable) -> None:
         if self.n == self._next_event:
             self._advance()
         for counter in self._live:
-            counter.add(key)
+            counter.update(key)
         self.n += 1
 
-    def update(self, keys: Iterable[Hashable]) -> None:
+    def update_many(self, keys: Iterable[Hashable]) -> None:
         for key in keys:
-            self.add(key)
+            self.update(key)
 
     @property
     def active(self) -> LossyCounter:

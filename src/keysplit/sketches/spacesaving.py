@@ -21,7 +21,7 @@ equal minima go to the lowest slot, so the sketch is deterministic.
 
 >>> s = SpaceSaving(capacity=2)
 >>> for key in "aababc":
-...     _ = s.offer(key)
+...     _ = s.update(key)
 >>> s.n, sorted(s.items())
 (6, [('a', 3, 0), ('c', 3, 2)])
 >>> s.estimate("b"), s.guaranteed("c")
@@ -43,7 +43,7 @@ class SpaceSaving:
         if capacity < 1:
             raise ValueError(f"SpaceSaving capacity must be at least 1, got {capacity}")
         self.capacity = capacity
-        self.n = 0  #: items offered (the stream length the bounds refer to)
+        self.n = 0  #: items counted (the stream length the bounds refer to)
         self._slot_of: dict[str, int] = {}  # monitored key -> its slot
         self._keys: list[str] = []  # slot -> key
         self._counts: list[int] = []  # slot -> counter
@@ -58,7 +58,7 @@ class SpaceSaving:
     def __contains__(self, key: object) -> bool:
         return key in self._slot_of
 
-    def offer(self, key: str) -> int:
+    def update(self, key: str) -> int:
         """Count one occurrence of ``key``; returns its new estimated count."""
         self.n += 1
         counts = self._counts
@@ -93,10 +93,10 @@ class SpaceSaving:
         heapq.heapreplace(heap, (c << shift) | s)
         return c
 
-    def update(self, keys: Iterable[str]) -> None:
+    def update_many(self, keys: Iterable[str]) -> None:
         """Offer every key of ``keys`` in order."""
         for key in keys:
-            self.offer(key)
+            self.update(key)
 
     @property
     def min_count(self) -> int:

@@ -1,7 +1,7 @@
 """The word-count / top-k bolts: thin streamparse wrappers over ``routing`` and ``counting``.
 
 router --fields(route) or direct--> counter --fields(word)--> aggregator --global--> topk (the router's two
-streams and ``keysplit.route``: storm/routing.py). Counters and aggregators hold
+streams and ``keysplit.route``: storm/router.py). Counters and aggregators hold
 their input tuples until the tick that flushes what those tuples contributed, then emit anchored to them
 and ack them (DESIGN.md, data flow): a crash anywhere loses nothing, the spout replays the line.
 
@@ -20,12 +20,12 @@ from collections import Counter
 
 from streamparse import Bolt, Stream
 
-from keysplit.redis_server import client
+from keysplit.redis_client import client
 from keysplit.storm import quiet_exit
 from keysplit.storm.counting import PartialCounts, Totals, merge_top
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.routing import GroupingChannel, Router, component_tasks
+from keysplit.storm.router import GroupingChannel, Router, component_tasks
 from keysplit.storm.settings import WordCountSettings
 
 #: Component names in the topology (the router needs the counter's to find its task ids).

@@ -43,7 +43,7 @@ class WordCountSettings:
     redis_url: str = ""  # without a password (check() rejects one)
     redis_password_file: str = ""  # a file on every worker host holding the Redis password
     redis_password_env: str = ""  # or the environment variable of the workers that holds it
-    route: str = "fields"  # how the router reaches the chosen counter task: fields or direct (storm/routing.py)
+    route: str = "fields"  # how the router reaches the chosen counter task: fields or direct (storm/router.py)
     grouping: str = "pkg"
     spouts: int = 1
     sources: int = 5

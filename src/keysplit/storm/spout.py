@@ -7,13 +7,13 @@ import time
 from streamparse import Spout, Stream
 
 from keysplit.datasets import decode_record
-from keysplit.redis_server import client
+from keysplit.redis_client import client
 from keysplit.storm import quiet_exit
 from keysplit.storm.bolts import record_start
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.feed import StreamFeed
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.routing import component_tasks
+from keysplit.storm.router import component_tasks
 from keysplit.storm.settings import WordCountSettings
 
 quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keysplit.errors import KeysplitError
-from keysplit.redis_server import ManagedServer, kill_server, restart_server
+from keysplit.runs.redis_server import ManagedServer, kill_server, restart_server
 from keysplit.storm.bolts import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
 
 #: What ``--kill`` accepts; the task kinds are the topology's component names.

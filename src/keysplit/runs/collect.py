@@ -1,0 +1,157 @@
+"""After a run: its measurements read back from Redis alone (:func:`collect`, :func:`collect_run`), so a run on a
+cluster is summarised exactly as a local one, and its exact word counts."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import redis
+
+from keysplit.errors import KeysplitError
+from keysplit.metrics import dist_cost, imbalance_fraction, load_stddev
+from keysplit.outputs import atomic_file
+from keysplit.runs.records import check_run_id, read_record, set_state
+from keysplit.storm import exactly_once
+from keysplit.storm.feed import feed_done
+from keysplit.storm.keys import RunKeys
+from keysplit.storm.latency import LatencyHistogram
+from keysplit.storm.settings import WordCountSettings
+
+log = logging.getLogger("keysplit.run")
+
+
+def spout_metrics(conn: redis.Redis, keys: RunKeys, spouts: int) -> dict[str, Any]:
+    """The spouts' metrics merged: latency histogram, acked, replayed, first emit, last ack."""
+    histogram = LatencyHistogram()
+    acked = replayed = 0
+    first, last = float("inf"), 0.0
+    for i in range(spouts):
+        m = conn.hgetall(keys.spout(i))
+        if not m:
+            continue
+        histogram.merge(LatencyHistogram.from_json(m["histogram"]))
+        acked += int(m["acked"])
+        replayed += int(m["replayed"])
+        if float(m["first_emit"]):
+            first = min(first, float(m["first_emit"]))
+        last = max(last, float(m["last_ack"]))
+    return {"histogram": histogram, "acked": acked, "replayed": replayed,
+            "first_emit": first if first != float("inf") else 0.0, "last_ack": last}
+
+
+def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base: dict[str, Any]) -> dict[str, Any]:
+    """The run's summary (the ``--json`` object) from what the components wrote to Redis."""
+    spouts = spout_metrics(conn, keys, settings.spouts)
+    loads_raw = conn.hgetall(keys.loads)
+    loads = [int(loads_raw.get(str(i), 0)) for i in range(settings.counter_tasks)]
+    distinct_per_worker = [int(conn.scard(keys.keys(i))) for i in range(settings.counter_tasks)]
+    distinct = int(conn.hlen(keys.counts))
+    duration = max(spouts["last_ack"] - spouts["first_emit"], 1e-9)
+    latency = spouts["histogram"].summary()
+    top = json.loads(conn.get(keys.topk) or "[]")
+    grouping_stats = conn.get(keys.grouping_stats)  # the leader router's grouping stats(), when it has them
+    counted = sum(int(c) for _, c in conn.hscan_iter(keys.counts, count=5000))
+    commits = [conn.hgetall(keys.aggregator(i)) for i in range(settings.aggregators)]
+    partials = sum(int(c.get("partials", 0)) for c in commits)
+    firsts = [float(t) for t in (conn.hget(keys.counter(i), "first_tuple") for i in range(settings.counter_tasks)) if t]
+    return {
+        **base,
+        "words_per_second": base["messages"] / duration,
+        "lines_per_second": base["lines"] / duration,
+        "latency_ms": {k: latency[k] for k in ("mean", "p50", "p95", "p99", "max")},
+        "loads": loads,
+        "dist_cost": dist_cost(distinct_per_worker, distinct),
+        "distinct_per_worker": distinct_per_worker,
+        "distinct_keys": distinct,
+        "final_imbalance_fraction": imbalance_fraction(loads),
+        "load_stddev": load_stddev(loads),
+        "replayed": spouts["replayed"],
+        "counted": counted,
+        "complete_lines": exactly_once.floor(conn, keys),
+        "duplicates_dropped": exactly_once.dropped(conn, keys),
+        "top_k": top,
+        "duration_s": duration,
+        # an aggregator's tick per partial count (merge, commit, acks), microseconds: the model's commit_us
+        "aggregator_us": 1e6 * sum(float(c.get("busy_s", 0.0)) for c in commits) / partials if partials else None,
+        # from the first emit to the first word reaching a counter (spout, router, the hops between): the model's hop
+        "first_hop_ms": 1000 * (min(firsts) - spouts["first_emit"]) if firsts and spouts["first_emit"] else None,
+        **({"grouping_stats": json.loads(grouping_stats)} if grouping_stats else {}),
+    }
+
+
+def stored_run(conn: redis.Redis, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run's record and config; a KeysplitError when there is no such run."""
+    check_run_id(run_id)
+    record = read_record(conn, run_id)
+    if record is None:
+        raise KeysplitError(f"no run {run_id!r} in this Redis (see `keysplit runs`)")
+    raw = conn.get(RunKeys(run_id).config)
+    return record, json.loads(raw) if raw else {}
+
+
+def collect_run(conn: redis.Redis, run_id: str) -> dict[str, Any]:
+    """Summarise a run that ran elsewhere (``sparse submit`` on a cluster) once every line is acked; a run
+    already finished (here or by an earlier ``--collect``) gives its stored summary."""
+    record, config = stored_run(conn, run_id)
+    keys = RunKeys(run_id)
+    stored = conn.get(keys.summary)
+    if record["state"] == "finished" and stored:
+        return json.loads(stored)
+    if record["state"] == "running":
+        raise KeysplitError(f"run {run_id} is running on this machine (pid {record.get('owner')}); "
+                            "it writes its summary when it ends")
+    if not config or not record.get("feed_complete", "1" if conn.exists(keys.feed) else ""):
+        raise KeysplitError(f"run {run_id} is {record['state']} and its feed was never completely loaded; "
+                            f"delete it with `keysplit runs delete {run_id}`")
+    if not conn.exists(keys.feed):
+        raise KeysplitError(f"run {run_id} is {record['state']} and has no feed left to collect")
+    settings = WordCountSettings.from_conf(config)
+    if not feed_done(conn, keys):
+        acked = spout_metrics(conn, keys, settings.spouts)["acked"]
+        hint = (f"; continue it here with `keysplit run wordcount --resume {run_id}`"
+                if record["state"] == "interrupted" else "")
+        raise KeysplitError(f"run {run_id} has not finished: {acked} of {config['lines']} lines acked{hint}")
+    base = {k: v for k, v in config.items() if not k.startswith("keysplit.")}
+    summary = collect(conn, keys, settings, base)
+    # task restarts are counted by the components themselves (process starts beyond one per task); which
+    # worker went down, which task died first and what was left unacked is in Storm's UI and logs, not in
+    # Redis: None says "unknown", never a reassuring 0
+    starts = [int(n) for n in conn.hgetall(keys.starts).values()]
+    summary.update({"restarts": sum(n - 1 for n in starts) if starts else None, "worker_restarts": None,
+                    "task_deaths": None, "unacked_inputs": None})
+    mark_totals(summary, timed_out=None)
+    conn.set(keys.summary, json.dumps(summary))
+    set_state(conn, keys, "finished", finished=time.time())
+    return summary
+
+
+def mark_totals(summary: dict[str, Any], timed_out: int | None) -> None:
+    """Whether the totals are exact. Exactly-once delivery counts each word once, replays or not; the summary
+    still checks that the totals add up to the words fed, and says ``mismatch`` (with a warning) if they do not.
+    At least once, a replayed line may have been counted (in part) before it was replayed, so after any replay
+    each total is only known to be at least right."""
+    if summary.get("delivery", "at-least-once") == "exactly-once":
+        summary["totals"] = "exact" if summary["counted"] == summary["messages"] else "mismatch"
+        if summary["totals"] == "mismatch":
+            log.warning("run %s: exactly-once totals add up to %d words, but the feed has %d", summary["run_id"],
+                        summary["counted"], summary["messages"])
+    else:
+        summary["totals"] = "exact" if summary["replayed"] == 0 else "at-least"
+    if timed_out is not None:
+        summary["timed_out"] = timed_out
+
+
+def read_counts(conn: redis.Redis, keys: RunKeys) -> dict[str, int]:
+    """The run's final totals, word -> count."""
+    return {w: int(c) for w, c in conn.hscan_iter(keys.counts, count=5000)}
+
+
+def write_counts(counts: dict[str, int], path: str) -> None:
+    """``word<TAB>count`` lines, most frequent first (ties by word), written atomically: a failure leaves the
+    old file (or none), never a partial one."""
+    with atomic_file(path, "--counts-out") as fh:
+        for word, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+            fh.write(f"{word}\t{count}\n")

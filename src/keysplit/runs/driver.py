@@ -1,0 +1,315 @@
+"""``keysplit run wordcount`` as a library: validate, load the feed into Redis, run the topology on the local
+runner until every line is acked, and collect the run's measurements (stored in Redis under the run id).
+
+The steps are separate functions so a cluster deployment can reuse them: :func:`load_feed` fills the feed a
+``sparse submit``-ted topology reads, and :func:`collect` summarises a finished run from Redis alone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from keysplit.errors import KeysplitError
+from keysplit.groupings import grouping_class
+from keysplit.home import keysplit_home, private_dir
+from keysplit.redis_client import client, fresh_connections
+from keysplit.runs.collect import collect, mark_totals, spout_metrics, stored_run
+from keysplit.runs.faults import Injector, parse_kill
+from keysplit.runs.prepare import Prepared, RunTimeout, load_feed
+from keysplit.runs.records import mark_interrupted, reserve, set_state
+from keysplit.runs.redis_server import managed_server
+from keysplit.specs import parse_spec
+from keysplit.storm import exactly_once
+from keysplit.storm.bolts import SPOUT
+from keysplit.storm.feed import feed_done
+from keysplit.storm.keys import RunKeys
+from keysplit.storm.settings import PASSWORD_ENV, WordCountSettings, split_password, with_password
+from keysplit.storm.topology import wordcount_topology
+
+log = logging.getLogger("keysplit.run")
+
+
+def start_run(
+    conn: redis.Redis, prepared: Prepared, redis_url: str, *,
+    progress: Callable[[str, int, int], None] | None = None, deadline: float | None = None,
+) -> tuple[WordCountSettings, RunKeys, dict[str, Any]]:
+    """Reserve the run id, load the feed and register the run in Redis (its record and config); returns the
+    settings the topology must be given, the run's keys and the summary fields known before it runs."""
+    opts = prepared.options
+    url, password = split_password(redis_url)  # the password reaches components through their environment
+    settings = WordCountSettings.from_conf({"keysplit.redis_url": url,
+                                            "keysplit.redis_password_env": PASSWORD_ENV if password else ""},
+                                           base=prepared.settings)
+    keys = RunKeys(settings.run_id)
+    started = time.time()
+    reserve(conn, keys, {"started": started, "grouping": prepared.grouping, "dataset": prepared.dataset.spec})
+    needs_pass = grouping_class(parse_spec(prepared.grouping)[0]).needs_full_pass
+    loaded = [0]
+
+    def load_progress(n: int) -> None:
+        loaded[0] += n
+        if progress is not None:
+            progress("load", loaded[0], 0)
+
+    try:
+        lines, words = load_feed(conn, keys, prepared.dataset, with_frequencies=needs_pass, progress=load_progress,
+                                 deadline=deadline)
+        base = {
+            "run_id": settings.run_id,
+            "topology": "wordcount",
+            "grouping": prepared.grouping,
+            "dataset": prepared.dataset.spec,
+            "dataset_sha256": prepared.dataset.sha256(),
+            "messages": words,
+            "lines": lines,
+            "workers": settings.workers,
+            "counter_tasks": settings.counter_tasks,
+            "sources": settings.sources,
+            "aggregators": settings.aggregators,
+            "spouts": settings.spouts,
+            "cpu_delay_ms": settings.cpu_delay_ms,
+            "flush_secs": settings.flush_secs,
+            "max_pending": opts.max_pending,
+            "message_timeout_secs": opts.message_timeout,
+            "storm_env": opts.storm_env,
+            "worker_processes": opts.worker_processes,
+            "rate": opts.rate,
+            "delivery": settings.delivery,
+            "started": started,
+        }
+        conn.set(keys.config, json.dumps({**base, **settings.conf(), "keysplit.redis_url": ""}))
+        set_state(conn, keys, "loaded", lines=lines, messages=words, feed_complete=1)
+    except BaseException as exc:
+        mark_interrupted(fresh_connections(conn), keys, _reason(exc, "while loading the feed"))
+        raise
+    return settings, keys, base
+
+
+def _reason(exc: BaseException, where: str) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{text} ({where})" if isinstance(exc, KeysplitError) else f"{type(exc).__name__} {where}: {text}"
+
+
+def run_wordcount(
+    prepared: Prepared,
+    conn: redis.Redis,
+    redis_url: str,
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
+    log_dir: str | os.PathLike | None = None,
+    python: str = sys.executable,
+) -> dict[str, Any]:
+    """Run the topology on the local runner until every line is acked; store and return the summary.
+
+    ``progress(phase, done, total)`` is called while loading ("load") and while running ("run").
+    ``--timeout`` counts from here: loading the feed and starting the tasks are part of it.
+    """
+    opts = prepared.options
+    deadline = time.monotonic() + opts.timeout
+    # refuses --kill redis on a server keysplit did not start, before anything is loaded
+    injector = Injector([parse_kill(k) for k in opts.kills], managed_server(redis_url))
+    try:
+        settings, keys, base = start_run(conn, prepared, redis_url, progress=progress, deadline=deadline)
+    except RunTimeout as exc:
+        run_id = prepared.settings.run_id
+        raise KeysplitError(f"run {run_id} did not finish within --timeout {opts.timeout:g} s ({exc}); a partly "
+                            f"loaded run cannot be resumed: delete it with `keysplit runs delete {run_id}`") from None
+    return drive(conn, settings, keys, base, deadline=deadline, max_pending=opts.max_pending,
+                 message_timeout=opts.message_timeout, injector=injector,
+                 progress=progress, log_dir=log_dir, python=python, storm_env=opts.storm_env,
+                 worker_processes=opts.worker_processes, password=split_password(redis_url)[1])
+
+
+def resume_run(
+    conn: redis.Redis, run_id: str, redis_url: str, *, timeout: float,
+    progress: Callable[[str, int, int], None] | None = None, python: str = sys.executable,
+) -> dict[str, Any]:
+    """Continue an interrupted (or only loaded) run with the settings it was started with: the spouts
+    re-read their pending lines (delivered, never acked) and go on with the rest of the feed."""
+    record, config = stored_run(conn, run_id)
+    keys = RunKeys(run_id)
+    state = record["state"]
+    if state not in ("interrupted", "loaded"):
+        raise KeysplitError(f"run {run_id} is {state}; only an interrupted or loaded run can be resumed")
+    if not config or not record.get("feed_complete") or not conn.exists(keys.feed):
+        raise KeysplitError(f"run {run_id} was interrupted before its feed was completely loaded; delete it with "
+                            f"`keysplit runs delete {run_id}` and start again")
+    url, password = split_password(redis_url)  # the password reaches components through their environment
+    # a run loaded before exactly-once delivery existed has no line numbers in its feed: it stays at least once
+    settings = WordCountSettings.from_conf({"keysplit.delivery": "at-least-once", **config, "keysplit.redis_url": url,
+                                            "keysplit.redis_password_env": PASSWORD_ENV if password else ""})
+    base = {"delivery": settings.delivery, **{k: v for k, v in config.items() if not k.startswith("keysplit.")}}
+    resumes = int(record.get("resumes", 0)) + 1
+    return drive(conn, settings, keys, base, deadline=time.monotonic() + timeout,
+                 max_pending=int(config["max_pending"]), message_timeout=int(config["message_timeout_secs"]),
+                 progress=progress, python=python, resumes=resumes, storm_env=config.get("storm_env", "local"),
+                 worker_processes=int(config.get("worker_processes", 1)), password=password)
+
+
+class _QuietWhenRedisIsGone(logging.Filter):
+    """Drops the runner's warnings and the tasks' forwarded errors once the Redis server stops answering:
+    every task then dies with a traceback (kept in its log), and the run ends with one line saying Redis
+    went away."""
+
+    def __init__(self, conn: redis.Redis) -> None:
+        super().__init__()
+        self.conn = conn  # a client that does not retry: the answer is wanted now
+        self.gone = False
+        self.checked = 0.0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not record.name.startswith("keysplit.local"):
+            return True
+        if time.monotonic() - self.checked > 1.0:  # a Redis restarted by --kill redis comes back
+            self.checked = time.monotonic()
+            self.gone = _redis_gone(self.conn)
+        return not self.gone
+
+
+def drive(
+    conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: dict[str, Any], *, deadline: float,
+    max_pending: int, message_timeout: int, injector: Injector | None = None,
+    progress: Callable[[str, int, int], None] | None = None, log_dir: str | os.PathLike | None = None,
+    python: str = sys.executable, resumes: int = 0, storm_env: str = "local", worker_processes: int = 1,
+    password: str = "",
+) -> dict[str, Any]:
+    """The local runner's part: start the tasks, wait until the feed is done, collect the summary."""
+    from keysplit.local import LocalCluster
+    from keysplit.local.submission import build_resources, read_env, submit_conf
+
+    lines = base["lines"]
+    started = time.time()
+    topology = wordcount_topology(settings)
+    remaining = deadline - time.monotonic()
+    # the conf `sparse submit -e ENV -o ...` would send (config.json in the working directory, when there is one)
+    env_config = read_env("config.json", storm_env) if os.path.exists("config.json") else None
+    conf = submit_conf(topology, "wordcount", {
+        "topology.max.spout.pending": max_pending, "topology.message.timeout.secs": message_timeout,
+        "topology.workers": worker_processes,
+        # the tasks' start-up counts against --timeout too
+        "keysplit.local.startup.timeout.secs": max(1.0, min(60.0, remaining))}, env_config=env_config)
+    worker_env = {PASSWORD_ENV: password} if password else {}
+    log_dir = Path(log_dir) if log_dir else private_dir(keysplit_home() / "logs") / settings.run_id
+    warned = [False]
+    injector = injector or Injector([])
+    exactly = settings.exactly_once
+    dedup_peak = [0]  # bytes, sampled every poll (the peak count of marks is exact: exactly_once.peak_marks)
+    quick = client(with_password(settings.redis_url, password) if password else settings.redis_url,
+                   reconnect=False)
+    quiet = _QuietWhenRedisIsGone(quick)
+    # on the handlers, so that it also sees the task loggers below keysplit.local (logger filters do not)
+    handlers = logging.getLogger().handlers
+    set_state(conn, keys, "running", **({"resumes": resumes} if resumes else {}))
+
+    def finished() -> bool:
+        if injector.restart_redis_if_due():
+            return False  # Redis is down (--kill redis): nothing to ask it
+        acked = spout_metrics(conn, keys, settings.spouts)["acked"]
+        injector.fire_due(cluster, acked, lines)  # before the end check: a kill due with the last lines fires
+        if injector.recovering(cluster):
+            return False
+        if feed_done(conn, keys):
+            return True
+        timed_out = cluster.stats()[SPOUT]["timed_out"]
+        if timed_out and not warned[0]:  # say so now: the run may take much longer than it should
+            warned[0] = True
+            log.warning("run %s: lines are timing out (not acked within topology.message.timeout.secs = %d s) "
+                        "and are replayed%s: raise --message-timeout or lower --max-pending", settings.run_id,
+                        message_timeout, " (the totals stay exact; the run is slower)" if exactly else
+                        ", so the totals will be at least, not exact")
+        if progress is not None:
+            progress("run", acked, lines)
+        if exactly:
+            dedup_peak[0] = max(dedup_peak[0], exactly_once.memory(conn, keys)[0])
+        return False
+
+    old_umask = os.umask(0o077)  # task logs (.stderr, .log) hold the dataset's words: 0600, like dump.rdb
+    for handler in handlers:
+        handler.addFilter(quiet)
+    try:
+        if remaining <= 0:
+            raise RunTimeout("the feed was loaded, no task started")
+        with tempfile.TemporaryDirectory(prefix="keysplit-resources-") as tmp, \
+                LocalCluster(topology, conf, cwd=os.getcwd(), python=python, log_dir=str(log_dir), env=worker_env,
+                             resources=str(build_resources(os.path.join(tmp, "resources")))) as cluster:
+            cluster.start()
+            # wall-clock time of tick 0: the runner sends every tick at started_at + k * T (monotonic clock)
+            ticks_at = time.time() - (time.monotonic() - cluster.started_at)
+            if not cluster.run_until(finished, max(0.0, deadline - time.monotonic()), poll=0.2):
+                acked = spout_metrics(conn, keys, settings.spouts)["acked"]
+                raise RunTimeout(f"{acked} of {lines} lines acked")
+            cluster.quiesce(timeout=5.0)  # let the bolts answer what they were given; then count what is unacked
+            stats = cluster.stats()
+            run_summary = cluster.summary()
+            cluster.shutdown()
+    except RunTimeout as exc:
+        mark_interrupted(conn, keys, f"--timeout: {exc}")
+        raise KeysplitError(f"run {settings.run_id} did not finish within --timeout ({exc}); logs in {log_dir}; "
+                            f"continue it with `keysplit run wordcount --resume {settings.run_id}`") from None
+    except redis.RedisError as exc:
+        mark_interrupted(conn, keys, f"lost its Redis connection: {exc}")
+        raise KeysplitError(f"run {settings.run_id} lost its Redis connection: {exc} (task logs in {log_dir})") \
+            from None
+    except BaseException as exc:
+        if isinstance(exc, Exception) and (quiet.gone or _redis_gone(quick)):
+            raise KeysplitError(f"run {settings.run_id} lost its Redis server (task logs in {log_dir})") from None
+        mark_interrupted(fresh_connections(conn), keys, _reason(exc, "while running"))
+        raise
+    finally:
+        os.umask(old_umask)
+        for handler in handlers:
+            handler.removeFilter(quiet)
+    summary = collect(conn, keys, settings, base)
+    spout_stats = stats.get(SPOUT, {}) if isinstance(stats, dict) else {}
+    mark_totals(summary, timed_out=int(spout_stats.get("timed_out", 0)))
+    summary["restarts"] = _restarts(stats)
+    summary.update({k: run_summary[k] for k in ("worker_restarts", "task_deaths", "unacked_inputs")})
+    summary["worker_processes"] = run_summary["workers"]
+    summary["route"] = settings.route
+    summary["kills"] = injector.fired
+    if exactly:
+        summary["dedup_peak_bytes"] = dedup_peak[0]
+        summary["dedup_peak_marks"] = exactly_once.peak_marks(conn, keys)
+    summary["wall_s"] = time.time() - started
+    if resumes:
+        summary["resumes"] = resumes
+    # where the flush ticks fell relative to the first emit (the replay's --tick-phase; ticks at phase + k*T)
+    summary["tick_phase_s"] = ticks_at - spout_metrics(conn, keys, settings.spouts)["first_emit"]
+    conn.set(keys.summary, json.dumps(summary))
+    set_state(conn, keys, "finished", finished=time.time())
+    # the feed and the per-worker key sets are large and fully summarised: drop them, keep counts and metrics
+    conn.delete(keys.feed, keys.frequencies, *[keys.keys(i) for i in range(settings.counter_tasks)])
+    return summary
+
+
+def _redis_gone(conn: redis.Redis) -> bool:
+    try:
+        conn.ping()
+        return False
+    except (redis.RedisError, OSError):
+        return True
+
+
+def _restarts(stats: Any) -> int:
+    """Total task restarts in the runner's stats (tolerant of its exact shape)."""
+    total = 0
+    if isinstance(stats, dict):
+        for value in stats.values():
+            if isinstance(value, dict):
+                if isinstance(value.get("restarts"), int):
+                    total += value["restarts"]
+                else:
+                    total += _restarts(value)
+            elif isinstance(value, list):
+                total += sum(_restarts(v) for v in value if isinstance(v, dict))
+    return total

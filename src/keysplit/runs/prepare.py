@@ -1,0 +1,188 @@
+"""Before a run of the word-count topology: its options, the checks that refuse what cannot run on this machine, and the
+feed of records loaded into Redis (:func:`load_feed`, which a ``sparse submit``-ted topology reads too)."""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import secrets
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from keysplit.datasets import Dataset, encode_record, open_dataset, require_records
+from keysplit.errors import KeysplitError
+from keysplit.groupings import check_grouping
+from keysplit.runs.faults import check_kills, parse_kill
+from keysplit.runs.records import check_run_id
+from keysplit.specs import parse_spec
+from keysplit.storm.bolts import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
+from keysplit.storm.feed import create_group
+from keysplit.storm.keys import RunKeys
+from keysplit.storm.settings import WordCountSettings
+
+#: Records per pipelined XADD batch when loading the feed.
+LOAD_BATCH = 2000
+
+
+class RunTimeout(KeysplitError):
+    """``--timeout`` passed (set-up included); the message says how far the run got."""
+
+
+
+#: Resident memory of one task process (a Python interpreter with streamparse and redis loaded), measured
+#: at 25-35 MB; the size check counts this much per task.
+TASK_MEMORY_MB = 32
+
+
+#: File descriptors the runner holds per task (its stdin and stdout pipes, its log file).
+TASK_FDS = 3
+
+
+@dataclass
+class RunOptions:
+    """What ``keysplit run wordcount`` was asked for."""
+
+    grouping: str
+    dataset: str
+    sources: int = 5
+    workers: int = 10
+    counter_tasks: int | None = None  # counter parallelism; defaults to W
+    aggregators: int = 2
+    spouts: int = 1
+    cpu_delay_ms: float = 0.0
+    flush_secs: float = 1.0
+    max_pending: int = 1000
+    message_timeout: int = 30
+    top_k: int = 10
+    timeout: float = 600.0
+    run_id: str | None = None
+    kills: tuple[str, ...] = ()  # fault injection: COMPONENT[:INDEX]@FRACTION (runs/faults.py)
+    delivery: str = "exactly-once"  # or at-least-once: storm/exactly_once.py
+    route: str = "fields"  # keysplit.route: fields (every Storm release) or direct (Storm < 2.6)
+    storm_env: str = "local"  # the config.json env whose options and log settings the components receive
+    worker_processes: int = 1  # topology.workers
+    rate: float | None = None  # open loop: words/s the spouts emit (max pending still caps); None: closed loop
+
+
+@dataclass
+class Prepared:
+    """A validated run: the dataset opened, the grouping's canonical spec, the settings for the topology."""
+
+    options: RunOptions
+    dataset: Dataset
+    grouping: str
+    settings: WordCountSettings
+
+
+def new_run_id(grouping: str) -> str:
+    """``<UTC time>-<grouping name>-<6 hex>``, e.g. ``20260101T120000-pkg-1a2b3c``."""
+    name = re.sub(r"[^a-z0-9]+", "", parse_spec(grouping)[0]) or "run"
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{name}-{secrets.token_hex(3)}"
+
+
+def prepare(opts: RunOptions) -> Prepared:
+    """Check everything that can be checked before anything starts; one-line KeysplitErrors."""
+    if opts.timeout <= 0:
+        raise KeysplitError(f"--timeout must be positive, got {opts.timeout}")
+    if opts.max_pending < 1:
+        raise KeysplitError(f"--max-pending must be at least 1, got {opts.max_pending}")
+    if opts.message_timeout < 1:
+        raise KeysplitError(f"--message-timeout must be at least 1 second, got {opts.message_timeout}")
+    if opts.rate is not None and not opts.rate > 0:
+        raise KeysplitError(f"--rate must be positive, got {opts.rate}")
+    kills = [parse_kill(k) for k in opts.kills]
+    if opts.run_id is not None:
+        check_run_id(opts.run_id)
+    counter_tasks = opts.counter_tasks or opts.workers
+    check_task_count(opts.spouts + opts.sources + max(counter_tasks, opts.workers) + opts.aggregators + 1)
+    grouping = check_grouping(opts.grouping, opts.workers, opts.sources)
+    if parse_spec(opts.grouping)[1].get("load") == "global":
+        raise KeysplitError(f"{opts.grouping}: load=global is the simulator's oracle (one load vector shared by "
+                            "all sources); the topology's routers are separate processes, use load=local or probe=T")
+    settings = WordCountSettings(
+        run_id=opts.run_id or new_run_id(opts.grouping), grouping=opts.grouping, spouts=opts.spouts,
+        sources=opts.sources, workers=opts.workers, counter_tasks=counter_tasks, aggregators=opts.aggregators,
+        cpu_delay_ms=opts.cpu_delay_ms, flush_secs=opts.flush_secs, top_k=opts.top_k, route=opts.route,
+        rate=opts.rate or 0.0, delivery=opts.delivery,
+    )
+    check_kills(kills, {SPOUT: opts.spouts, ROUTER: opts.sources, COUNTER: counter_tasks,
+                        AGGREGATOR: opts.aggregators, TOPK: 1}, opts.worker_processes)
+    if os.path.exists("config.json"):  # the env whose conf the components will get must exist (--env)
+        from keysplit.local.submission import read_env
+
+        read_env("config.json", opts.storm_env)
+    dataset = open_dataset(opts.dataset)
+    require_records(dataset)
+    return Prepared(opts, dataset, grouping, settings)
+
+
+def machine_task_limit() -> tuple[int, str]:
+    """How many task processes this machine can start, and what limits it (free memory, open files,
+    processes)."""
+    limits = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            info = dict(line.split(":", 1) for line in fh)
+        available_mb = int(info["MemAvailable"].split()[0]) // 1024
+        limits.append((available_mb // TASK_MEMORY_MB,
+                       f"{available_mb / 1024:.1f} GB of memory available at ~{TASK_MEMORY_MB} MB a task"))
+    except (OSError, KeyError, ValueError):
+        pass
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if files != resource.RLIM_INFINITY:
+        limits.append(((files - 64) // TASK_FDS, f"ulimit -n {files}, {TASK_FDS} open files a task"))
+    procs = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if procs != resource.RLIM_INFINITY:
+        limits.append((procs, f"ulimit -u {procs}"))
+    return min(limits) if limits else (1 << 30, "no limit known")
+
+
+def check_task_count(tasks: int) -> None:
+    """Refuse a topology this machine cannot start, before anything is loaded or spawned."""
+    limit, why = machine_task_limit()
+    if tasks > limit:
+        raise KeysplitError(f"this run needs {tasks:,} task processes (spouts + routers + counters + aggregators + "
+                            f"top-k); this machine can start about {max(limit, 0):,} ({why}): lower -S, -W, "
+                            "--counter-tasks, -A or --spouts")
+
+
+def load_feed(
+    conn: redis.Redis, keys: RunKeys, dataset: Dataset, *, with_frequencies: bool = False,
+    progress: Callable[[int], None] | None = None, deadline: float | None = None,
+) -> tuple[int, int]:
+    """Append every record with at least one key to the run's feed stream (pipelined); returns (lines,
+    words). Records without keys are skipped, as the simulator skips them. ``with_frequencies`` also stores
+    the exact key counts (for groupings that need a full pass)."""
+    if conn.exists(keys.feed):
+        raise KeysplitError(f"run {keys.run_id!r} already has a feed in Redis; choose another run id")
+    lines = words = 0
+    frequencies: Counter = Counter()
+    pipe = conn.pipeline(transaction=False)
+    for index, record in enumerate(dataset.records()):
+        if not record[1]:
+            continue
+        pipe.xadd(keys.feed, {"r": encode_record(record), "n": index, "s": lines})
+        lines += 1
+        words += len(record[1])
+        if with_frequencies:
+            frequencies.update(record[1])
+        if lines % LOAD_BATCH == 0:
+            pipe.execute()
+            if progress is not None:
+                progress(LOAD_BATCH)
+            if deadline is not None and time.monotonic() > deadline:
+                raise RunTimeout(f"{lines:,} lines loaded into the feed")
+    pipe.execute()
+    if progress is not None:
+        progress(lines % LOAD_BATCH)
+    if with_frequencies and frequencies:
+        for start in range(0, len(frequencies), 10_000):
+            chunk = dict(list(frequencies.items())[start:start + 10_000])
+            conn.hset(keys.frequencies, mapping=chunk)
+    create_group(conn, keys)
+    return lines, words
