@@ -33,6 +33,7 @@ from keysplit.runs.records import check_run_id
 from keysplit.runs.redis_server import session
 from keysplit.storm.exactly_once import DELIVERIES
 from keysplit.storm.keys import RunKeys
+from keysplit.stream import SPLITS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -57,6 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="counter tasks (default W; W must not exceed it)")
     p.add_argument("--cpu-delay", type=non_negative_float, default=0.0, metavar="MS",
                    help="per-word work at the counters in ms, a sleep (the paper's CPU delay; default 0)")
+    p.add_argument("--split", choices=SPLITS, default="shuffle",
+                   help="how lines reach the routers (sources), as `keysplit simulate --split` deals records: "
+                   "round-robin (shuffle, default) or by the first key's hash (key)")
     add_shared_knobs(p)  # -A, --spouts, --flush, --max-pending, --message-timeout, as keysplit replay
     p.add_argument("--rate", type=positive_float, metavar="MSG_PER_S",
                    help="open loop: the spouts emit this many words (messages) per second, line by line, "
@@ -143,7 +147,7 @@ def _run(args: argparse.Namespace) -> int:
         cpu_delay_ms=args.cpu_delay, flush_secs=args.flush, max_pending=args.max_pending,
         message_timeout=args.message_timeout, top_k=args.top, timeout=args.timeout, run_id=args.run_id,
         kills=tuple(args.kill), delivery=args.delivery, route=args.route, storm_env=args.env,
-        worker_processes=args.worker_processes, rate=args.rate,
+        worker_processes=args.worker_processes, rate=args.rate, split=args.split,
     )
     prepared = prepare(opts)  # every check that needs no server, before anything starts
     if args.counts_out:

@@ -35,6 +35,7 @@ from keysplit.storm.feed import feed_done
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.settings import PASSWORD_ENV, WordCountSettings, split_password, with_password
 from keysplit.storm.topology import wordcount_topology
+from keysplit.stream import source_of
 
 log = logging.getLogger("keysplit.run")
 
@@ -62,8 +63,11 @@ def start_run(
             progress("load", loaded[0], 0)
 
     try:
+        def deal(index: int, first_key: str) -> int:
+            return source_of(index, first_key, settings.sources, settings.split)
+
         lines, words = load_feed(conn, keys, prepared.dataset, with_frequencies=needs_pass, progress=load_progress,
-                                 deadline=deadline)
+                                 deadline=deadline, deal=deal)
         base = {
             "run_id": settings.run_id,
             "topology": "wordcount",
@@ -73,6 +77,7 @@ def start_run(
             "messages": words,
             "lines": lines,
             "workers": settings.workers,
+            "split": settings.split,
             "counter_tasks": settings.counter_tasks,
             "sources": settings.sources,
             "aggregators": settings.aggregators,

@@ -63,6 +63,7 @@ class RunOptions:
     run_id: str | None = None
     kills: tuple[str, ...] = ()  # fault injection: COMPONENT[:INDEX]@FRACTION (runs/faults.py)
     delivery: str = "exactly-once"  # or at-least-once: storm/exactly_once.py
+    split: str = "shuffle"  # how lines are dealt to the routers (keysplit.stream.source_of), as in simulate
     route: str = "fields"  # keysplit.route: fields (every Storm release) or direct (Storm < 2.6)
     storm_env: str = "local"  # the config.json env whose options and log settings the components receive
     worker_processes: int = 1  # topology.workers
@@ -108,7 +109,7 @@ def prepare(opts: RunOptions) -> Prepared:
         run_id=opts.run_id or new_run_id(opts.grouping), grouping=opts.grouping, spouts=opts.spouts,
         sources=opts.sources, workers=opts.workers, counter_tasks=counter_tasks, aggregators=opts.aggregators,
         cpu_delay_ms=opts.cpu_delay_ms, flush_secs=opts.flush_secs, top_k=opts.top_k, route=opts.route,
-        rate=opts.rate or 0.0, delivery=opts.delivery,
+        split=opts.split, rate=opts.rate or 0.0, delivery=opts.delivery,
     )
     check_kills(kills, {SPOUT: opts.spouts, ROUTER: opts.sources, COUNTER: counter_tasks,
                         AGGREGATOR: opts.aggregators, TOPK: 1}, opts.worker_processes)
@@ -154,10 +155,12 @@ def check_task_count(tasks: int) -> None:
 def load_feed(
     conn: redis.Redis, keys: RunKeys, dataset: Dataset, *, with_frequencies: bool = False,
     progress: Callable[[int], None] | None = None, deadline: float | None = None,
+    deal: Callable[[int, str], int] | None = None,
 ) -> tuple[int, int]:
     """Append every record with at least one key to the run's feed stream (pipelined); returns (lines,
     words). Records without keys are skipped, as the simulator skips them. ``with_frequencies`` also stores
-    the exact key counts (for groupings that need a full pass)."""
+    the exact key counts (for groupings that need a full pass). ``deal(index, first key)`` gives each line the router
+    (source) the simulator deals its record to, stored with the line for the spout (``d``)."""
     if conn.exists(keys.feed):
         raise KeysplitError(f"run {keys.run_id!r} already has a feed in Redis; choose another run id")
     lines = words = 0
@@ -166,7 +169,10 @@ def load_feed(
     for index, record in enumerate(dataset.records()):
         if not record[1]:
             continue
-        pipe.xadd(keys.feed, {"r": encode_record(record), "n": index, "s": lines})
+        entry = {"r": encode_record(record), "n": index, "s": lines}
+        if deal is not None:
+            entry["d"] = deal(index, record[1][0])
+        pipe.xadd(keys.feed, entry)
         lines += 1
         words += len(record[1])
         if with_frequencies:

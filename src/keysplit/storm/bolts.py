@@ -22,7 +22,7 @@ from streamparse import Bolt, Stream
 
 from keysplit.redis_client import client
 from keysplit.storm import quiet_exit
-from keysplit.storm.counting import PartialCounts, Totals, merge_top
+from keysplit.storm.counting import PartialCounts, Totals, decode_occurrences, encode_occurrences, merge_top
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.router import GroupingChannel, Router, component_tasks
@@ -77,7 +77,7 @@ class RouterBolt(Bolt):
         self.direct = settings.route == "direct"
 
     def process(self, tup):
-        record, line = tup.values
+        record, line = tup.values[:2]
         routed = self.router.route(record, self.router.elapsed())
         if self.direct:
             for position, (word, task) in enumerate(routed):
@@ -124,7 +124,7 @@ class CounterBolt(Bolt):
         flushed = self.partial.drain()
         self.report()  # before the acks, so a run that sees every line acked also sees these loads
         for word, count, covered, occurrences in flushed:
-            self.emit([word, count, occurrences], anchors=covered)
+            self.emit([word, count, encode_occurrences(occurrences)], anchors=covered)
         for _, _, covered, _ in flushed:
             for tup_id in covered:
                 self.ack(tup_id)
@@ -180,7 +180,7 @@ class AggregatorBolt(Bolt):
         if self.dedup is None:
             self.totals.add(word, int(count))
         else:
-            self.batch.setdefault(word, []).extend(occurrences)
+            self.batch.setdefault(word, []).extend(decode_occurrences(occurrences))
         self.pending.append(tup.id)
 
     def process_tick(self, tup):

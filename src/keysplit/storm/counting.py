@@ -25,6 +25,25 @@ def top_items(counts: dict[str, int], k: int) -> list[list]:
     return [[w, c] for w, c in best]
 
 
+def encode_occurrences(occurrences: list[int]) -> str:
+    """A partial count's occurrences ``[line, position, ...]`` as one string tuple value.
+
+    Tuple values are scalars only: a JSON array emitted over multi-lang becomes a JSON library's list object in
+    the worker JVM, which Kryo cannot write when the tuple crosses to another worker (apache/storm
+    ``serialization/SerializationFactory.java`` registers no such class, and ``conf/defaults.yaml`` has
+    ``topology.fall.back.on.java.serialization: false``): the sending worker dies.
+
+    >>> encode_occurrences([7, 0, 7, 2]), decode_occurrences("7,0,7,2"), decode_occurrences("")
+    ('7,0,7,2', [7, 0, 7, 2], [])
+    """
+    return ",".join(map(str, occurrences))
+
+
+def decode_occurrences(text: str) -> list[int]:
+    """The list :func:`encode_occurrences` encoded."""
+    return [int(v) for v in text.split(",")] if text else []
+
+
 class PartialCounts:
     """A counter task's state between two flushes (aggregation period T).
 

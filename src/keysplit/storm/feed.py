@@ -77,8 +77,8 @@ class StreamFeed:
         self.floor = 0  # the lowest incomplete line, as last read (exactly-once)
         self._next_floor_read = 0.0
         # entry id -> (encoded record, last emit time, line number in the feed)
-        self.in_flight: dict[str, tuple[str, float, int]] = {}
-        self.buffer: deque[tuple[str, str, int, bool]] = deque()  # (entry id, encoded record, line, is a replay)
+        self.in_flight: dict[str, tuple[str, float, int, int]] = {}  # entry id -> (record, sent, line, source)
+        self.buffer: deque[tuple[str, str, int, int, bool]] = deque()  # (entry id, record, line, source, replay)
         self.replays: deque[str] = deque()
         self._queued: set[str] = set()  # the ids in ``replays``: a line failed twice before resending goes once
         self.ack_buffer: list[str] = []
@@ -96,8 +96,9 @@ class StreamFeed:
 
     # -- reading ---------------------------------------------------------------------------------------
 
-    def next(self) -> tuple[str, str, int] | None:
-        """The next ``(entry id, encoded record, line)`` to emit (a replay first), or None when nothing is ready."""
+    def next(self) -> tuple[str, str, int, int] | None:
+        """The next ``(entry id, encoded record, line, source)`` to emit (a replay first), or None when nothing is
+        ready; ``source`` is the router the line was dealt to when the feed was loaded, -1 if it was not."""
         now = self.clock()
         if self.ack_buffer and now - self._last_ack_flush >= self.ack_flush_secs:
             self.flush_acks()
@@ -109,27 +110,27 @@ class StreamFeed:
                 continue
             # reset the entry's idle time and keep it ours while it is replayed
             self.conn.xclaim(self.stream, FEED_GROUP, self.consumer, 0, [entry_id], justid=True)
-            self.in_flight[entry_id] = (item[0], now, item[2])
+            self.in_flight[entry_id] = (item[0], now, item[2], item[3])
             self.replayed += 1  # counted when sent again, not when failed: a late ack may cancel the replay
-            return entry_id, item[0], item[2]
+            return entry_id, item[0], item[2], item[3]
         if not self.buffer:
             self._fill(now)
         while self.buffer:
-            entry_id, record, line, replay = self.buffer[0]
+            entry_id, record, line, source, replay = self.buffer[0]
             if entry_id in self.in_flight:
                 self.buffer.popleft()
                 continue
             if self.window and not replay and not self._in_window(line, now):
                 return None  # the window is full: wait for the lowest incomplete line
             self.buffer.popleft()
-            self.in_flight[entry_id] = (record, now, line)
+            self.in_flight[entry_id] = (record, now, line, source)
             self.emitted += 1
             # Lines re-read from a pending list count as replays when they are sent: the process that read
             # them first may have sent them (there is no telling which it had sent).
             self.replayed += replay
             if not self.first_emit:
                 self.first_emit = now
-            return entry_id, record, line
+            return entry_id, record, line, source
         return None
 
     def _in_window(self, line: int, now: float) -> bool:
@@ -188,7 +189,7 @@ class StreamFeed:
                 gone.append(entry_id)
                 continue
             # runs loaded before lines had sequence numbers have no "s" (they run at-least-once)
-            self.buffer.append((entry_id, data["r"], int(data.get("s", -1)), replay))
+            self.buffer.append((entry_id, data["r"], int(data.get("s", -1)), int(data.get("d", -1)), replay))
         if gone:
             self.conn.xack(self.stream, FEED_GROUP, *gone)
 

@@ -27,6 +27,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from keysplit.errors import KeysplitError
 from keysplit.storm.exactly_once import DELIVERIES
+from keysplit.stream import SPLITS
 
 PREFIX = "keysplit."
 ENV_PREFIX = "KEYSPLIT_"
@@ -43,6 +44,7 @@ class WordCountSettings:
     redis_url: str = ""  # without a password (check() rejects one)
     redis_password_file: str = ""  # a file on every worker host holding the Redis password
     redis_password_env: str = ""  # or the environment variable of the workers that holds it
+    split: str = "shuffle"  # how lines are dealt to the routers, as the simulator deals records: shuffle or key
     route: str = "fields"  # how the router reaches the chosen counter task: fields or direct (storm/router.py)
     grouping: str = "pkg"
     spouts: int = 1
@@ -81,6 +83,8 @@ class WordCountSettings:
             raise KeysplitError(f"keysplit.delivery must be one of {', '.join(DELIVERIES)}, got {self.delivery!r}")
         if self.window < 0:
             raise KeysplitError(f"keysplit.window must not be negative, got {self.window}")
+        if self.split not in SPLITS:
+            raise KeysplitError(f"keysplit.split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         if self.route not in ("fields", "direct"):
             raise KeysplitError(f"keysplit.route must be fields or direct, got {self.route!r}")
         try:

@@ -9,11 +9,11 @@ from streamparse import Spout, Stream
 from keysplit.datasets import decode_record
 from keysplit.redis_client import client
 from keysplit.storm import quiet_exit
-from keysplit.storm.bolts import record_start
+from keysplit.storm.bolts import ROUTE_FIELD, ROUTER, record_start
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.feed import StreamFeed
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.router import component_tasks
+from keysplit.storm.router import component_tasks, route_value
 from keysplit.storm.settings import WordCountSettings
 
 quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
@@ -26,9 +26,14 @@ class RedisStreamSpout(Spout):
     With ``keysplit.rate`` R > 0 (open loop) the P spout tasks together emit R words per second: a spout emits
     a line of k words no earlier than k / (R/P) seconds after its previous line was due, so line i is due at
     (words before it) / R as the replay's ``sequence / rate`` says; a spout that fell behind catches up at once,
-    still capped by ``topology.max.spout.pending``."""
+    still capped by ``topology.max.spout.pending``.
 
-    outputs = [Stream(fields=["record", "line"])]
+    Each line goes to the router the simulator deals its record to (``keysplit.stream.source_of``, stored with
+    the line when the feed was loaded): the spout emits its ``route`` value and the routers subscribe with a
+    fields grouping on it, the trick the counters' stream uses (storm/router.py ``route_value``). Lines of a feed
+    loaded without that field go round-robin by line number."""
+
+    outputs = [Stream(fields=["record", "line", ROUTE_FIELD])]
 
     def initialize(self, conf, context):
         settings = WordCountSettings.from_conf(conf)
@@ -44,6 +49,8 @@ class RedisStreamSpout(Spout):
             window=settings.window_lines(conf.get("topology.max.spout.pending")),
         )
         self.feed.restore()
+        self.routers = len(component_tasks(context, ROUTER))
+        self.routes = [route_value(s, self.routers) for s in range(self.routers)]
         self.rate = settings.rate / settings.spouts  # words per second of this spout; 0: closed loop
         self.due: float | None = None  # when the next line may be emitted (open loop)
 
@@ -56,7 +63,9 @@ class RedisStreamSpout(Spout):
         if self.rate:
             words = len(decode_record(item[1])[1])
             self.due = (self.due if self.due is not None else time.time()) + words / self.rate
-        self.emit([item[1], item[2]], tup_id=item[0])
+        entry_id, record, line, source = item
+        router = source if 0 <= source < self.routers else line % self.routers
+        self.emit([record, line, self.routes[router]], tup_id=entry_id)
 
     def ack(self, tup_id):
         self.feed.ack(tup_id)

@@ -1,6 +1,6 @@
 """The word-count / top-k topology as a streamparse ``Topology`` class, built for given settings.
 
-``feed`` (RedisStreamSpout x P) --shuffle--> ``router`` (x S) --fields(route) | direct--> ``counter`` (x counter
+``feed`` (RedisStreamSpout x P) --fields(route)--> ``router`` (x S) --fields(route) | direct--> ``counter`` (x counter
 tasks) --fields(word)--> ``aggregator`` (x A) --global--> ``topk`` (x 1).
 
 The counter subscribes to both of the router's streams, ``words`` fields-grouped on ``route`` and
@@ -48,7 +48,7 @@ def wordcount_topology(settings: WordCountSettings, name: str = "WordCount",
     """A new Topology class for ``settings`` (fresh component specs each call)."""
     tick = {"topology.tick.tuple.freq.secs": settings.tick_secs}
     feed = RedisStreamSpout.spec(name=SPOUT, par=settings.spouts)
-    router = RouterBolt.spec(name=ROUTER, inputs={feed: Grouping.SHUFFLE}, par=settings.sources)
+    router = RouterBolt.spec(name=ROUTER, inputs={feed: Grouping.fields(ROUTE_FIELD)}, par=settings.sources)
     counter = CounterBolt.spec(name=COUNTER, inputs={router[WORDS_STREAM]: Grouping.fields(ROUTE_FIELD),
                                                      router[DIRECT_STREAM]: Grouping.DIRECT},
                                par=settings.counter_tasks, config=tick)
