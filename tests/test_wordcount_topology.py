@@ -229,9 +229,14 @@ def test_load_submit_collect_the_cluster_workflow(home, redis_url, text, capsys,
     from keysplit.storm.feed import feed_done
 
     path, _ = text
+    url, password = split_password(redis_url)
+    secret = tmp_path / "redis.pass"
+    secret.write_text(password + "\n")
+    # no password on a command line: the file holds it
     assert main(["run", "wordcount", "--load-only", "--grouping", "pkg", "--dataset", f"text:{path}",
-                 "-S", "2", "-W", "3", "-A", "2", "--redis", redis_url]) == 0
-    run_id = json.loads(capsys.readouterr().out)["run_id"]
+                 "-S", "2", "-W", "3", "-A", "2", "--redis", url, "--redis-password-file", str(secret)]) == 0
+    run_id = capsys.readouterr().out.strip()
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", run_id), "--load-only prints the run id alone"
     script = ROOT / "topologies" / "wordcount.py"
     env = {"KEYSPLIT_SOURCES": "2", "KEYSPLIT_WORKERS": "3", "KEYSPLIT_AGGREGATORS": "2"}
     namespace: dict = {}
@@ -243,19 +248,22 @@ def test_load_submit_collect_the_cluster_workflow(home, redis_url, text, capsys,
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     topology = namespace["WordCount"]
-    # the password travels in a file on the workers, never in the conf (-o)
-    url, password = split_password(redis_url)
-    secret = tmp_path / "redis.pass"
-    secret.write_text(password)
+    # the password travels in a file on the workers, never in the conf (-o); the topology runs with a CPU delay
+    # and two worker processes that --load-only never heard of, as `sparse submit -o ... --workers 2` gives them
     conf = {**topology.config, "keysplit.run_id": run_id, "keysplit.redis_url": url,
-            "keysplit.redis_password_file": str(secret)}
+            "keysplit.redis_password_file": str(secret), "keysplit.cpu_delay_ms": 0.4, "topology.workers": 2}
     conn = redis_server.connect(redis_url)
     with LocalCluster(topology, conf, cwd=str(ROOT)) as cluster:
         cluster.start()
         assert cluster.run_until(lambda: feed_done(conn, RunKeys(run_id)), 120)
-    assert main(["run", "wordcount", "--collect", run_id, "--redis", redis_url, "--json"]) == 0
+    assert main(["run", "wordcount", "--collect", run_id, "--redis", url, "--redis-password-file", str(secret),
+                 "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["run_id"] == run_id and summary["workers"] == 3
+    # the record says what ran, not what --load-only was told
+    assert summary["cpu_delay_ms"] == 0.4 and summary["worker_processes"] == 2
+    assert summary["record_differed"] == {"cpu_delay_ms": [0.0, 0.4], "worker_processes": [1, 2]}
+    assert summary["configuration"] == "as the components received it"
     assert summary["worker_restarts"] is None and summary["task_deaths"] is None, "not in Redis: unknown"
     assert summary["restarts"] == 0, "every component recorded exactly one start"
     assert read_counts(conn, RunKeys(run_id)) == dict(exact_counts(path))

@@ -190,3 +190,45 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for sig, previous in old.items():
             signal.signal(sig, previous)
+
+
+#: The environment variable that may hold the password of the Redis ``--redis`` names.
+REDIS_PASSWORD_ENV = "KEYSPLIT_REDIS_PASSWORD"
+
+
+def add_redis_options(p: argparse.ArgumentParser, what: str) -> None:
+    """``--redis URL`` and ``--redis-password-file FILE``: the password never has to be on a command line,
+    where every local user sees it in ``ps``."""
+    p.add_argument("--redis", metavar="URL", help=f"{what}; give the password with --redis-password-file or "
+                   f"${REDIS_PASSWORD_ENV}, not in the URL")
+    p.add_argument("--redis-password-file", metavar="FILE",
+                   help="a file holding the password of the Redis --redis names (its first line)")
+
+
+def redis_url(args: argparse.Namespace) -> str | None:
+    """``--redis`` with its password from ``--redis-password-file`` or ``$KEYSPLIT_REDIS_PASSWORD`` put in
+    (None: the project-managed server). One-line errors for an unreadable file or two passwords."""
+    from keysplit.storm.settings import split_password, with_password
+
+    url, file = args.redis, args.redis_password_file
+    if url is None:
+        if file:
+            raise KeysplitError("--redis-password-file needs --redis URL (the managed server has its own password)")
+        return None
+    given = split_password(url)[1]
+    if file:
+        if given is not None:
+            raise KeysplitError("the --redis URL carries a password and --redis-password-file gives another: "
+                                "give it once, in the file")
+        try:
+            with open(file, encoding="utf-8") as fh:
+                password = fh.readline().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise KeysplitError(f"cannot read --redis-password-file {file}: {getattr(exc, 'strerror', exc)}") from None
+        if not password:
+            raise KeysplitError(f"--redis-password-file {file} is empty: its first line is the password")
+        return with_password(url, password)
+    env = os.environ.get(REDIS_PASSWORD_ENV)
+    if given is None and env:
+        return with_password(url, env)
+    return url

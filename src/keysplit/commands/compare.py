@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 
-from keysplit.commands.common import comma_list, ensure_output_dir, print_json, print_table
+from keysplit.commands.common import (
+    add_redis_options,
+    comma_list,
+    ensure_output_dir,
+    print_json,
+    print_table,
+    redis_url,
+)
 from keysplit.errors import KeysplitError
 from keysplit.outputs import inside, refuse_inputs
 
@@ -22,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="topology run ids (keysplit run)")
     p.add_argument("--replay", required=True, metavar="DIR", help="replay directory (keysplit replay --out)")
     p.add_argument("--out", metavar="DIR", help="where to write comparison.json and the plots (default DIR/compare)")
-    p.add_argument("--redis", metavar="URL", help="Redis holding the runs (default: the project-managed server)")
+    add_redis_options(p, "Redis holding the runs (default: the project-managed server)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--json", action="store_true", help="print the comparison (comparison.json's object) instead")
     p.set_defaults(func=run)
@@ -57,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else os.path.join(args.replay, "compare")
     check_outputs(out, args.replay)  # never over one of the replay's files
     out = ensure_output_dir(out)
-    with session(args.redis) as (conn, _url):  # a managed server started here is saved and stopped after
+    with session(redis_url(args)) as (conn, _url):  # a managed server started here is saved and stopped after
         result = compare.compare(conn, args.run, args.replay)
     path = compare.write(result, out)
     plots = [] if args.no_plots else compare.plot(result, args.replay, out)

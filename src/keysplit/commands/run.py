@@ -11,12 +11,14 @@ from collections.abc import Callable, Iterator
 
 from keysplit.commands.common import (
     Stopped,
+    add_redis_options,
     non_negative_float,
     positive_float,
     positive_int,
     print_json,
     print_table,
     progress_bar,
+    redis_url,
     stop_on_signals,
 )
 from keysplit.commands.knobs import add_shared_knobs
@@ -66,7 +68,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="open loop: the spouts emit this many words (messages) per second, line by line, "
                    "--max-pending still a cap (default: closed loop, as fast as max pending allows)")
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="k of the top-k (default 10)")
-    p.add_argument("--redis", metavar="URL", help="Redis URL (default: a project-managed server under .keysplit/)")
+    add_redis_options(p, "Redis URL (default: a project-managed server under .keysplit/)")
     p.add_argument("--run-id", metavar="ID", help="run id: up to 100 letters, digits, '.', '_', '-'; a new one "
                    "(ids of finished runs are never reused; default: time-grouping-random)")
     p.add_argument("--timeout", type=positive_float, default=600.0, metavar="SECS",
@@ -95,7 +97,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="topology.workers: worker processes the tasks are spread over; a task that dies takes "
                    "its worker's other tasks down with it, as on Storm (default 1)")
     p.add_argument("--load-only", action="store_true",
-                   help="only load the dataset into the run's feed and print the run id (for `sparse submit`)")
+                   help="only load the dataset into the run's feed and print the run id (with --json: the id, lines, "
+                   "messages and Redis URL), for `sparse submit`")
     p.add_argument("--collect", metavar="RUN_ID",
                    help="summarise a run that a Storm cluster finished (after --load-only and `sparse submit`)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -130,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
             raise KeysplitError(f"{modes[0]} takes the run's own settings; drop {', '.join(given)}")
         if args.counts_out:
             _check_writable(args.counts_out)
-        with session(args.redis) as (conn, url):
+        with session(redis_url(args)) as (conn, url):
             if args.counts_out:
                 _check_counts_out(args.counts_out, _stored_dataset(conn, args.collect or args.resume))
             if args.collect:
@@ -152,11 +155,14 @@ def _run(args: argparse.Namespace) -> int:
     prepared = prepare(opts)  # every check that needs no server, before anything starts
     if args.counts_out:
         _check_counts_out(args.counts_out, prepared.dataset)
-    with session(args.redis) as (conn, url):
+    with session(redis_url(args)) as (conn, url):
         if args.load_only:
             _, _, base = start_run(conn, prepared, url)
-            print(json.dumps({"run_id": base["run_id"], "lines": base["lines"], "messages": base["messages"],
-                              "redis": redact(url)}))
+            if args.json:
+                print(json.dumps({"run_id": base["run_id"], "lines": base["lines"], "messages": base["messages"],
+                                  "redis": redact(url)}))
+            else:  # the run id alone, for RUN_ID=$(keysplit run wordcount --load-only ...)
+                print(base["run_id"])
             return 0
         args.resume = prepared.settings.run_id  # what the interruption message names
         with _progress() as progress:

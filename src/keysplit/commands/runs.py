@@ -6,7 +6,7 @@ import argparse
 import json
 import time
 
-from keysplit.commands.common import print_json, print_table
+from keysplit.commands.common import add_redis_options, print_json, print_table, redis_url
 from keysplit.errors import KeysplitError
 
 
@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("action", nargs="?", choices=["list", "show", "delete"], default="list",
                    help="list (default), show ID, or delete ID...")
     p.add_argument("ids", nargs="*", metavar="ID", help="run ids (show: one; delete: one or more)")
-    p.add_argument("--redis", metavar="URL", help="Redis URL (default: the project-managed server)")
+    add_redis_options(p, "Redis URL (default: the project-managed server)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         raise KeysplitError("`keysplit runs delete` needs at least one run id")
     for run_id in args.ids:
         check_run_id(run_id)
-    with session(args.redis) as (conn, _url):
+    with session(redis_url(args)) as (conn, _url):
         if args.action == "show":
             return show(conn, args.ids[0], args.json)
         if args.action == "delete":

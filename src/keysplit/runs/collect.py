@@ -11,6 +11,7 @@ from typing import Any
 import redis
 
 from keysplit.errors import KeysplitError
+from keysplit.groupings import check_grouping
 from keysplit.metrics import dist_cost, imbalance_fraction, load_stddev
 from keysplit.outputs import atomic_file
 from keysplit.runs.records import check_run_id, read_record, set_state
@@ -92,6 +93,67 @@ def stored_run(conn: redis.Redis, run_id: str) -> tuple[dict[str, Any], dict[str
     return record, json.loads(raw) if raw else {}
 
 
+#: Fields of a run's record -> the key of the components' received configuration that says what ran.
+RECEIVED = {"grouping": "keysplit.grouping", "workers": "keysplit.workers", "split": "keysplit.split",
+            "cpu_delay_ms": "keysplit.cpu_delay_ms", "flush_secs": "keysplit.flush_secs",
+            "delivery": "keysplit.delivery", "rate": "keysplit.rate", "sources": "sources",
+            "counter_tasks": "counter_tasks", "aggregators": "aggregators", "spouts": "spouts",
+            "max_pending": "max_pending", "message_timeout_secs": "message_timeout_secs",
+            "worker_processes": "worker_processes"}
+
+
+def what_ran(config: dict[str, Any], received: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list]]:
+    """The run's config with what the components received (``storm/bolts.py`` ``received_configuration``) in
+    place of what was recorded when the feed was loaded, and the fields that differed: ``{field: [recorded,
+    received]}``. A ``sparse submit -o keysplit.cpu_delay_ms=...`` that disagrees with ``--load-only``'s options
+    thus changes the summary, never the other way round.
+
+    >>> cfg = {"cpu_delay_ms": 0.0, "keysplit.cpu_delay_ms": 0.0, "sources": 5, "rate": None, "grouping": "kg"}
+    >>> ran, diff = what_ran(cfg, {"keysplit.cpu_delay_ms": 0.4, "sources": 5, "keysplit.rate": 0.0,
+    ...                            "keysplit.grouping": "kg"})
+    >>> ran["cpu_delay_ms"], ran["keysplit.cpu_delay_ms"], diff
+    (0.4, 0.4, {'cpu_delay_ms': [0.0, 0.4]})
+    """
+    ran = dict(config)
+    for key, value in received.items():
+        if key.startswith("keysplit.") and key != "keysplit.run_id":
+            ran[key] = value
+    differs: dict[str, list] = {}
+    for field, key in RECEIVED.items():
+        value = received.get(key)
+        if value is None:
+            continue
+        if field == "rate":
+            value = value or None  # 0 is the closed loop, recorded as None
+        elif field == "grouping":
+            value = canonical_grouping(value, received.get("keysplit.workers", 2), received.get("sources", 1))
+        if field in config and config[field] != value:
+            differs[field] = [config[field], value]
+        ran[field] = value
+    return ran, differs
+
+
+def canonical_grouping(spec: str, workers: int, sources: int) -> str:
+    """``spec`` as the run's record writes it (every parameter spelled out); the spec itself if it is invalid."""
+    try:
+        return check_grouping(spec, int(workers), int(sources))
+    except KeysplitError:
+        return spec
+
+
+def restarts_note(conn: redis.Redis, keys: RunKeys) -> str:
+    """``; restarting: router:0 started 14 times, ...`` for the tasks that started more than once (a task that
+    crash-loops on a cluster shows here, from the components' own start records), else ``""``."""
+    starts = {task: int(n) for task, n in conn.hgetall(keys.starts).items() if int(n) > 1}
+    if not starts:
+        return ""
+    worst = sorted(starts.items(), key=lambda item: (-item[1], item[0]))
+    listed = ", ".join(f"{task} started {n} times" for task, n in worst[:6])
+    more = f" and {len(worst) - 6} more tasks" if len(worst) > 6 else ""
+    return (f"; tasks restarting: {listed}{more} (read that component's errors in Storm's UI or worker logs; "
+            "a crash at start-up repeats at every restart)")
+
+
 def collect_run(conn: redis.Redis, run_id: str) -> dict[str, Any]:
     """Summarise a run that ran elsewhere (``sparse submit`` on a cluster) once every line is acked; a run
     already finished (here or by an earlier ``--collect``) gives its stored summary."""
@@ -113,9 +175,22 @@ def collect_run(conn: redis.Redis, run_id: str) -> dict[str, Any]:
         acked = spout_metrics(conn, keys, settings.spouts)["acked"]
         hint = (f"; continue it here with `keysplit run wordcount --resume {run_id}`"
                 if record["state"] == "interrupted" else "")
-        raise KeysplitError(f"run {run_id} has not finished: {acked} of {config['lines']} lines acked{hint}")
+        raise KeysplitError(f"run {run_id} has not finished: {acked} of {config['lines']} lines acked"
+                            f"{restarts_note(conn, keys)}{hint}")
+    received = conn.get(keys.received)
+    differs: dict[str, list] = {}
+    if received:
+        config, differs = what_ran(config, json.loads(received))
+        for field, (recorded, ran) in differs.items():
+            log.warning("run %s: the topology ran with %s = %s, not the %s its record had; the summary says what ran",
+                        run_id, field, ran, recorded)
+        conn.set(keys.config, json.dumps(config))
+        settings = WordCountSettings.from_conf(config)
     base = {k: v for k, v in config.items() if not k.startswith("keysplit.")}
     summary = collect(conn, keys, settings, base)
+    summary["configuration"] = "as the components received it" if received else "as recorded (no component started)"
+    if differs:
+        summary["record_differed"] = differs
     # task restarts are counted by the components themselves (process starts beyond one per task); which
     # worker went down, which task died first and what was left unacked is in Storm's UI and logs, not in
     # Redis: None says "unknown", never a reassuring 0

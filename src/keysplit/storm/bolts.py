@@ -43,10 +43,28 @@ def _setup(bolt: Bolt, conf, context) -> tuple[WordCountSettings, RunKeys, int]:
     return settings, RunKeys(settings.run_id), index
 
 
-def record_start(conn, keys: RunKeys, component: str, index: int) -> None:
+def received_configuration(conf, context) -> dict:
+    """What the topology runs with, as a task sees it: the ``keysplit.*`` settings of its configuration (the
+    password's file or variable name aside), Storm's settings the run depends on, and the task counts of the
+    context. Every task of a topology receives the same configuration and context."""
+    settings = WordCountSettings.from_conf(conf)
+    keep = {k: v for k, v in settings.conf().items()
+            if k not in ("keysplit.redis_url", "keysplit.redis_password_file", "keysplit.redis_password_env")}
+    tasks = {name: len(component_tasks(context, name)) for name in (SPOUT, ROUTER, COUNTER, AGGREGATOR)}
+    return {**keep, "sources": tasks[ROUTER], "counter_tasks": tasks[COUNTER], "aggregators": tasks[AGGREGATOR],
+            "spouts": tasks[SPOUT], "max_pending": conf.get("topology.max.spout.pending"),
+            "message_timeout_secs": conf.get("topology.message.timeout.secs"),
+            "worker_processes": conf.get("topology.workers")}
+
+
+def record_start(conn, keys: RunKeys, component: str, index: int, conf=None, context=None) -> None:
     """Count this process start of task ``component[index]``: on a cluster, where the runner's worker and task
-    counters do not exist, the starts beyond one per task are what `--collect` can report as restarts."""
+    counters do not exist, the starts beyond one per task are what `--collect` can report as restarts. The
+    first task to start also records the configuration it received (:func:`received_configuration`), so the
+    run's summary says what ran, whatever the run's record said when its feed was loaded."""
     conn.hincrby(keys.starts, f"{component}:{index}", 1)
+    if conf is not None:
+        conn.set(keys.received, json.dumps(received_configuration(conf, context)), nx=True)
 
 
 class RouterBolt(Bolt):
@@ -58,7 +76,7 @@ class RouterBolt(Bolt):
     def initialize(self, conf, context):
         settings, keys, index = _setup(self, conf, context)
         conn = client(settings.redis_connect_url())
-        record_start(conn, keys, self.component_name, index)
+        record_start(conn, keys, self.component_name, index, conf, context)
         workers = settings.workers
 
         def probe() -> list[int]:  # PKG's periodic probing (L P_T): the counters' true loads
@@ -101,7 +119,7 @@ class CounterBolt(Bolt):
     def initialize(self, conf, context):
         settings, self.keys, self.index = _setup(self, conf, context)
         self.conn = client(settings.redis_connect_url())
-        record_start(self.conn, self.keys, self.component_name, self.index)
+        record_start(self.conn, self.keys, self.component_name, self.index, conf, context)
         self.exactly_once = settings.exactly_once
         self.delay = settings.cpu_delay_ms / 1000.0
         self.partial = PartialCounts()
@@ -167,7 +185,7 @@ class AggregatorBolt(Bolt):
         settings, self.keys, self.index = _setup(self, conf, context)
         self.k = settings.top_k
         self.conn = client(settings.redis_connect_url())
-        record_start(self.conn, self.keys, self.component_name, self.index)
+        record_start(self.conn, self.keys, self.component_name, self.index, conf, context)
         self.dedup = Dedup(self.conn, self.keys) if settings.exactly_once else None
         # after a restart, continue from the stored totals (words of other aggregators only add
         # candidates with their true counts at this moment; the global merge keeps the largest)
@@ -223,7 +241,7 @@ class TopKBolt(Bolt):
         settings, self.keys, index = _setup(self, conf, context)
         self.k = settings.top_k
         self.conn = client(settings.redis_connect_url())
-        record_start(self.conn, self.keys, self.component_name, index)
+        record_start(self.conn, self.keys, self.component_name, index, conf, context)
         stored = self.conn.hgetall(self.keys.topk_meta)
         self.lists = {int(k[5:]): json.loads(v) for k, v in stored.items() if k.startswith("list:")}
 

@@ -25,6 +25,7 @@ key                         content
 ``...:grouping_version``    string: the ``version`` of ``grouping_state`` (what followers poll)
 ``...:grouping_stats``      string: JSON of the leader router's grouping ``stats()`` (summary's grouping_stats)
 ``...:starts``              hash: ``component:index`` -> process starts of that task (restarts = starts - 1)
+``...:received``            string: JSON of the configuration the first task to start received (what ran)
 ``...:dedup:seen``          hash: ``line:position`` -> 1 for each committed word of a line not yet complete
 ``...:dedup:done``          set: complete lines at or above the floor (:mod:`.exactly_once`)
 ``...:dedup:floor``         string: the lowest line not yet complete
@@ -65,6 +66,7 @@ class RunKeys:
         self.grouping_version = p + "grouping_version"
         self.grouping_stats = p + "grouping_stats"
         self.starts = p + "starts"
+        self.received = p + "received"
         self.dedup_seen = p + "dedup:seen"
         self.dedup_done = p + "dedup:done"
         self.dedup_floor = p + "dedup:floor"

@@ -41,7 +41,7 @@ class RedisStreamSpout(Spout):
         index = component_tasks(context, self.component_name).index(int(self.task_id))
         timeout = float(conf.get("topology.message.timeout.secs", 30))
         conn = client(settings.redis_connect_url())
-        record_start(conn, keys, self.component_name, index)
+        record_start(conn, keys, self.component_name, index, conf, context)
         self.feed = StreamFeed(
             conn, keys, f"spout-{index}",
             orphan_idle_ms=int(3 * timeout * 1000), metrics_key=keys.spout(index),
