@@ -24,6 +24,7 @@ COMMANDS = (
     "datasets",
     "run",
     "jar",
+    "submit",
     "runs",
     "replay",
     "compare",
@@ -42,6 +43,8 @@ SUMMARIES = {
     "datasets": ("datasets", "generate dataset files and print dataset statistics"),
     "run": ("run", "run the word-count / top-k Storm topology locally and measure throughput and latency"),
     "jar": ("jar", "build the topology jar for `sparse submit -j` (no lein, no JVM)"),
+    "submit": ("submit", "submit a run loaded with `keysplit run wordcount --load-only` to a Storm cluster "
+               "(sparse submit)"),
     "runs": ("runs", "list, show or delete the word-count runs stored in Redis"),
     "replay": ("replay", "replay a dataset through groupings in PySpark: exact loads, counts and a queueing "
                "estimate"),

@@ -1,0 +1,89 @@
+"""``keysplit submit``: submit a loaded run to a Storm cluster with exactly the settings its record holds."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from keysplit.commands.common import add_redis_options, print_json, redis_url
+from keysplit.errors import KeysplitError
+
+DEFAULT_JAR = os.path.join("_build", "wordcount.jar")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "submit",
+        help="submit a run loaded with `keysplit run wordcount --load-only` to a Storm cluster (sparse submit)",
+        description="Build the topology jar and run `sparse submit` with the shape, the -o options and the worker "
+        "count taken from the run's stored record, so that what runs is what the record says. The command is "
+        "printed before it runs. Nimbus is asked for its Storm version first, and keysplit.route=direct is "
+        "refused where Storm cannot run it (2.6.0 and later). Run it from the repository root (config.json).",
+        epilog="example:\n  RUN_ID=$(keysplit run wordcount --load-only --grouping pkg --dataset text:book.txt "
+        "-S 5 -W 10 \\\n      --redis redis://redis-host:6379/0 --redis-password-file ~/.keysplit-redis)\n"
+        "  keysplit submit $RUN_ID -e prod --redis redis://redis-host:6379/0 --redis-password-file "
+        "~/.keysplit-redis \\\n      --workers-password-file /etc/keysplit/redis.pass",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_id", metavar="RUN_ID", help="the run, as --load-only printed it")
+    p.add_argument("-e", "--env", default="prod", help="the config.json env to submit to (default prod)")
+    add_redis_options(p, "the Redis holding the run (default: the project-managed server)")
+    p.add_argument("--workers-redis", metavar="URL",
+                   help="the Redis URL as the Storm workers reach it, without a password (default: --redis "
+                   "without its password)")
+    p.add_argument("--workers-password-file", metavar="PATH",
+                   help="the password file on every supervisor host (default: --redis-password-file's path)")
+    p.add_argument("--workers-password-env", metavar="VAR",
+                   help="or the workers' environment variable holding the password")
+    p.add_argument("--jar", default=DEFAULT_JAR, metavar="FILE", help=f"where to build the jar (default {DEFAULT_JAR})")
+    p.add_argument("--name", default="wordcount", help="the topology name (default wordcount)")
+    p.add_argument("--storm-version", metavar="X.Y.Z", help="the cluster's Storm version (default: ask Nimbus)")
+    p.add_argument("--dry-run", action="store_true", help="print the command and run nothing")
+    p.add_argument("--json", action="store_true", help="print one JSON object (command, env, storm version)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from keysplit.local.submission import read_env, write_jar
+    from keysplit.runs.collect import stored_run
+    from keysplit.runs.redis_server import session
+    from keysplit.runs.submit import check_route, nimbus_version, submission
+    from keysplit.storm.settings import WordCountSettings, split_password
+
+    url = redis_url(args)
+    env_config = read_env("config.json", args.env)
+    with session(url) as (conn, used):
+        record, config = stored_run(conn, args.run_id)
+    if record.get("state") not in ("loaded",):
+        raise KeysplitError(f"run {args.run_id} is {record.get('state')}: only a run loaded with --load-only and "
+                            "never started can be submitted")
+    workers_url = args.workers_redis or split_password(used)[0]
+    password_file = args.workers_password_file or (os.path.abspath(args.redis_password_file)
+                                                   if args.redis_password_file else "")
+    if split_password(used)[1] is not None and not (password_file or args.workers_password_env):
+        raise KeysplitError("the run's Redis has a password: say where the workers read it, "
+                            "--workers-password-file PATH or --workers-password-env VAR")
+    settings = WordCountSettings.from_conf(config)
+    storm = args.storm_version or nimbus_version(env_config)
+    check_route(settings.route, storm)
+    command = submission(config, env_name=args.env, jar=args.jar, redis_url=workers_url,
+                         password_file=password_file, password_env=args.workers_password_env or "",
+                         name=args.name)
+    if args.json:
+        print_json({"run_id": args.run_id, "storm_version": storm, "env": command.env, "argv": command.argv,
+                    "command": command.shell(), "dry_run": args.dry_run})
+    else:
+        print(f"Storm {storm}; submitting run {args.run_id}:\n{command.shell()}", flush=True)
+    if args.dry_run:
+        return 0
+    write_jar(args.jar)
+    try:
+        done = subprocess.run(command.argv, env={**os.environ, **command.env})
+    except FileNotFoundError:
+        raise KeysplitError("sparse is not on PATH: install streamparse (pip install -e .) in this "
+                            "environment") from None
+    if done.returncode != 0:
+        print(f"keysplit: sparse submit exited with {done.returncode}", file=sys.stderr)
+    return done.returncode
