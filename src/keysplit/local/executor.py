@@ -82,8 +82,8 @@ class Executor:
                     log.warning("task %s[%d] sent an unknown command %r", task.name, task.index, msg)
                     continue
             handler(task, msg)
-            if c._fatal is not None:
-                return
+            if c._fatal is not None or not task.alive:
+                return  # a task that died (its worker halted) sends nothing more
 
     # ---- one handler per multi-lang command ---------------------------------------------------------
     def handshake(self, task: TaskProcess, msg: dict) -> None:
