@@ -608,7 +608,7 @@ def simulate(params: TopologyParams, line_start: np.ndarray, workers: np.ndarray
 
 def aggregator_of(keys: list[str], aggregators: int) -> np.ndarray:
     """The aggregator task index of each word: the local runner's fields grouping on ``word``."""
-    from keysplit.local.routing import fields_index
+    from keysplit.local.grouper import fields_index
 
     return np.asarray([fields_index([k], aggregators) for k in keys], dtype=np.int64)
 

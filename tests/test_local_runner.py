@@ -15,8 +15,8 @@ from streamparse import Grouping, Topology
 
 from keysplit.local import LocalCluster, TopologyError
 from keysplit.local.acker import Acker
+from keysplit.local.grouper import FieldsGrouper, ShuffleGrouper, fields_index
 from keysplit.local.protocol import MessageReader, encode
-from keysplit.local.routing import FieldsGrouper, ShuffleGrouper, fields_index
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

@@ -15,8 +15,8 @@ from streamparse import Topology
 
 from keysplit.cli import main
 from keysplit.local import LocalCluster, TopologyError
+from keysplit.local.grouper import FieldsGrouper
 from keysplit.local.javahash import java_hash, list_hash, storm_fields_index, string_hash
-from keysplit.local.routing import FieldsGrouper
 from keysplit.local.submission import build_resources, read_env, submit_conf, write_jar
 from keysplit.storm.router import Router, route_value
 from keysplit.storm.settings import WordCountSettings, split_password, with_password

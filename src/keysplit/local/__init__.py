@@ -16,11 +16,12 @@ Typical use (``MyTopology`` is a ``streamparse.Topology`` subclass)::
         print(cluster.stats()["spout"]["timed_out"])
 
 Modules: :mod:`.protocol` (wire codec), :mod:`.topology` (reading ``Topology.specs``, task numbering,
-handshake context), :mod:`.routing` (shuffle, fields, global, all, direct groupings and Storm's direct
+handshake context), :mod:`.grouper` (Storm's groupers: shuffle, fields, global, all, direct, and Storm's direct
 errors), :mod:`.javahash` (Java's ``hashCode``, Storm's fields-grouping index), :mod:`.acker` (XOR ledgers,
 message timeout), :mod:`.task` (a task's process and queues), :mod:`.submission` (the jar's ``resources/``
-tree and the conf ``sparse submit`` sends), :mod:`.cluster` (the event loop, worker processes and the
-supervisor).
+tree and the conf ``sparse submit`` sends), :mod:`.cluster` (the facade and its event loop),
+:mod:`.supervisor` (worker processes, deaths, restarts), :mod:`.executor` (the ShellBolt/ShellSpout side:
+one handler per multi-lang command), :mod:`.pacing` (heartbeats, ticks, message timeouts, spout ``next``).
 """
 
 from .cluster import LocalCluster

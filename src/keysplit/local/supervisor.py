@@ -1,0 +1,205 @@
+"""The supervisor's part of :class:`~keysplit.local.cluster.LocalCluster`: worker processes, their deaths and restarts.
+
+Tasks belong to ``topology.workers`` worker processes (default 1), spread over them as Storm's default
+scheduler does: executors sorted by task id, the i-th to worker ``i mod workers`` (apache/storm
+``storm-server/.../scheduler/EvenScheduler.java`` ``scheduleTopology``; on a cluster the acker and event-logger
+executors take places in that rotation too). When a task's process dies, its worker dies with it: Storm's
+``ShellBolt.die`` / ``ShellSpout.die`` call ``System.exit`` (apache/storm ``task/ShellBolt.java``,
+``spout/ShellSpout.java``), so every other task of that JVM goes down and loses its in-memory state; the
+supervisor restarts the worker, i.e. all its tasks, after ``keysplit.local.restart.delay.secs``. There is no
+per-task restart mode: Storm has none, and a mode that keeps the other tasks' state would hide exactly the
+losses a topology must survive.
+
+A task that fails before answering the multi-lang handshake is a start-up failure (:class:`TopologyError`
+with its stderr); a task that keeps dying after ``keysplit.local.max.restarts`` restarts is a crash loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import selectors
+import time
+from typing import TYPE_CHECKING
+
+from .task import TaskProcess
+from .topology import TopologyError
+
+if TYPE_CHECKING:
+    from .cluster import LocalCluster
+
+log = logging.getLogger("keysplit.local")
+
+
+def worker_env(resources: str, extra: dict) -> dict[str, str]:
+    """The workers' environment: ours, ``extra`` on top, the resources folder first on ``PYTHONPATH``."""
+    env = dict(os.environ)
+    paths = [resources]
+    user = extra.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    env.update({k: str(v) for k, v in extra.items()})
+    env["PYTHONPATH"] = os.pathsep.join([*paths, *([user] if user else [])])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Supervisor:
+    """Spawns the tasks, notices their deaths, takes their workers down and restarts them whole."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.c = cluster
+        self.down: set[TaskProcess] = set()  # tasks waiting for a restart or for their handshake
+        self.workers_down: set[int] = set()
+        # EvenScheduler: executors (one task each here) sorted by task id, dealt round-robin to the worker slots
+        for i, tid in enumerate(sorted(cluster.tasks)):
+            cluster.tasks[tid].worker = i % cluster.n_workers
+
+    def await_handshakes(self, now: float) -> None:
+        """Run the loop until every spawned task has answered its handshake; :class:`TopologyError` if a task
+        fails to start or is too slow."""
+        c = self.c
+        deadline = now + float(c.conf["keysplit.local.startup.timeout.secs"])
+        # a task that answered the handshake and then died has started (Storm's ShellBolt.prepare returned):
+        # its death is an ordinary one, handled by started() once every task has started
+        while not all(t.ready or t.answered for t in c.tasks.values()):
+            for task in c.tasks.values():
+                if not task.alive and not task.answered:
+                    raise self.startup_failure(task)
+            if time.monotonic() > deadline:
+                slow = [f"{t.name}[{t.index}]" for t in c.tasks.values() if not t.ready]
+                raise TopologyError(f"tasks {slow} did not answer the multi-lang handshake within "
+                                    f"{c.conf['keysplit.local.startup.timeout.secs']} s")
+            c._step(0.05, starting=True)
+
+    def started(self, now: float) -> None:
+        """Every task has started: the deaths during start-up (after a handshake) become ordinary deaths."""
+        for task in self.c.tasks.values():
+            if task.answered and not task.alive and task.restart_at is None:
+                task.alive = True  # it died during start-up, after its handshake: a death like any later one
+                self.on_death(task, now)
+
+    def spawn(self, task: TaskProcess, now: float) -> None:
+        c = self.c
+        stderr = c._stderr_dir / f"{task.name}-{task.task_id}.stderr"
+        try:
+            task.spawn(c.resources, c.env, stderr, c._handshakes[task.task_id], now)
+        except OSError as exc:
+            raise TopologyError(f"cannot start {task.name}[{task.index}] ({' '.join(task.component.argv)}): "
+                                f"{exc}") from exc
+        c._sel.register(task.rfd, selectors.EVENT_READ, task)
+        c._dirty.add(task)
+
+    def unregister(self, task: TaskProcess) -> None:
+        for fd in (task.rfd, task.wfd):
+            with contextlib.suppress(KeyError, ValueError):
+                self.c._sel.unregister(fd)
+        task.blocked = False
+
+    def stderr_note(self, task: TaskProcess) -> str:
+        return f" (stderr: {task.stderr_path})" if self.c.log_dir is not None else ""
+
+    def startup_failure(self, task: TaskProcess) -> TopologyError:
+        code = task.proc.poll() if task.proc else None
+        tail = task.stderr_tail()
+        last = tail.strip().splitlines()[-1] if tail.strip() else "no output on stderr"
+        log.error("task %s[%d] failed to start; its stderr ends with:\n%s", task.name, task.index, tail)
+        return TopologyError(f"component {task.name!r} ({task.component.class_path}) task {task.task_id} exited "
+                             f"during startup with code {code}: {last}{self.stderr_note(task)}", tail)
+
+    def die(self, task: TaskProcess, reason: str) -> None:
+        """A fatal error in Storm's ShellBolt/ShellSpout for this task: its worker halts (``System.exit``)."""
+        log.error("task %s[%d] (id %d): %s; halting its worker (as Storm's ShellBolt.die does)",
+                  task.name, task.index, task.task_id, reason)
+        self.c.errors.append((task.name, task.task_id, reason))
+        self.on_death(task, time.monotonic())
+
+    def on_death(self, task: TaskProcess, now: float, taken_down: bool = False) -> None:
+        """A task's process died (crash, SIGKILL, broken pipe): its worker goes down with every other task it
+        runs, and the whole worker restarts after the restart delay (``taken_down``: one of those others)."""
+        if not task.alive:
+            return
+        c = self.c
+        self.unregister(task)
+        code = task.close(kill=True)
+        if not c._started or not c.started_at:
+            return  # during start-up: a start-up failure, or (handshake answered) handled when start() ends
+        if not taken_down:
+            task.deaths += 1
+        lost = len(task.queue) + len(task.inflight)
+        # the spout trees (lines) those tuples belong to: they time out and are replayed
+        trees = len({root for roots, _ in task.inflight.values() for root in roots})
+        task.dropped += len(task.queue)
+        task.queue.clear()
+        task.urgent = []
+        task.wbuf = None
+        task.inflight.clear()
+        task.inputs.clear()  # the worker's ShellBolt and its pending inputs are gone
+        dropped_trees = c.acker.drop_spout(task) if task.is_spout else 0
+        c._dirty.discard(task)
+        tail = task.stderr_tail(5)
+        log.warning("task %s[%d] (id %d, pid %s, worker %d) %s with code %s; %s; restarting in %.1f s%s", task.name,
+                    task.index, task.task_id, task.pid, task.worker,
+                    "went down with its worker" if taken_down else "died", code,
+                    f"{dropped_trees} tuple trees in flight forgotten (the spout replays them)" if task.is_spout else
+                    f"{lost} tuples queued or in flight lost, from {trees} tuple trees (they time out and replay)",
+                    c.conf["keysplit.local.restart.delay.secs"],
+                    f"\n{tail}" if code not in (None, 0, -9) and tail else "")
+        task.restart_at = now + float(c.conf["keysplit.local.restart.delay.secs"])
+        self.down.add(task)
+        if task.worker not in self.workers_down:
+            self.workers_down.add(task.worker)
+            for other in c.tasks.values():
+                if other.worker == task.worker and other.alive:
+                    self.on_death(other, now, taken_down=True)
+
+    def restarts(self, now: float, wake: float) -> float:
+        """Restart the workers whose delay has passed, kill tasks stuck before their handshake; the next wake
+        time (``now`` after setting the cluster's fatal error: a crash loop)."""
+        c = self.c
+        for task in sorted(self.down, key=lambda t: t.task_id):  # deterministic restart order
+            if task.alive and task.ready:
+                self.down.discard(task)
+            elif task.restart_at is not None:
+                if now >= task.restart_at:
+                    if task.worker in self.workers_down:  # the supervisor relaunches the worker once
+                        self.workers_down.discard(task.worker)
+                        c.worker_restarts += 1
+                    task.restarts += 1
+                    if task.restarts > int(c.conf["keysplit.local.max.restarts"]):
+                        # name the task of this worker that keeps dying, not one taken down with it
+                        bad = max((t for t in c.tasks.values() if t.worker == task.worker), key=lambda t: t.deaths)
+                        tail = bad.stderr_tail()
+                        last = tail.strip().splitlines()[-1] if tail.strip() else "no output on stderr"
+                        c._fatal = TopologyError(
+                            f"task {bad.name}[{bad.index}] ({bad.component.class_path}) keeps dying: "
+                            f"restarted {task.restarts - 1} times (keysplit.local.max.restarts); last stderr "
+                            f"line: {last}{self.stderr_note(bad)}", tail)
+                        return now
+                    self.spawn(task, now)
+                else:
+                    wake = min(wake, task.restart_at)
+            elif task.alive and now - task.started_at > float(c.conf["keysplit.local.startup.timeout.secs"]):
+                log.error("task %s[%d] did not answer the handshake; killing it", task.name, task.index)
+                self.on_death(task, now)
+            else:
+                wake = min(wake, now + 0.05)
+        return wake
+
+    def stop_all(self) -> None:
+        """Stop every task (EOF on stdin, then SIGKILL after a grace period) and close their log files."""
+        tasks = self.c.tasks.values()
+        for task in tasks:
+            if task.running:
+                self.unregister(task)
+                for pipe in (task.proc.stdin, task.proc.stdout):  # EOF, and EPIPE for a blocked writer
+                    with contextlib.suppress(OSError):
+                        pipe.close()  # type: ignore[union-attr]
+        deadline = time.monotonic() + 2.0
+        for task in tasks:
+            if task.running:
+                with contextlib.suppress(Exception):
+                    task.proc.wait(timeout=max(0.0, deadline - time.monotonic()))  # type: ignore[union-attr]
+                task.close(kill=True)
+            if task.log_file is not None:
+                task.log_file.close()
+                task.log_file = None
