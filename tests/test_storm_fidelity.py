@@ -104,7 +104,7 @@ def test_jar_holds_the_resources_tree_the_local_runner_runs_in(tmp_path, capsys)
         names = set(jar.namelist())
     assert "META-INF/MANIFEST.MF" in names
     assert {"resources/keysplit/__init__.py", "resources/keysplit/storm/bolts.py", "resources/keysplit/storm/spout.py",
-            "resources/keysplit/local/javahash.py"} <= names
+            "resources/keysplit/storm/router.py"} <= names
     assert not any("__pycache__" in n or n.endswith(".pyc") or not n.startswith(("resources/", "META-INF/"))
                    for n in names), "no build leftovers, no Storm classes"
     tree = build_resources(tmp_path / "res")
