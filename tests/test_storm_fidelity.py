@@ -118,6 +118,8 @@ def test_streamparse_conf_carries_the_envs_log_settings_and_no_env_needs_a_missi
         numbers = NumberSpout.spec(par=1)
 
     for env in ("local", "prod"):
+        # streamparse's use_ssh_for_nimbus defaults to true: an env that leaves it out tunnels through ssh
+        assert read_env(ROOT / "config.json", env)["use_ssh_for_nimbus"] is False, env
         conf = submit_conf(T, "t", {"x": 1}, env_config=read_env(ROOT / "config.json", env))
         assert conf["pystorm.log.level"] == "info" and conf["x"] == 1 and conf["topology.workers"] == 1
         # a pystorm.log.path would have to exist on every worker host, relative to resources/ if relative
