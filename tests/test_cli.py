@@ -104,6 +104,10 @@ def test_the_demo_runs_end_to_end(tmp_path):
     comparison = json.loads((out / "compare" / "comparison.json").read_text())
     assert [row["grouping"] for row in comparison["rows"]] == ["kg", "sg", "pkg"]
     assert all(row["counts_equal"] for row in comparison["rows"])
+    # the routers see the simulator's sub-streams: the run's loads and imbalance are the replay's
+    assert all(row["loads_equal"] for row in comparison["rows"])
+    assert all(row["final_imbalance_fraction"]["run"] == pytest.approx(row["final_imbalance_fraction"]["replay"])
+               for row in comparison["rows"])
     assert {p.name for p in (out / "compare").glob("*.png")} == {"throughput_latency.png", "loads.png",
                                                                   "imbalance.png", "agreement.png"}
     assert (out / "simulate.png").stat().st_size > 10_000

@@ -96,7 +96,7 @@ GROUPINGS = [
 def test_final_totals_equal_the_exact_counts(home, redis_url, text, grouping, sources, workers, aggregators):
     path, _ = text
     prepared = prepare(RunOptions(grouping, f"text:{path}", sources=sources, workers=workers,
-                                  aggregators=aggregators))
+                                  aggregators=aggregators, worker_processes=2))  # tuples cross worker processes
     conn = redis_server.connect(redis_url)
     summary = run_wordcount(prepared, conn, redis_url)
     exact = exact_counts(path)
