@@ -171,3 +171,19 @@ def test_an_unreachable_nimbus_is_one_line(redis, tmp_path, capsys, monkeypatch)
                  "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert f"cannot ask Nimbus at 127.0.0.1:{port}" in err and "Traceback" not in err and "--storm-version" in err
+
+
+def test_collect_of_a_crash_looping_run_names_the_restarting_tasks(redis, tmp_path, capsys):
+    """On a cluster the only trace of a crash loop in Redis is the components' own start records."""
+    from keysplit.storm.bolts import ROUTER, record_start
+
+    run_id = load(redis, tmp_path, capsys)
+    url, secret = redis
+    conn = redis_server.connect(url.replace("redis://", f"redis://:{Path(secret).read_text().strip()}@"))
+    for _ in range(14):
+        record_start(conn, RunKeys(run_id), ROUTER, 1)
+    record_start(conn, RunKeys(run_id), "counter", 0)
+    assert main(["run", "wordcount", "--collect", run_id, "--redis", url, "--redis-password-file", secret]) == 2
+    err = capsys.readouterr().err
+    assert "has not finished: 0 of 120 lines acked" in err and "router:1 started 14 times" in err
+    assert "counter:0" not in err, "a task that started once is not restarting"
