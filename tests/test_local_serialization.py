@@ -104,6 +104,18 @@ def test_a_value_kryo_cannot_write_halts_the_sending_worker_across_workers(tmp_p
     assert sorted({n for n, _, _ in got}) == list(range(N))
 
 
+def test_a_bolt_that_always_emits_a_list_across_workers_is_a_crash_loop_that_names_the_error(tmp_path):
+    # the spout replays what the dead worker lost after a 1 s timeout, and each replay kills the worker again
+    conf = {"test.out": str(tmp_path), "test.n": 1000, "topology.workers": 2, "keysplit.local.max.restarts": 2,
+            "keysplit.local.restart.delay.secs": 0.1, "topology.message.timeout.secs": 1,
+            "topology.max.spout.pending": 20}
+    with LocalCluster(cross_worker({"test.value": "list"}), conf, cwd=str(ROOT), env={"PYTHONPATH": str(TESTS)}
+                      ) as cluster, pytest.raises(TopologyError) as err:
+        cluster.run_until(lambda: False, timeout=30)
+    assert "task pack[0] (local_components.comps.ValueBolt) keeps dying: restarted 2 times" in str(err.value)
+    assert "last error: java.lang.IllegalArgumentException: Class is not registered: (a JSON array)" in str(err.value)
+
+
 def test_java_serialization_fallback_lets_lists_cross_workers(tmp_path):
     stats, summary, errors, workers = run(cross_worker({"test.value": "list"}), tmp_path, **{FALL_BACK: True})
     assert workers["pack"] != workers["collect"]
