@@ -1,4 +1,5 @@
-"""Test components: a numbered spout that logs its acks/fails, splitting, direct, counting and crashing bolts.
+"""Test components: a numbered spout that logs its acks/fails, splitting, direct, counting and crashing bolts, and
+a bolt emitting values of a chosen JSON type with a bolt recording them.
 
 Every component writes what it sees as lines to files under ``conf["test.out"]`` (one file per task), so
 the test can check, after the run, what each real subprocess received.
@@ -6,6 +7,7 @@ the test can check, after the run, what each real subprocess received.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -150,3 +152,47 @@ class CrashOnceBolt(Bolt):
             open(self.marker, "w").close()
             raise RuntimeError(f"deliberate crash on tuple {n}")
         self.emit([n, key, 0])
+
+
+#: what ValueBolt puts in its ``value`` field, per ``test.value``
+VALUES = {
+    "list": lambda n, key: [n, key],  # a JSON array: Kryo has no registration for the JVM's JSONArray
+    "dict": lambda n, key: {"n": n, "key": key},  # a JSON object
+    "long_float": lambda n, key: 0.1 + 0.2,  # 0.30000000000000004: json-smart reads 19+ characters as a BigDecimal
+    # registered in Storm's Kryo: String, Integer/Long, BigInteger, Double, Boolean, null
+    "scalars": lambda n, key: [key, -(2 ** 40) - n, 2 ** 70 + n, n + 0.25, n % 2 == 0, None][n % 6],
+}
+
+
+class ValueBolt(Bolt):
+    """Forwards ``[n, key]`` as ``[n, key, value]`` (anchored, acked by streamparse), ``value`` made by
+    ``VALUES[test.value]``; with ``test.bad_at`` only tuple ``n == test.bad_at`` gets that value, and only the
+    first time (a marker file), the others ``n``."""
+
+    outputs = ["n", "key", "value"]
+
+    def initialize(self, conf, context):
+        self.make = VALUES[conf.get("test.value", "scalars")]
+        self.bad_at = conf.get("test.bad_at")
+        self.marker = os.path.join(conf["test.out"], "bad-value-sent")
+
+    def process(self, tup):
+        n, key = tup.values[:2]
+        if self.bad_at is None:
+            value = self.make(n, key)
+        elif n == self.bad_at and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            value = self.make(n, key)
+        else:
+            value = n
+        self.emit([n, key, value])
+
+
+class JsonRecordBolt(Bolt):
+    """Writes each input's values as one JSON line (``jrecord-TASK.log``), so a test sees their types."""
+
+    def initialize(self, conf, context):
+        self.log_file = _out(conf, "jrecord", self.task_id)
+
+    def process(self, tup):
+        self.log_file.write(json.dumps(tup.values) + "\n")

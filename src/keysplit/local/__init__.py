@@ -15,13 +15,19 @@ Typical use (``MyTopology`` is a ``streamparse.Topology`` subclass)::
         cluster.kill_task("counter", 0)        # SIGKILL: its worker goes down and restarts, as on Storm
         print(cluster.stats()["spout"]["timed_out"])
 
+With ``topology.workers`` > 1, a tuple bound for a task of another worker goes through an emulation of Storm's
+Kryo serialization (:mod:`.serialization`): a list or dict value (or a float that Storm >= 2.6 reads as a
+``BigDecimal``) halts the sending worker, which restarts, as on a Storm cluster, unless
+``topology.fall.back.on.java.serialization`` is true; tuples within a worker are not serialized.
+
 Modules: :mod:`.protocol` (wire codec), :mod:`.topology` (reading ``Topology.specs``, task numbering,
 handshake context), :mod:`.grouper` (Storm's groupers: shuffle, fields, global, all, direct, and Storm's direct
 errors), :mod:`.javahash` (Java's ``hashCode``, Storm's fields-grouping index), :mod:`.acker` (XOR ledgers,
 message timeout), :mod:`.task` (a task's process and queues), :mod:`.submission` (the jar's ``resources/``
 tree and the conf ``sparse submit`` sends), :mod:`.cluster` (the facade and its event loop),
 :mod:`.supervisor` (worker processes, deaths, restarts), :mod:`.executor` (the ShellBolt/ShellSpout side:
-one handler per multi-lang command), :mod:`.pacing` (heartbeats, ticks, message timeouts, spout ``next``).
+one handler per multi-lang command), :mod:`.pacing` (heartbeats, ticks, message timeouts, spout ``next``),
+:mod:`.serialization` (what Storm's Kryo refuses to send between workers).
 """
 
 from .cluster import LocalCluster

@@ -11,7 +11,9 @@ every task at once. :class:`LocalCluster` is the facade; the work is split along
 - :mod:`.executor`: the ShellBolt/ShellSpout side, one handler per multi-lang command (``emit``, ``ack``,
   ``fail``, ``sync``, ``log``, ``error``, ...), with the stream groupings (:mod:`.grouper`) and the acker
   (:mod:`.acker`);
-- :mod:`.pacing`: heartbeats, tick tuples, message timeouts and the spout ``next`` calls.
+- :mod:`.pacing`: heartbeats, tick tuples, message timeouts and the spout ``next`` calls;
+- :mod:`.serialization`: the values Storm's Kryo refuses to send to another worker (the executor checks each
+  emit against it).
 
 The helpers hold a back-reference to the cluster and share its state (the tasks, the acker, the conf, the
 selector, the set of tasks with pending writes); each owns its own bookkeeping.
@@ -42,6 +44,7 @@ from .executor import Executor
 from .grouper import routers_for_task
 from .pacing import Pacing
 from .protocol import encode, tuple_prefix
+from .serialization import KryoCheck
 from .submission import build_resources
 from .supervisor import Supervisor, worker_env
 from .task import COUNTERS, TaskProcess
@@ -114,6 +117,7 @@ class LocalCluster:
         base.update(conf or {})
         _check_conf(base, self.components)
         self.conf = base
+        self._kryo = KryoCheck(base)  # what Kryo refuses between workers (serialization.py)
         self.cwd = str(cwd)
         self.python = python
         self._own_tmp = tempfile.mkdtemp(prefix="keysplit-local-")

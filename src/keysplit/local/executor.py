@@ -46,6 +46,8 @@ class Executor:
         self._warned_drop: set[tuple[int, str]] = set()
         self._timeouts = {comp.name: float(component_conf(cluster.conf, comp)["topology.message.timeout.secs"])
                           for comp in cluster.components.values()}
+        kryo = cluster._kryo  # None: no emit can be refused (a single worker, or Java serialization allowed)
+        self._kryo = kryo if kryo.enabled and (cluster.n_workers > 1 or kryo.local_too) else None
         self._handlers: dict[Any, Callable[[TaskProcess, dict], None]] = {
             "emit": self.emit, "ack": self.ack, "sync": self.sync, "fail": self.fail, "log": self.log_message,
             "error": self.error, "metrics": self.metrics,
@@ -179,6 +181,12 @@ class Executor:
                     task.acked += 1
                     self.to_spout(rec, "ack")
             return
+        # Kryo serializes what goes to another worker: a value it refuses halts this worker, after the
+        # targets before that transfer got their copy (serialization.py)
+        kryo = self._kryo
+        refused = kryo.failure(task, stream, router.fields, values, targets, c.tasks) if kryo is not None else None
+        if refused is not None:
+            targets = targets[:refused[0]]
         values_json = json.dumps(values)
         prefix = task.prefixes[stream]
         ids = c._ids
@@ -206,6 +214,8 @@ class Executor:
             target.executed += 1
             dirty.add(target)
         task.transferred += len(targets)
+        if refused is not None:
+            c._supervisor.die(task, refused[1])
 
     def ack(self, task: TaskProcess, msg: dict) -> None:
         tuple_id = msg.get("id")

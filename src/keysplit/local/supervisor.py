@@ -170,10 +170,13 @@ class Supervisor:
                         bad = max((t for t in c.tasks.values() if t.worker == task.worker), key=lambda t: t.deaths)
                         tail = bad.stderr_tail()
                         last = tail.strip().splitlines()[-1] if tail.strip() else "no output on stderr"
+                        # a death the runner decided (a ShellBolt error such as Kryo's) leaves no stderr: name it
+                        error = next((m for _, t, m in reversed(c.errors) if t == bad.task_id), None)
                         c._fatal = TopologyError(
                             f"task {bad.name}[{bad.index}] ({bad.component.class_path}) keeps dying: "
                             f"restarted {task.restarts - 1} times (keysplit.local.max.restarts); last stderr "
-                            f"line: {last}{self.stderr_note(bad)}", tail)
+                            f"line: {last}{self.stderr_note(bad)}"
+                            + (f"; last error: {error[:400]}" if error else ""), tail)
                         return now
                     self.spawn(task, now)
                 else:
