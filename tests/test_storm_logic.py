@@ -14,11 +14,11 @@ from keysplit import redis_server
 from keysplit.datasets import encode_record, open_dataset
 from keysplit.errors import KeysplitError
 from keysplit.groupings import build_grouping
+from keysplit.latency import LatencyHistogram
 from keysplit.simulate import route
 from keysplit.storm.counting import PartialCounts, Totals, merge_top, top_items
 from keysplit.storm.feed import StreamFeed, create_group, feed_done
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.latency import LatencyHistogram
 from keysplit.storm.routing import GroupingChannel, Router
 from keysplit.storm.settings import WordCountSettings
 

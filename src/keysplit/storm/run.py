@@ -27,6 +27,7 @@ import redis
 from keysplit.datasets import Dataset, encode_record, open_dataset, require_records
 from keysplit.errors import KeysplitError
 from keysplit.groupings import check_grouping, grouping_class
+from keysplit.latency import LatencyHistogram
 from keysplit.metrics import dist_cost, imbalance_fraction, load_stddev
 from keysplit.outputs import atomic_file
 from keysplit.redis_server import client, fresh_connections, keysplit_home, managed_server, private_dir
@@ -36,7 +37,6 @@ from keysplit.storm.bolts import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
 from keysplit.storm.faults import Injector, check_kills, parse_kill
 from keysplit.storm.feed import create_group, feed_done
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.latency import LatencyHistogram
 from keysplit.storm.records import check_run_id, mark_interrupted, read_record, reserve, set_state
 from keysplit.storm.settings import PASSWORD_ENV, WordCountSettings, split_password, with_password
 from keysplit.storm.topology import wordcount_topology
