@@ -35,13 +35,14 @@ from keysplit.metrics import (
 )
 from keysplit.outputs import inside, replace_entry, same_file
 from keysplit.simulate import DEFAULT_RATE, SPLITS, Resize, check_checkpoint, check_resizes
+from keysplit.topology_model import model_params
 from spark_replay import aggregates, routing, storage
 from spark_replay.ingest import Ingested, ingest, is_uri, materialise
+from spark_replay.model_task import spark_estimate
 from spark_replay.ordered import in_order
 from spark_replay.queueing import throughput_estimate
 from spark_replay.session import worker_problem
 from spark_replay.sparkinput import open_for_spark, uri_of
-from spark_replay.topology_model import model_params, spark_estimate
 
 DEFAULT_CPU_DELAY_MS = 1.0
 DEFAULT_OUT = os.path.join(".keysplit", "replay")

@@ -1,5 +1,5 @@
 """The replay's open-loop queueing estimate (``keysplit replay --arrivals lindley``): one FIFO server per worker
-with a deterministic service time. The default estimate is ``spark_replay.topology_model``, which models the
+with a deterministic service time. The default estimate is ``keysplit.topology_model``, which models the
 topology as ``keysplit run`` runs it (max pending, flush-then-ack, overheads); this one is kept as the lower
 bound it was: what the workers alone would give an open stream.
 

@@ -64,7 +64,7 @@ def add_topology_options(p: argparse.ArgumentParser) -> None:
 
 def overheads(args: argparse.Namespace) -> dict:
     """The calibration file's overheads with the command line's overrides (a KeysplitError for a bad file)."""
-    from spark_replay.topology_model import load_calibration
+    from keysplit.topology_model import load_calibration
 
     cal = load_calibration(args.calibration)
     for key, value in (("overhead_us", args.overhead_us), ("counter_overhead_us", args.counter_overhead_us),
