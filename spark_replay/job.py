@@ -347,7 +347,7 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
         "latency_p50_ms": hist.percentile(50) * 1000.0,
         "latency_p95_ms": hist.percentile(95) * 1000.0,
         "latency_p99_ms": hist.percentile(99) * 1000.0,
-        "latency_max_ms": hist.high * 1000.0 if hist.n else 0.0,
+        "latency_max_ms": hist.high * 1000.0 if hist.count else 0.0,
         "cpu_delay_ms": opts.cpu_delay_ms,
         "rate": opts.rate,
         "split": opts.split,
