@@ -1,8 +1,9 @@
 """The replay job: one Spark application that replays a dataset through several groupings.
 
 Library use: ``run_replay(spark, ReplayOptions(...))`` returns the summary it wrote to ``OUT/summary.json``.
-On a cluster: ``spark-submit [--master URL] spark_replay/job.py --dataset SPEC --groupings ... --out DIR``
-(the same options as ``keysplit replay``).
+On a cluster: ``spark-submit [--master URL] spark_replay/__main__.py --dataset SPEC --groupings ... --out DIR``
+(the same options as ``keysplit replay``; the entry point is :mod:`spark_replay.__main__`, and this file still runs
+as the script it was).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from keysplit.commands.knobs import ARRIVALS
 from keysplit.datasets import FileDataset
 from keysplit.errors import KeysplitError, SpecError
 from keysplit.metrics import (
@@ -35,7 +35,7 @@ from keysplit.metrics import (
 )
 from keysplit.outputs import inside, replace_entry, same_file
 from keysplit.simulate import DEFAULT_RATE, SPLITS, Resize, check_checkpoint, check_resizes
-from keysplit.topology_model import model_params
+from keysplit.topology_model import ARRIVALS, model_params
 from spark_replay import aggregates, routing, storage
 from spark_replay.ingest import Ingested, ingest, is_uri, materialise
 from spark_replay.model_task import spark_estimate
@@ -392,12 +392,7 @@ def write_timeseries(spark: Any, path: str, results: list[GroupingResult]) -> No
                         "grouping string, t long, imbalance double, imbalance_fraction double, loads array<long>")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``spark-submit spark_replay/job.py ARGS``: the ``keysplit replay`` command inside spark-submit."""
-    from keysplit.cli import main as cli_main
+if __name__ == "__main__":  # spark-submit spark_replay/job.py ARGS, as before the entry point moved
+    from spark_replay.__main__ import main
 
-    return cli_main(["replay", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
     sys.exit(main())

@@ -7,7 +7,7 @@ and ``--arrivals open`` estimates), in layers that import downwards only:
 - :mod:`~keysplit.topology_model.calibration`: the overheads fitted to measured runs.
 
 The Spark task that feeds it a replay's routed stream is ``spark_replay.model_task``. The parameters load at
-once (numpy only); the rest, which needs numba, on first use.
+once (numpy only: the command line reads ``KNOBS``); the rest, which needs numba, on first use.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import importlib
 from typing import Any
 
 from keysplit.topology_model.params import (
+    ARRIVALS,
     CALIBRATED,
+    KNOBS,
     OPTIONAL_CALIBRATED,
     ModelResult,
     TopologyParams,
@@ -27,12 +29,12 @@ from keysplit.topology_model.params import (
 _LAZY = {
     "driver": ("StreamedModel", "aggregator_of", "line_starts", "route_dataset", "simulate", "stream_arrays"),
     "calibration": ("CALIBRATION_NAME", "calibrate", "default_calibration", "fit_delay", "fit_overhead",
-                    "load_calibration"),
+                    "load_calibration", "overheads"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
-__all__ = ["CALIBRATED", "OPTIONAL_CALIBRATED", "ModelResult", "TopologyParams", "model_params", "params_of_run",
-           *_HOME]
+__all__ = ["ARRIVALS", "CALIBRATED", "KNOBS", "OPTIONAL_CALIBRATED", "ModelResult", "TopologyParams",
+           "model_params", "params_of_run", *_HOME]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,6 +1,6 @@
 """The topology model's calibration: its overheads fitted so that it reproduces three ``keysplit run``s measured on
 the machine that runs the topology (:func:`calibrate`), stored in a calibration file that ``keysplit replay``
-reads (:func:`load_calibration`).
+reads (:func:`load_calibration`, :func:`overheads`).
 """
 
 from __future__ import annotations
@@ -138,3 +138,16 @@ def load_calibration(path: str | None) -> dict:
     optional = {k: float(data[k]) for k in OPTIONAL_CALIBRATED if isinstance(data.get(k), (int, float))}
     return {k: float(data[k]) for k in CALIBRATED} | optional | {"source": os.path.abspath(target)}
 
+
+def overheads(calibration: str | None, overhead_us: float | None = None, counter_overhead_us: float | None = None,
+              tick_phase_s: float | None = None) -> dict:
+    """The calibration file's overheads (:func:`load_calibration`) with the given overrides (None: the file's);
+    ``overhead_us`` given without a file is the per-tuple cost ``tuple_us`` too (a KeysplitError for a bad file)."""
+    cal = load_calibration(calibration)
+    for key, value in (("overhead_us", overhead_us), ("counter_overhead_us", counter_overhead_us),
+                       ("tick_phase_s", tick_phase_s)):
+        if value is not None:
+            cal[key] = value
+    if overhead_us is not None and calibration is None:
+        cal["tuple_us"] = overhead_us
+    return cal

@@ -1,5 +1,5 @@
-"""The topology model's parameters and results: the knobs of a run (``keysplit run`` / ``keysplit replay``), the
-calibrated overheads, and what one simulated run gives.
+"""The topology model's parameters and results: the knobs of a run (``keysplit run`` / ``keysplit replay``, the
+facts ``keysplit compare`` checks), the calibrated overheads, and what one simulated run gives.
 
 Complete latency is a line's emit-to-complete time (Storm's complete latency, what the spout measures) and the
 throughput is words / (last completion - first emit), both as ``keysplit run`` reports them.
@@ -14,6 +14,23 @@ from typing import Any
 import numpy as np
 
 from keysplit.latency import LatencyHistogram
+
+#: Summary field -> the option of `keysplit run` and `keysplit replay` that sets it (the topology's knobs, under
+#: the same names in both, and checked by `keysplit compare`).
+KNOBS: dict[str, str] = {
+    "sources": "--sources",
+    "workers": "--workers",
+    "aggregators": "--aggregators",
+    "spouts": "--spouts",
+    "cpu_delay_ms": "--cpu-delay",
+    "max_pending": "--max-pending",
+    "flush_secs": "--flush",
+    "message_timeout_secs": "--message-timeout",
+    "rate": "--rate",
+}
+
+#: What `--arrivals` offers the replay.
+ARRIVALS = ("closed", "open", "lindley")
 
 #: The calibrated quantities a calibration file holds (microseconds, seconds).
 CALIBRATED = ("overhead_us", "counter_overhead_us", "tuple_us", "tick_phase_s", "hop_delay_ms")
