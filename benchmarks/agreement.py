@@ -1,7 +1,7 @@
 """Does the replay's topology model agree with measured runs? (issue 13's target; prints a table, never a test)
 
 Each cell is one ``keysplit run wordcount --json`` (measured) next to the model's prediction for the same knobs
-(``spark_replay.topology_model``: the same kernel ``keysplit replay --arrivals closed|open`` runs in Spark, fed
+(``keysplit.topology_model``: the same kernel ``keysplit replay --arrivals closed|open`` runs in Spark, fed
 here in process with the simulator's routing, which the replay's equals by test). Target: predicted throughput
 within 15% of measured, p50 and p99 complete latency within 25%.
 
@@ -11,7 +11,7 @@ open-loop rates of ``--rates`` (words/s, below saturation) at ``--rate-delay`` m
 capacities the topology's router gives them (1000 / D per worker).
 
 The model's overheads come from a calibration file (``--calibration``, default .keysplit/calibration.json);
-``--calibrate`` first makes it from three runs (see ``topology_model.calibrate``), shuffle grouping with max
+``--calibrate`` first makes it from three runs (see ``keysplit.topology_model.calibrate``), shuffle grouping with max
 pending 5000 on a 200,000-word Zipf text of the same shape: no CPU delay (the runner's ceiling), no CPU delay
 in open loop at a quarter of that ceiling (the hop when nothing queues), and a saturating CPU delay. Calibrate
 on the machine, and under the load, the comparison runs on.
@@ -75,7 +75,7 @@ def measure(grouping: str, path: Path, args: argparse.Namespace, delay: float, r
 
 def arrays_for(run: dict, path: Path) -> tuple:
     """The model's input for a run: its dataset routed as its routers route it (FISH with their capacities)."""
-    from spark_replay.topology_model import route_dataset
+    from keysplit.topology_model import route_dataset
 
     delay = float(run["cpu_delay_ms"] or 0)
     caps = [1000.0 / delay] * run["workers"] if delay > 0 and run["grouping"].startswith("fish") else None
@@ -84,7 +84,7 @@ def arrays_for(run: dict, path: Path) -> tuple:
 
 
 def calibrate(args: argparse.Namespace, out: str) -> dict:
-    from spark_replay.topology_model import calibrate as fit
+    from keysplit.topology_model import calibrate as fit
 
     path = text_file(CALIBRATION_DATA)
     print(f"calibrating on text:{path.name}: sg with no CPU delay, closed loop then open loop at "
@@ -135,7 +135,7 @@ def main() -> int:
     if args.subset:
         args.groupings, args.delays, args.rates = SUBSET["groupings"], SUBSET["delays"], SUBSET["rates"]
     os.chdir(ROOT)
-    from spark_replay.topology_model import load_calibration, params_of_run, simulate
+    from keysplit.topology_model import load_calibration, params_of_run, simulate
 
     if args.calibrate:
         calibrate(args, args.calibration)

@@ -30,9 +30,9 @@ import numba
 import numpy as np
 
 from keysplit.hashing import hash32
+from keysplit.latency import QUEUE_BITS, LatencyHistogram
 from spark_replay.ingest import SubStream
 from spark_replay.ordered import InOrder
-from spark_replay.queueing import LatencyHistogram
 
 #: Above this many (key, worker) cells a partition finds its pairs by sorting instead of with a bitmap.
 _BITMAP_CELLS = 1 << 26
@@ -230,7 +230,7 @@ class Queues:
     def __init__(self, service: float, streaming: bool) -> None:
         self.service = service
         self.streaming = streaming
-        self.hist = LatencyHistogram(service)
+        self.hist = LatencyHistogram(service if service > 0 else 1.0, QUEUE_BITS)  # bins relative to D
         self.state: dict[int, tuple[float, float]] = {}
         self.pending: dict[int, list[np.ndarray]] = {}
 

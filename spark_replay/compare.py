@@ -121,10 +121,10 @@ def check_same_dataset(run: dict, replay: dict) -> None:
 
 
 def knobs(run: dict, replay: dict) -> list[dict]:
-    """The topology's knobs of the run and of the replay side by side (``keysplit.commands.knobs.KNOBS``),
+    """The topology's knobs of the run and of the replay side by side (``keysplit.topology_model.KNOBS``),
     each with whether they agree; ``arrivals`` is the run's loop (closed, or open at its rate) against the
     replay's ``--arrivals``."""
-    from keysplit.commands.knobs import KNOBS
+    from keysplit.topology_model import KNOBS
 
     settings = replay["replay"]
     rows = []

@@ -1,8 +1,9 @@
 """The replay job: one Spark application that replays a dataset through several groupings.
 
 Library use: ``run_replay(spark, ReplayOptions(...))`` returns the summary it wrote to ``OUT/summary.json``.
-On a cluster: ``spark-submit [--master URL] spark_replay/job.py --dataset SPEC --groupings ... --out DIR``
-(the same options as ``keysplit replay``).
+On a cluster: ``spark-submit [--master URL] spark_replay/__main__.py --dataset SPEC --groupings ... --out DIR``
+(the same options as ``keysplit replay``; the entry point is :mod:`spark_replay.__main__`, and this file still runs
+as the script it was).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from keysplit.commands.knobs import ARRIVALS
 from keysplit.datasets import FileDataset
 from keysplit.errors import KeysplitError, SpecError
 from keysplit.groupings.hosting import check_resizes
@@ -36,14 +36,15 @@ from keysplit.metrics import (
 )
 from keysplit.outputs import inside, replace_entry, same_file
 from keysplit.stream import DEFAULT_RATE, SPLITS, Resize, check_checkpoint
+from keysplit.topology_model import ARRIVALS, model_params
 from spark_replay import aggregates, source_routing, storage
 from spark_replay.ingest import is_uri, materialise
+from spark_replay.model_task import spark_estimate
 from spark_replay.ordered import in_order
 from spark_replay.queueing import throughput_estimate
 from spark_replay.session import worker_problem
 from spark_replay.sparkinput import open_for_spark, uri_of
 from spark_replay.streams import Ingested, ingest
-from spark_replay.topology_model import model_params, spark_estimate
 
 DEFAULT_CPU_DELAY_MS = 1.0
 DEFAULT_OUT = os.path.join(".keysplit", "replay")
@@ -348,7 +349,7 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
         "latency_p50_ms": hist.percentile(50) * 1000.0,
         "latency_p95_ms": hist.percentile(95) * 1000.0,
         "latency_p99_ms": hist.percentile(99) * 1000.0,
-        "latency_max_ms": hist.high * 1000.0 if hist.n else 0.0,
+        "latency_max_ms": hist.high * 1000.0 if hist.count else 0.0,
         "cpu_delay_ms": opts.cpu_delay_ms,
         "rate": opts.rate,
         "split": opts.split,
@@ -393,12 +394,7 @@ def write_timeseries(spark: Any, path: str, results: list[GroupingResult]) -> No
                         "grouping string, t long, imbalance double, imbalance_fraction double, loads array<long>")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``spark-submit spark_replay/job.py ARGS``: the ``keysplit replay`` command inside spark-submit."""
-    from keysplit.cli import main as cli_main
+if __name__ == "__main__":  # spark-submit spark_replay/job.py ARGS, as before the entry point moved
+    from spark_replay.__main__ import main
 
-    return cli_main(["replay", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
     sys.exit(main())

@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 
 from keysplit.datasets import open_dataset
 from keysplit.fingerprint import Fingerprint, chunk_lanes, dataset_sha256, key_hashes
+from keysplit.latency import LatencyHistogram
 from spark_replay.aggregates import distinct_counts, hashed_masks, key_masks, union_masks
 from spark_replay.ingest import key_fingerprint, read_range
 from spark_replay.ordered import in_order
-from spark_replay.queueing import LatencyHistogram, lindley
+from spark_replay.queueing import lindley
 
 
 @settings(max_examples=60, deadline=None)

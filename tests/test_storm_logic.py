@@ -14,11 +14,11 @@ from keysplit.datasets import encode_record, open_dataset
 from keysplit.errors import KeysplitError
 from keysplit.groupings import build_grouping
 from keysplit.groupings.hosting import route
+from keysplit.latency import LatencyHistogram
 from keysplit.runs import redis_server
 from keysplit.storm.counting import PartialCounts, Totals, merge_top, top_items
 from keysplit.storm.feed import StreamFeed, create_group, feed_done
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.latency import LatencyHistogram
 from keysplit.storm.router import GroupingChannel, Router
 from keysplit.storm.settings import WordCountSettings
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from spark_replay.topology_model import TopologyParams, fit_overhead, line_starts, simulate
+from keysplit.topology_model import TopologyParams, fit_overhead, line_starts, simulate
 
 
 def stream(lines: int, words_per_line: int, workers: int, keys: int = 50, seed: int = 1) -> tuple:
@@ -130,8 +130,9 @@ def test_bad_parameters_and_inputs_are_refused():
 
 
 def test_run_rate_is_a_setting_of_the_topology_and_checked_before_it_starts(tmp_path):
+    from keysplit.runs.prepare import RunOptions, prepare
+
     from keysplit.errors import KeysplitError
-    from keysplit.storm.run import RunOptions, prepare
     from keysplit.storm.settings import WordCountSettings
 
     path = tmp_path / "t.txt"
@@ -149,7 +150,7 @@ def test_calibration_recovers_the_overheads_of_runs_the_model_made():
     # reproduces the light run's mean latency and the saturation run's words/s. (The ceiling's runner cost is
     # fitted with no tick costs, then used as the tick tuples' cost too, so the calibrated model runs that run a
     # little slower than measured: a known limit, not asserted either way.)
-    from spark_replay.topology_model import CALIBRATED, OPTIONAL_CALIBRATED, calibrate, params_of_run
+    from keysplit.topology_model import CALIBRATED, OPTIONAL_CALIBRATED, calibrate, params_of_run
 
     truth = {"overhead_us": 60.0, "tuple_us": 60.0, "commit_us": 80.0, "hop_delay_ms": 8.0, "ack_delay_ms": 50.0,
              "counter_overhead_us": 150.0, "tick_phase_s": -0.3}

@@ -17,25 +17,11 @@ import numba
 import numpy as np
 import pytest
 
+from keysplit.topology_model import TopologyParams, line_starts, route_dataset, simulate
+from keysplit.topology_model.kernel import _ACK, _ARRIVE, _EMIT, _PARTIAL, _TICK, _append, _count, _pop, _push
 from spark_replay.ingest import SubStream
-from spark_replay.topology_model import (
-    _ACK,
-    _ARRIVE,
-    _EMIT,
-    _PARTIAL,
-    _TICK,
-    KeyTable,
-    TopologyParams,
-    _append,
-    _count,
-    _pop,
-    _push,
-    estimate_task,
-    line_starts,
-    model_slices,
-    route_dataset,
-    simulate,
-)
+from spark_replay.model_task import ModelKeyIds as KeyTable
+from spark_replay.model_task import estimate_task, model_slices
 
 
 @numba.njit(cache=True)
@@ -301,8 +287,8 @@ def test_the_spark_task_merges_sources_in_sequence_order_whatever_order_pieces_c
 
 @pytest.mark.parametrize("groupings", [["kg", "pkg:load=global"]])
 def test_replay_estimate_equals_the_model_over_the_simulators_routing(spark, tmp_path, groupings):
+    from keysplit.topology_model import model_params
     from spark_replay.job import ReplayOptions, run_replay
-    from spark_replay.topology_model import model_params
 
     path = tmp_path / "t.txt"
     rng = np.random.default_rng(4)

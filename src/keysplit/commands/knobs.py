@@ -3,7 +3,9 @@
 ``keysplit run`` declares them for the topology it starts; ``keysplit replay`` declares the ones ``run`` has and
 the replay's model needs with :func:`add_topology_options` (a test checks both parsers spell them the same).
 Both record them under the names of :data:`KNOBS` (the run summary's field names), so ``keysplit compare`` can
-refuse a run and a replay whose knobs differ, as it refuses different datasets.
+refuse a run and a replay whose knobs differ, as it refuses different datasets. The facts (``KNOBS``,
+``ARRIVALS``, the overheads) are the topology model's (:mod:`keysplit.topology_model`); this module only declares
+the options.
 """
 
 from __future__ import annotations
@@ -11,22 +13,9 @@ from __future__ import annotations
 import argparse
 
 from keysplit.commands.common import non_negative_float, positive_float, positive_int
+from keysplit.topology_model.params import ARRIVALS, KNOBS
 
-#: Summary field -> the option of `keysplit run` and `keysplit replay` that sets it.
-KNOBS: dict[str, str] = {
-    "sources": "--sources",
-    "workers": "--workers",
-    "aggregators": "--aggregators",
-    "spouts": "--spouts",
-    "cpu_delay_ms": "--cpu-delay",
-    "max_pending": "--max-pending",
-    "flush_secs": "--flush",
-    "message_timeout_secs": "--message-timeout",
-    "rate": "--rate",
-}
-
-#: What `--arrivals` offers the replay.
-ARRIVALS = ("closed", "open", "lindley")
+__all__ = ["ARRIVALS", "KNOBS", "add_shared_knobs", "add_topology_options", "overheads"]
 
 
 def add_shared_knobs(p: argparse.ArgumentParser) -> None:
@@ -64,13 +53,6 @@ def add_topology_options(p: argparse.ArgumentParser) -> None:
 
 def overheads(args: argparse.Namespace) -> dict:
     """The calibration file's overheads with the command line's overrides (a KeysplitError for a bad file)."""
-    from spark_replay.topology_model import load_calibration
+    from keysplit.topology_model.calibration import overheads as with_overrides
 
-    cal = load_calibration(args.calibration)
-    for key, value in (("overhead_us", args.overhead_us), ("counter_overhead_us", args.counter_overhead_us),
-                       ("tick_phase_s", args.tick_phase)):
-        if value is not None:
-            cal[key] = value
-    if args.overhead_us is not None and args.calibration is None:
-        cal["tuple_us"] = args.overhead_us
-    return cal
+    return with_overrides(args.calibration, args.overhead_us, args.counter_overhead_us, args.tick_phase)

@@ -12,13 +12,13 @@ import redis
 
 from keysplit.errors import KeysplitError
 from keysplit.groupings import check_grouping
+from keysplit.latency import LatencyHistogram
 from keysplit.metrics import dist_cost, imbalance_fraction, load_stddev
 from keysplit.outputs import atomic_file
 from keysplit.runs.records import check_run_id, read_record, set_state
 from keysplit.storm import exactly_once
 from keysplit.storm.feed import feed_done
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.latency import LatencyHistogram
 from keysplit.storm.settings import WordCountSettings
 
 log = logging.getLogger("keysplit.run")

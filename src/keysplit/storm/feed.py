@@ -13,7 +13,7 @@ gives Storm's guarantee without any state in the spout process:
   e.g. after the spout parallelism changed) are taken over with XAUTOCLAIM and replayed.
 
 The complete latency of a tuple (emit to ack, Storm's "complete latency") goes into a mergeable
-:class:`~keysplit.storm.latency.LatencyHistogram`.
+:class:`~keysplit.latency.LatencyHistogram`.
 
 With a :class:`~keysplit.storm.exactly_once.Dedup` (exactly-once totals) an ack also completes the line: the
 ``XACK`` and the completion script run in one transaction, which forgets the line's commit marks and returns the
@@ -34,10 +34,10 @@ from collections.abc import Callable
 import redis
 
 from keysplit.datasets import decode_record
+from keysplit.latency import SPOUT_BITS, LatencyHistogram
 from keysplit.storm import exactly_once
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import FEED_GROUP, RunKeys
-from keysplit.storm.latency import LatencyHistogram
 
 #: Seconds between re-reads of an idle spout's own pending list (entries a lost XREADGROUP reply delivered).
 PENDING_REREAD_SECS = 1.0
@@ -83,7 +83,7 @@ class StreamFeed:
         self._queued: set[str] = set()  # the ids in ``replays``: a line failed twice before resending goes once
         self.ack_buffer: list[str] = []
         self.completed: list[tuple[int, int]] = []  # (line, words) of the acked lines in ack_buffer
-        self.histogram = LatencyHistogram()
+        self.histogram = LatencyHistogram(bits=SPOUT_BITS)
         self.emitted = 0
         self.acked = 0
         self.replayed = 0

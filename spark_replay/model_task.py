@@ -1,0 +1,120 @@
+"""The topology model in Spark (the replay's ``--arrivals closed`` and ``--arrivals open`` estimates): each
+grouping's routed stream goes, in slices, through a shuffle to ONE task, which takes the pieces in chunk order,
+merges each chunk's sources by sequence number and feeds a :class:`~keysplit.topology_model.StreamedModel`
+(:mod:`keysplit.topology_model`), so its memory does not grow with the stream; only the summary comes back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from keysplit.topology_model.driver import StreamedModel, aggregator_of
+from keysplit.topology_model.params import TopologyParams
+
+
+class ModelKeyIds:
+    """The model's global key ids (equal keys, equal ids: what its distinct counts need) and each key's aggregator
+    (the runner's fields hash, :func:`~keysplit.topology_model.driver.aggregator_of`), computed once per key:
+    memory grows with keys, not messages."""
+
+    def __init__(self, aggregators: int) -> None:
+        self.aggregators = aggregators
+        self.ids: dict[str, int] = {}
+        self.agg: list[int] = []
+        self._agg = np.zeros(0, dtype=np.int64)
+
+    def lookup(self, vocab: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, aggregators)`` of every entry of ``vocab``."""
+        fresh = [k for k in dict.fromkeys(vocab) if k not in self.ids]
+        if fresh:
+            for k in fresh:
+                self.ids[k] = len(self.ids)
+            self.agg.extend(aggregator_of(fresh, self.aggregators).tolist())
+            self._agg = np.asarray(self.agg, dtype=np.int64)
+        ids = np.fromiter((self.ids[k] for k in vocab), dtype=np.int64, count=len(vocab))
+        return ids, self._agg[ids]
+
+
+#: Slices a routed piece is cut into for the model's shuffle: PySpark's shuffle writes and reads its items in
+#: batches of up to ten, so an item must be small (a merged piece of 2^19 messages gives slices of 2^14).
+SLICES = 32
+
+
+def model_slices(sub: Any, chosen: np.ndarray) -> list[tuple]:
+    """What the model task needs of one routed piece, in :data:`SLICES` slices of whole records (some may be
+    empty): per slice its sequence numbers, workers, key ids into its own vocabulary, that vocabulary, and the
+    messages of each of its records (in order)."""
+    assert sub.rec_len is not None, "the ingest gives every piece its records' lengths"
+    rec = sub.rec_len.astype(np.int64)
+    rec_start = np.cumsum(rec) - rec
+    which = rec_start * SLICES // max(1, len(sub.seq))  # a record goes to the slice where it starts
+    cuts = np.searchsorted(which, np.arange(SLICES + 1))  # record bounds of each slice
+    out = []
+    chosen = np.asarray(chosen, dtype=np.int32)
+    for q in range(SLICES):
+        r0, r1 = int(cuts[q]), int(cuts[q + 1])
+        a = int(rec_start[r0]) if r0 < len(rec) else len(sub.seq)
+        b = int(rec_start[r1]) if r1 < len(rec) else len(sub.seq)
+        used, local = np.unique(sub.key_ids[a:b], return_inverse=True)
+        out.append((sub.seq[a:b].copy(), chosen[a:b].copy(), local.astype(np.int32).reshape(-1),
+                    [sub.vocab[k] for k in used.tolist()], sub.rec_len[r0:r1].copy()))
+    return out
+
+
+def merge_pieces(pieces: list[tuple], keys: ModelKeyIds) -> tuple:
+    """One chunk's pieces (one per source, each sorted) as the model's feed: ``(line lengths, workers,
+    aggregators, key ids)`` in sequence order. A record's messages are consecutive and in one piece, so the
+    merged order keeps every record whole."""
+    seq = np.concatenate([p[0] for p in pieces])
+    workers = np.concatenate([p[1] for p in pieces]).astype(np.int64)
+    starts = np.zeros(len(seq), dtype=bool)
+    ids, aggs, at = [], [], 0
+    for p in pieces:
+        rec = p[4].astype(np.int64)
+        starts[at + np.cumsum(rec) - rec] = True  # a record's first message
+        at += len(p[0])
+        gid, gagg = keys.lookup(p[3])
+        ids.append(gid[p[2]])
+        aggs.append(gagg[p[2]])
+    order = np.argsort(seq, kind="stable")
+    first = np.flatnonzero(starts[order])
+    lengths = np.diff(np.append(first, len(seq)))
+    return lengths, workers[order], np.concatenate(aggs)[order], np.concatenate(ids)[order]
+
+
+def estimate_task(items: Any, chunks: int, sources: list[int], params: TopologyParams) -> dict:
+    """The model's one task: the slices ``((chunk number, source, slice), slice)`` of every source's routed
+    pieces (:func:`model_slices`), released in chunk order (:func:`spark_replay.ordered.in_order`: early ones
+    wait in a bounded buffer, then on disk); each chunk's slices are merged by sequence number and fed to a
+    :class:`StreamedModel`."""
+    from spark_replay.ordered import in_order
+
+    model = StreamedModel(params)
+    keys = ModelKeyIds(params.aggregators)
+    held: list[tuple] = []
+    order = [(n, s, q) for n in range(chunks) for s in sources for q in range(SLICES)]
+    for piece in in_order(items, order):
+        held.append(piece)
+        if len(held) == len(sources) * SLICES:  # every slice of the chunk: merge and feed
+            model.feed(*merge_pieces(held, keys))
+            held = []
+    return model.finish().summary()
+
+
+def spark_estimate(routed: Any, chunks: int, sources: list[int], params: TopologyParams) -> dict:
+    """Run the model for one grouping in ONE Spark task, streaming: ``routed``'s partition for source s (or the
+    one merged partition, ``sources`` [0]) yields ``(SubStream, workers, fast)`` for chunk 0, 1, ... in order;
+    each piece goes, compacted, through a shuffle to the model's task, which takes them in chunk order, and only
+    the summary comes back to the driver."""
+
+    def tag(index: int, pieces: Any) -> Any:
+        for n, (sub, chosen, _fast) in enumerate(pieces):
+            for q, part in enumerate(model_slices(sub, chosen)):
+                yield 0, ((n, index, q), part)
+
+    return (routed.mapPartitionsWithIndex(tag)
+            .partitionBy(1, lambda _key: 0)
+            .mapPartitions(lambda items: [estimate_task((kv[1] for kv in items), chunks, sources, params)])
+            .collect()[0])

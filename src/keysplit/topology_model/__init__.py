@@ -1,0 +1,43 @@
+"""A discrete-event model of the word-count topology as ``keysplit run`` runs it (the replay's ``--arrivals closed``
+and ``--arrivals open`` estimates), in layers that import downwards only:
+
+- :mod:`~keysplit.topology_model.params`: the knobs, the calibrated overheads and a run's result;
+- :mod:`~keysplit.topology_model.kernel`: the numba event loop (what the model follows, and what it does not);
+- :mod:`~keysplit.topology_model.driver`: the stream fed to it (:func:`simulate`, :class:`StreamedModel`);
+- :mod:`~keysplit.topology_model.calibration`: the overheads fitted to measured runs.
+
+The Spark task that feeds it a replay's routed stream is ``spark_replay.model_task``. The parameters load at
+once (numpy only: the command line reads ``KNOBS``); the rest, which needs numba, on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from keysplit.topology_model.params import (
+    ARRIVALS,
+    CALIBRATED,
+    KNOBS,
+    OPTIONAL_CALIBRATED,
+    ModelResult,
+    TopologyParams,
+    model_params,
+    params_of_run,
+)
+
+_LAZY = {
+    "driver": ("StreamedModel", "aggregator_of", "line_starts", "route_dataset", "simulate", "stream_arrays"),
+    "calibration": ("CALIBRATION_NAME", "calibrate", "default_calibration", "fit_delay", "fit_overhead",
+                    "load_calibration", "overheads"),
+}
+_HOME = {name: module for module, names in _LAZY.items() for name in names}
+
+__all__ = ["ARRIVALS", "CALIBRATED", "KNOBS", "OPTIONAL_CALIBRATED", "ModelResult", "TopologyParams",
+           "model_params", "params_of_run", *_HOME]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

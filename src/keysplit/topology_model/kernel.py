@@ -1,0 +1,313 @@
+"""The topology model's event loop (numba): a discrete-event model of the word-count topology as ``keysplit run``
+runs it (the replay's ``--arrivals closed`` and ``--arrivals open`` estimates).
+
+What the model follows, each a fact of the topology (``keysplit.storm``, ``keysplit.local``):
+
+- **the spout** emits a line (a record with all its words) whenever fewer than ``max_pending`` x ``spouts`` lines
+  are in flight (``topology.max.spout.pending``, Storm's back-pressure: apache/storm
+  ``storm-client/src/jvm/org/apache/storm/executor/spout/SpoutExecutor.java`` calls ``nextTuple`` only while
+  ``pending.size() < maxSpoutPending``); with ``--rate R`` line i is not emitted before ``i / R`` s (open loop,
+  max pending still a cap);
+- **the runner** (one thread: the multi-lang runner, routers and protocol) handles the words one after the
+  other, ``overhead_us`` each: the per-tuple overhead measured by a calibration run with no CPU delay, whose
+  throughput is ``1e6 / overhead_us`` words/s (see :func:`~keysplit.topology_model.calibration.calibrate`); a
+  word then reaches its counter ``hop_delay_ms`` later (the hops through the router processes, which on a
+  shared machine wait for a core);
+- **a counter** serves its words first come first served, ``cpu_delay_ms + counter_overhead_us`` each (the sleep
+  and what one tuple costs the counter process); the words it has served wait for its next tick tuple;
+- **ticks** reach every counter and aggregator at the same instants ``tick_phase + k * T``, ``T`` the tick period
+  (``topology.tick.tuple.freq.secs``, whole seconds: ``max(1, round(flush))``, as
+  ``WordCountSettings.tick_secs``); a tick enters the task's input queue behind what is already there (the
+  local runner appends it, as Storm's executor receive queue does), so a counter with a backlog flushes late;
+- **flush-then-ack**: at its tick a counter emits one partial count per distinct word it served since the last
+  tick (``tuple_us`` each), anchored to the words, and then acks the words (``tuple_us`` each), in that order
+  (``keysplit.storm.bolts.CounterBolt.process_tick``): the partial counts leave before the acks; each goes to
+  the aggregator of its word (the runner's fields hash), which serves it in ``tuple_us`` and holds it until
+  the aggregator's next tick; that tick's service (``commit_us`` per partial count: merging, the Redis commit,
+  the acks, as the aggregators measure it, see :func:`~keysplit.topology_model.calibration.calibrate`) ends
+  with the ack, and the line is complete ``ack_delay_ms`` later (the top-k bolt, the acker, the spout's ack)
+  once every word of it is acked.
+
+Not modelled: message timeouts re-emitting a line (the lines that would exceed ``message_timeout`` are counted
+in ``timeouts``; a run that replayed lines is outside the model), task restarts, and CPU contention beyond the
+runner's serial stage.
+"""
+
+
+import numba
+import numpy as np
+
+from keysplit import latency
+
+#: Event kinds of the simulation.
+_EMIT, _ARRIVE, _TICK, _PARTIAL, _ACK = 0, 1, 2, 3, 4
+
+#: Slots of the kernel's integer state (``iv``) and float state (``fv``).
+_I_HEAP, _I_SEQ, _I_NEXT_LINE, _I_PENDING, _I_COMPLETED, _I_WAITING, _I_TIMEOUTS, _I_STAMP, _I_NEXT_WORD, \
+    _I_LINES, _I_OLDEST, _I_STARTED = range(12)
+_F_RUNNER, _F_FIRST, _F_LAST, _F_SUM, _F_COMP, _F_MAX, _F_MIN = range(7)
+#: Slots of the kernel's settings (``settings``, float64; times in seconds): a counter's time per word, the
+#: runner's, a tuple's in a tick, an aggregator's per partial count, the ack delay, the tick period and phase, the
+#: lines in flight at most, the rate (0: closed loop), the message timeout, the hop to a counter.
+_S_SERVICE, _S_RUNNER, _S_TUPLE, _S_COMMIT, _S_ACK, _S_TICK, _S_PHASE, _S_CAP, _S_RATE, _S_TIMEOUT, _S_HOP = range(11)
+
+
+@numba.njit(cache=True)
+def _push(ht, hs, hk, ha, n, seq, t, kind, arg):
+    """Push an event on the binary min-heap ordered by (time, sequence); grows the arrays when full."""
+    if n == ht.shape[0]:
+        ht = np.concatenate((ht, np.empty_like(ht)))
+        hs = np.concatenate((hs, np.empty_like(hs)))
+        hk = np.concatenate((hk, np.empty_like(hk)))
+        ha = np.concatenate((ha, np.empty_like(ha)))
+    i = n
+    while i > 0:
+        p = (i - 1) // 2
+        if ht[p] < t or (ht[p] == t and hs[p] < seq):
+            break
+        ht[i], hs[i], hk[i], ha[i] = ht[p], hs[p], hk[p], ha[p]
+        i = p
+    ht[i], hs[i], hk[i], ha[i] = t, seq, kind, arg
+    return ht, hs, hk, ha, n + 1
+
+
+@numba.njit(cache=True)
+def _pop(ht, hs, hk, ha, n):
+    """Remove the heap's top (the caller read it at index 0)."""
+    n -= 1
+    t, s, k, a = ht[n], hs[n], hk[n], ha[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hs[c + 1] < hs[c])):
+            c += 1
+        if t < ht[c] or (t == ht[c] and s < hs[c]):
+            break
+        ht[i], hs[i], hk[i], ha[i] = ht[c], hs[c], hk[c], ha[c]
+        i = c
+    ht[i], hs[i], hk[i], ha[i] = t, s, k, a
+    return n
+
+
+@numba.njit(cache=True)
+def _append(head, tail, nxt, q, j, mask):
+    """Append word j to chain q (one linked list per counter or aggregator: ``head``/``tail`` over ``nxt``, which
+    holds word j at slot ``j & mask``: a ring of the words in flight, or every word with ``mask`` -1)."""
+    nxt[j & mask] = -1
+    if head[q] < 0:
+        head[q] = j
+    else:
+        nxt[tail[q] & mask] = j
+    tail[q] = j
+
+
+@numba.njit(cache=True)
+def _count(head, nxt, word_key, stamp, stamp_no, mask):
+    """Words and distinct keys of the chain starting at ``head`` (``stamp`` marks keys seen with ``stamp_no``)."""
+    words = 0
+    distinct = 0
+    j = head
+    while j >= 0:
+        words += 1
+        k = word_key[j & mask]
+        if stamp[k] != stamp_no:
+            stamp[k] = stamp_no
+            distinct += 1
+        j = nxt[j & mask]
+    return words, distinct
+
+
+#: The latency histogram's bin of a latency in ms: :mod:`keysplit.latency`'s binning, compiled (the kernel counts
+#: at its finest, ``latency.BINS`` bins). Numba's cache checks only the kernel's own file: after a change to
+#: ``keysplit/latency.py`` the kernel's cache (``__pycache__/kernel.*.nbi``/``.nbc``) must be removed.
+_bin = numba.njit(cache=True)(latency.bin_of)
+
+
+@numba.njit(cache=True)
+def stream_kernel(state, heap, counters, aggregators, stamp, lines, words, histogram, records, settings, final):
+    """The event loop (see the module docstring) over the lines fed so far, resumable. Times in seconds.
+
+    The arguments, grouped by role (tuples of arrays, the arrays updated in place):
+
+    - ``state``: ``(iv, fv)``, the loop's integer and float scalars between calls (slots ``_I_*``, ``_F_*``);
+    - ``heap``: ``(time, sequence, kind, argument)`` of the pending events, a binary min-heap;
+    - ``counters``: per counter, ``(head, tail, free, busy)``: the chain of words served since its last tick, when
+      it is next free, its busy time; ``aggregators``: per aggregator, ``(head, tail, free, seen)``: the chain of
+      words whose partial counts reached it, when it is next free, a scratch count;
+    - ``stamp``: per key id, the last stamp it was counted under (distinct keys of a chain);
+    - ``lines``: ``(left, emit)``, rings of the lines: words left to ack and emit time of line i at slot
+      ``i & (len - 1)``; ``words``: ``(worker, aggregator, key, line, next)``, rings of the words: word j's at
+      slot ``j & (len - 1)`` (the caller sizes the rings, powers of two, for the lines and words from the oldest
+      line not complete to the last fed);
+    - ``histogram``: a completed line's latency count per bin (:mod:`keysplit.latency`, ``latency.BINS`` bins);
+      ``records``: ``(emit, done)``, each line's times when they are long enough;
+    - ``settings``: float64 (slots ``_S_*``), from :class:`~keysplit.topology_model.params.TopologyParams`; the
+      rate 0 means closed loop;
+    - ``final``: run until every line fed is complete.
+
+    Lines are numbered globally. The loop stops before the spout would emit a line that has not been fed yet
+    (returns 0: feed more), or, ``final``, once every line fed is complete (returns 1). Returns ``(status, heap)``
+    (the heap's arrays may have grown)."""
+    iv, fv = state
+    ht, hs, hk, ha = heap
+    c_head, c_tail, c_free, c_busy = counters
+    a_head, a_tail, a_free, a_seen = aggregators
+    l_left, l_emit = lines
+    w_worker, w_agg, w_key, w_line, w_nxt = words
+    h_count = histogram
+    rec_emit, rec_done = records
+    lm, wm = l_left.shape[0] - 1, w_worker.shape[0] - 1
+    service, runner, tuple_cost = settings[_S_SERVICE], settings[_S_RUNNER], settings[_S_TUPLE]
+    commit_cost, ack_delay, tick, phase = settings[_S_COMMIT], settings[_S_ACK], settings[_S_TICK], settings[_S_PHASE]
+    cap, rate, timeout, hop = int(settings[_S_CAP]), settings[_S_RATE], settings[_S_TIMEOUT], settings[_S_HOP]
+    n, seq, next_line, pending = iv[_I_HEAP], iv[_I_SEQ], iv[_I_NEXT_LINE], iv[_I_PENDING]
+    completed, emit_waiting, timeouts, stamp_no = iv[_I_COMPLETED], iv[_I_WAITING] != 0, iv[_I_TIMEOUTS], iv[_I_STAMP]
+    next_word, lines, oldest = iv[_I_NEXT_WORD], iv[_I_LINES], iv[_I_OLDEST]
+    runner_free, first_emit, last_done = fv[_F_RUNNER], fv[_F_FIRST], fv[_F_LAST]
+    lat_sum, lat_comp, lat_max, lat_min = fv[_F_SUM], fv[_F_COMP], fv[_F_MAX], fv[_F_MIN]
+    n_workers = c_head.shape[0]
+    n_aggs = a_head.shape[0]
+    if iv[_I_STARTED] == 0:
+        iv[_I_STARTED] = 1
+        ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, 0.0, _EMIT, 0)
+        seq += 1
+        ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, phase + tick, _TICK, 1)
+        seq += 1
+    status = 1
+    while n > 0:
+        if final and completed >= lines:
+            break
+        if not final and hk[0] == _EMIT and next_line >= lines:
+            status = 0  # the spout's next call needs a line not fed yet: back to the caller, the event stays
+            break
+        now, kind, arg = ht[0], hk[0], ha[0]
+        n = _pop(ht, hs, hk, ha, n)
+        if kind == _EMIT:
+            if next_line >= lines:
+                continue
+            if pending >= cap:
+                emit_waiting = True
+                continue
+            due = next_word / rate if rate > 0 else 0.0  # rate: words/s, as sequence / rate
+            if now < due:
+                ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, due, _EMIT, 0)
+                seq += 1
+                continue
+            i = next_line
+            next_line += 1
+            pending += 1
+            l_emit[i & lm] = now
+            if i < rec_emit.shape[0]:
+                rec_emit[i] = now
+            if i == 0:
+                first_emit = now
+            # the runner routes the line's words one after the other; the spout's next call is served by the
+            # same runner (the single thread of the local runner, and the cores the processes share), so the
+            # spout does not run ahead of it
+            runner_free = max(runner_free, now)
+            length = l_left[i & lm]
+            for j in range(next_word, next_word + length):
+                runner_free += runner
+                w_line[j & wm] = i
+                ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, runner_free + hop, _ARRIVE, j)
+                seq += 1
+            next_word += length
+            ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, max(runner_free, now + tuple_cost), _EMIT, 0)
+            seq += 1
+        elif kind == _ARRIVE:
+            j = arg
+            w = w_worker[j & wm]
+            start = max(now, c_free[w])
+            c_free[w] = start + service
+            c_busy[w] += service
+            _append(c_head, c_tail, w_nxt, w, j, wm)
+        elif kind == _TICK:
+            # every counter's tick, queued behind its backlog: it flushes the words that arrived before it
+            for w in range(n_workers):
+                head = c_head[w]
+                c_head[w] = -1
+                c_tail[w] = -1
+                stamp_no += 1
+                words, distinct = _count(head, w_nxt, w_key, stamp, stamp_no, wm)
+                start = max(now, c_free[w])
+                c_free[w] = start + tuple_cost * (words + distinct)
+                c_busy[w] += tuple_cost * (words + distinct)
+                if head >= 0:  # the partial counts leave as emitted, before the words' acks (CounterBolt)
+                    ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, start + tuple_cost * distinct, _PARTIAL, head)
+                    seq += 1
+            # every aggregator's tick: acks what reached it before the tick (its partial counts, FIFO)
+            for a in range(n_aggs):
+                head = a_head[a]
+                a_head[a] = -1
+                a_tail[a] = -1
+                if head < 0:
+                    continue
+                stamp_no += 1
+                _, distinct = _count(head, w_nxt, w_key, stamp, stamp_no, wm)
+                start = max(now, a_free[a])
+                a_free[a] = start + commit_cost * distinct
+                ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, a_free[a] + ack_delay, _ACK, head)
+                seq += 1
+            if not final or completed < lines:  # before the last chunk, some line is always still to complete
+                ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, now + tick, _TICK, arg + 1)
+                seq += 1
+        elif kind == _PARTIAL:
+            # one counter's flushed batch reaches the aggregators: one partial count per distinct word each
+            stamp_no += 1
+            for a in range(n_aggs):
+                a_seen[a] = 0
+            j = arg
+            while j >= 0:
+                after = w_nxt[j & wm]
+                k = w_key[j & wm]
+                a = w_agg[j & wm]
+                if stamp[k] != stamp_no:
+                    stamp[k] = stamp_no
+                    a_seen[a] += 1
+                _append(a_head, a_tail, w_nxt, a, j, wm)
+                j = after
+            for a in range(n_aggs):
+                if a_seen[a]:
+                    a_free[a] = max(now, a_free[a]) + tuple_cost * a_seen[a]
+        else:  # _ACK: the words of an aggregator's tick are acked; a line whose last word this is completes
+            j = arg
+            freed = 0
+            while j >= 0:
+                i = w_line[j & wm]
+                l_left[i & lm] -= 1
+                if l_left[i & lm] == 0:
+                    latency = now - l_emit[i & lm]
+                    if latency > timeout:
+                        timeouts += 1
+                    if i < rec_done.shape[0]:
+                        rec_done[i] = now
+                    ms = latency * 1000.0
+                    b = _bin(ms)
+                    h_count[b] += 1
+                    total = lat_sum + ms  # Neumaier's compensated sum: the mean does not drift over long runs
+                    if abs(lat_sum) >= abs(ms):
+                        lat_comp += (lat_sum - total) + ms
+                    else:
+                        lat_comp += (ms - total) + lat_sum
+                    lat_sum = total
+                    lat_max = max(lat_max, ms)
+                    lat_min = min(lat_min, ms)
+                    last_done = max(last_done, now)
+                    completed += 1
+                    freed += 1
+                j = w_nxt[j & wm]
+            pending -= freed
+            while oldest < next_line and l_left[oldest & lm] == 0:
+                oldest += 1
+            if freed and emit_waiting:
+                emit_waiting = False
+                ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, now, _EMIT, 0)
+                seq += 1
+    iv[_I_HEAP], iv[_I_SEQ], iv[_I_NEXT_LINE], iv[_I_PENDING] = n, seq, next_line, pending
+    iv[_I_COMPLETED], iv[_I_WAITING], iv[_I_TIMEOUTS], iv[_I_STAMP] = completed, emit_waiting, timeouts, stamp_no
+    iv[_I_NEXT_WORD], iv[_I_OLDEST] = next_word, oldest
+    fv[_F_RUNNER], fv[_F_FIRST], fv[_F_LAST] = runner_free, first_emit, last_done
+    fv[_F_SUM], fv[_F_COMP], fv[_F_MAX], fv[_F_MIN] = lat_sum, lat_comp, lat_max, lat_min
+    return status, (ht, hs, hk, ha)

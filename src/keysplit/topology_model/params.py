@@ -1,0 +1,176 @@
+"""The topology model's parameters and results: the knobs of a run (``keysplit run`` / ``keysplit replay``, the
+facts ``keysplit compare`` checks), the calibrated overheads, and what one simulated run gives.
+
+Complete latency is a line's emit-to-complete time (Storm's complete latency, what the spout measures) and the
+throughput is words / (last completion - first emit), both as ``keysplit run`` reports them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from keysplit.latency import LatencyHistogram
+
+#: Summary field -> the option of `keysplit run` and `keysplit replay` that sets it (the topology's knobs, under
+#: the same names in both, and checked by `keysplit compare`).
+KNOBS: dict[str, str] = {
+    "sources": "--sources",
+    "workers": "--workers",
+    "aggregators": "--aggregators",
+    "spouts": "--spouts",
+    "cpu_delay_ms": "--cpu-delay",
+    "max_pending": "--max-pending",
+    "flush_secs": "--flush",
+    "message_timeout_secs": "--message-timeout",
+    "rate": "--rate",
+}
+
+#: What `--arrivals` offers the replay.
+ARRIVALS = ("closed", "open", "lindley")
+
+#: The calibrated quantities a calibration file holds (microseconds, seconds).
+CALIBRATED = ("overhead_us", "counter_overhead_us", "tuple_us", "tick_phase_s", "hop_delay_ms")
+#: Calibrated quantities a file may lack (made before they were measured): the model's default then applies.
+OPTIONAL_CALIBRATED = ("commit_us", "ack_delay_ms")
+
+
+@dataclass(frozen=True)
+class TopologyParams:
+    """The knobs of a run (the names of ``keysplit run`` / ``keysplit replay``) and the calibrated overheads."""
+
+    workers: int
+    aggregators: int = 2
+    cpu_delay_ms: float = 1.0
+    max_pending: int = 1000
+    spouts: int = 1
+    flush_secs: float = 1.0
+    message_timeout: float = 30.0
+    rate: float | None = None  # lines/s per topology (open loop); None: closed loop
+    overhead_us: float = 0.0  # the runner's serial per-word cost (calibrated)
+    counter_overhead_us: float = 0.0  # a counter's per-word cost beyond the CPU delay (calibrated)
+    tuple_us: float = 0.0  # cost of one emitted or acked tuple in a counter's tick, or received by an aggregator
+    commit_us: float | None = None  # an aggregator's time per partial count at its tick (None: tuple_us)
+    ack_delay_ms: float = 0.0  # from an aggregator's ack to the spout's ack of a completed line
+    hop_delay_ms: float = 0.0  # from the runner to the counter: the processes' hops when nothing queues (calibrated)
+    tick_phase_s: float = 0.0  # time of tick 0 relative to the first emit (ticks at phase + k*T, k >= 1)
+
+    def __post_init__(self) -> None:
+        for name in ("workers", "aggregators", "max_pending", "spouts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("cpu_delay_ms", "overhead_us", "counter_overhead_us", "tuple_us", "ack_delay_ms", "hop_delay_ms",
+                     "commit_us"):
+            if (getattr(self, name) or 0.0) < 0:
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.flush_secs <= 0 or self.message_timeout <= 0:
+            raise ValueError("flush_secs and message_timeout must be positive")
+        if self.rate is not None and self.rate <= 0:
+            raise ValueError(f"rate must be positive, got {self.rate}")
+
+    @property
+    def tick_secs(self) -> float:
+        """The tick period: Storm's tick frequency is whole seconds, at least 1 (``WordCountSettings.tick_secs``)."""
+        return float(max(1, round(self.flush_secs)))
+
+    @property
+    def commit_s(self) -> float:
+        """An aggregator's time per partial count at its tick."""
+        return (self.commit_us if self.commit_us is not None else self.tuple_us) / 1e6
+
+    @property
+    def service_s(self) -> float:
+        """A counter's time per word."""
+        return self.cpu_delay_ms / 1000.0 + self.counter_overhead_us / 1e6
+
+
+@dataclass
+class ModelResult:
+    """What one simulated run gives (seconds; latencies per line in ms). ``emit``/``done`` (each line's emit and
+    completion time) are kept only when asked for (:func:`simulate` keeps them; the Spark task does not)."""
+
+    words: int
+    lines: int
+    first_emit: float
+    last_done: float
+    counter_busy: np.ndarray
+    timeouts: int
+    latencies: LatencyHistogram
+    params: TopologyParams = field(repr=False, default=None)  # type: ignore[assignment]
+    emit: np.ndarray | None = None
+    done: np.ndarray | None = None
+
+    @property
+    def latency_ms(self) -> np.ndarray:
+        if self.emit is None or self.done is None:
+            raise ValueError("this run did not keep each line's times (simulate keeps them)")
+        return (self.done - self.emit) * 1000.0
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.last_done - self.first_emit) if self.lines else 0.0
+
+    @property
+    def words_per_second(self) -> float:
+        d = self.duration_s
+        return self.words / d if d > 0 else 0.0
+
+    @property
+    def latency_mean_ms(self) -> float:
+        if self.emit is not None:
+            lat = self.latency_ms
+            return float(lat.mean()) if len(lat) else 0.0
+        return self.latencies.mean
+
+    def percentile(self, q: float) -> float:
+        """Nearest-rank percentile of the complete latency, ms: exact from the lines' times when kept, else from
+        the histogram (its upper bound: within 1/16384 above)."""
+        if self.emit is None:
+            return self.latencies.percentile_bounds(q)[1]
+        lat = np.sort(self.latency_ms)
+        if not len(lat):
+            return 0.0
+        return float(lat[max(1, math.ceil(q / 100.0 * len(lat))) - 1])
+
+    def summary(self) -> dict:
+        d = self.duration_s
+        return {
+            "throughput_estimate": self.words_per_second,
+            "lines_per_second": self.lines / d if d > 0 else 0.0,
+            "latency_mean_ms": self.latency_mean_ms,
+            "latency_p50_ms": self.percentile(50),
+            "latency_p95_ms": self.percentile(95),
+            "latency_p99_ms": self.percentile(99),
+            "latency_max_ms": self.latencies.high if self.lines else 0.0,
+            "duration_s": d,
+            "timeouts": self.timeouts,
+            "counter_utilisation": (self.counter_busy / d).tolist() if d > 0 else [],
+        }
+
+
+def model_params(opts: Any, workers: int | None = None) -> TopologyParams:
+    """The model's parameters for a replay (``spark_replay.job.ReplayOptions``); a SpecError when invalid."""
+    from keysplit.errors import SpecError
+
+    o = getattr(opts, "overheads", None) or {}
+    try:
+        return TopologyParams(
+            workers=workers or opts.workers, aggregators=opts.aggregators, cpu_delay_ms=opts.cpu_delay_ms,
+            max_pending=opts.max_pending, spouts=opts.spouts, flush_secs=opts.flush_secs,
+            message_timeout=opts.message_timeout, rate=opts.rate if opts.arrivals == "open" else None,
+            **{k: float(o.get(k, 0.0)) for k in CALIBRATED},
+            **{k: float(o[k]) for k in OPTIONAL_CALIBRATED if o.get(k) is not None})
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def params_of_run(run: dict, **overheads: float) -> TopologyParams:
+    """The model's knobs as a ``keysplit run`` summary records them, with the given overheads."""
+    return TopologyParams(
+        workers=int(run["workers"]), aggregators=int(run.get("aggregators") or 2),
+        cpu_delay_ms=float(run.get("cpu_delay_ms") or 0.0), max_pending=int(run.get("max_pending") or 1000),
+        spouts=int(run.get("spouts") or 1), flush_secs=float(run.get("flush_secs") or 1.0),
+        message_timeout=float(run.get("message_timeout_secs") or 30), rate=run.get("rate") or None, **overheads)
