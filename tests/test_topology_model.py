@@ -130,9 +130,8 @@ def test_bad_parameters_and_inputs_are_refused():
 
 
 def test_run_rate_is_a_setting_of_the_topology_and_checked_before_it_starts(tmp_path):
-    from keysplit.runs.prepare import RunOptions, prepare
-
     from keysplit.errors import KeysplitError
+    from keysplit.runs.prepare import RunOptions, prepare
     from keysplit.storm.settings import WordCountSettings
 
     path = tmp_path / "t.txt"

@@ -1,6 +1,6 @@
 """``keysplit replay``: replay a dataset through groupings in PySpark (the ``spark_replay`` job).
 
-Also runnable on a cluster as ``spark-submit --master URL spark_replay/job.py`` with the same options.
+Also runnable on a cluster as ``spark-submit --master URL spark_replay/__main__.py`` with the same options.
 """
 
 from __future__ import annotations
