@@ -17,9 +17,9 @@ from keysplit.datasets import encode_record
 from keysplit.errors import KeysplitError
 from keysplit.runs import redis_server
 from keysplit.runs.collect import read_counts
-from keysplit.runs.driver import run_wordcount
 from keysplit.runs.faults import parse_kill
 from keysplit.runs.prepare import RunOptions, prepare
+from keysplit.runs.wordcount import run_wordcount
 from keysplit.storm import exactly_once
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.feed import StreamFeed, create_group

@@ -25,8 +25,8 @@ from keysplit.groupings import REGISTRY
 from keysplit.local.submission import write_jar
 from keysplit.runs import redis_server
 from keysplit.runs.collect import read_counts
-from keysplit.runs.driver import run_wordcount
 from keysplit.runs.prepare import RunOptions, prepare
+from keysplit.runs.wordcount import run_wordcount
 from keysplit.storm.keys import RunKeys
 
 SITE = sysconfig.get_paths()["purelib"]
@@ -54,7 +54,7 @@ def test_the_jar_holds_only_the_topology(jar_tree):
     names = {p.relative_to(jar_tree / "keysplit").as_posix() for p in (jar_tree / "keysplit").rglob("*")
              if p.is_file()}
     assert {"storm/bolts.py", "storm/spout.py", "storm/router.py", "groupings/gedik.py", "stream.py"} <= names
-    for absent in ("cli.py", "local/cluster.py", "simulator/fast.py", "runs/driver.py", "commands/run.py",
+    for absent in ("cli.py", "local/cluster.py", "simulator/fast.py", "runs/wordcount.py", "commands/run.py",
                    "runs/redis_server.py"):
         assert absent not in names, absent
     assert not any(n.endswith((".so", ".pyd", ".pyc")) for n in names), "no compiled extension travels"

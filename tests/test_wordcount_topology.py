@@ -23,8 +23,8 @@ from keysplit.cli import main
 from keysplit.datasets import open_dataset
 from keysplit.runs import redis_server
 from keysplit.runs.collect import read_counts
-from keysplit.runs.driver import run_wordcount
 from keysplit.runs.prepare import RunOptions, prepare
+from keysplit.runs.wordcount import run_wordcount
 from keysplit.simulator import simulate
 from keysplit.storm.keys import RUNS, RunKeys
 from keysplit.storm.settings import split_password

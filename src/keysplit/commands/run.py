@@ -29,10 +29,10 @@ from keysplit.errors import KeysplitError
 from keysplit.outputs import refuse_inputs
 from keysplit.redis_client import redact
 from keysplit.runs.collect import collect_run, read_counts, stored_run, write_counts
-from keysplit.runs.driver import resume_run, run_wordcount, start_run
 from keysplit.runs.prepare import RunOptions, prepare
 from keysplit.runs.records import check_run_id
 from keysplit.runs.redis_server import session
+from keysplit.runs.wordcount import resume_run, run_wordcount, start_run
 from keysplit.storm.exactly_once import DELIVERIES
 from keysplit.storm.keys import RunKeys
 from keysplit.stream import SPLITS

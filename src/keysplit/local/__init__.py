@@ -20,7 +20,7 @@ Kryo serialization (:mod:`.serialization`): a list or dict value (or a float tha
 ``BigDecimal``) halts the sending worker, which restarts, as on a Storm cluster, unless
 ``topology.fall.back.on.java.serialization`` is true; tuples within a worker are not serialized.
 
-Modules: :mod:`.protocol` (wire codec), :mod:`.topology` (reading ``Topology.specs``, task numbering,
+Modules: :mod:`.protocol` (wire codec), :mod:`.context` (reading ``Topology.specs``, task numbering,
 handshake context), :mod:`.grouper` (Storm's groupers: shuffle, fields, global, all, direct, and Storm's direct
 errors), :mod:`.javahash` (Java's ``hashCode``, Storm's fields-grouping index), :mod:`.acker` (XOR ledgers,
 message timeout), :mod:`.task` (a task's process and queues), :mod:`.submission` (the jar's ``resources/``
@@ -31,6 +31,6 @@ one handler per multi-lang command), :mod:`.pacing` (heartbeats, ticks, message 
 """
 
 from .cluster import LocalCluster
-from .topology import TopologyError
+from .context import TopologyError
 
 __all__ = ["LocalCluster", "TopologyError"]

@@ -40,6 +40,7 @@ from typing import Any
 from keysplit.errors import KeysplitError
 
 from .acker import Acker
+from .context import STORM_DEFAULTS, TopologyError, build_context, component_conf, read_topology, task_context
 from .executor import Executor
 from .grouper import routers_for_task
 from .pacing import Pacing
@@ -48,7 +49,6 @@ from .serialization import KryoCheck
 from .submission import build_resources
 from .supervisor import Supervisor, worker_env
 from .task import COUNTERS, TaskProcess
-from .topology import STORM_DEFAULTS, TopologyError, build_context, component_conf, read_topology, task_context
 
 log = logging.getLogger("keysplit.local")
 

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .acker import RootRecord
+from .context import TopologyError, component_conf
 from .grouper import RoutingError
 from .protocol import ACTIVATE, encode, encode_spout_command, encode_tuple
 from .task import READ_SIZE, TaskProcess
-from .topology import TopologyError, component_conf
 
 if TYPE_CHECKING:
     from .cluster import LocalCluster

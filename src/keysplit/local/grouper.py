@@ -21,8 +21,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from .context import ComponentInfo, GroupingInfo
 from .javahash import storm_fields_index
-from .topology import ComponentInfo, GroupingInfo
 
 
 class RoutingError(Exception):

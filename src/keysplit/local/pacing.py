@@ -22,9 +22,9 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
+from .context import component_conf
 from .protocol import NEXT, encode_tuple
 from .task import TaskProcess
-from .topology import component_conf
 
 if TYPE_CHECKING:
     from .cluster import LocalCluster

@@ -47,8 +47,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from .context import TopologyError
 from .task import TaskProcess
-from .topology import TopologyError
 
 FALL_BACK = "topology.fall.back.on.java.serialization"
 ALWAYS_TRY = "topology.testing.always.try.serialize"

@@ -23,8 +23,8 @@ import selectors
 import time
 from typing import TYPE_CHECKING
 
+from .context import TopologyError
 from .task import TaskProcess
-from .topology import TopologyError
 
 if TYPE_CHECKING:
     from .cluster import LocalCluster

@@ -15,8 +15,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from .context import ComponentInfo
 from .protocol import MessageReader
-from .topology import ComponentInfo
 
 #: Messages joined into one write.
 WRITE_BATCH = 512

@@ -44,7 +44,16 @@ from keysplit.groupings.pkg import PartialKeyGrouping
 from keysplit.groupings.salt import Salting, salt_state
 from keysplit.metrics import ImbalanceSeries, default_checkpoint, dist_cost, imbalance_fraction, load_stddev
 from keysplit.simulator.hashing_batch import warm as warm_hashing
-from keysplit.simulator.kernel import (
+from keysplit.simulator.keyids import (
+    IdChunk,
+    KeyTable,
+    generator_chunks,
+    names_table,
+    record_chunks,
+    uses_generator_indices,
+)
+from keysplit.simulator.result import RunResult
+from keysplit.simulator.routing_kernel import (
     KG,
     PKG_GLOBAL,
     PKG_LOCAL,
@@ -55,15 +64,6 @@ from keysplit.simulator.kernel import (
     SRC_ROUND_ROBIN,
     _route_chunk,
 )
-from keysplit.simulator.keyids import (
-    IdChunk,
-    KeyTable,
-    generator_chunks,
-    names_table,
-    record_chunks,
-    uses_generator_indices,
-)
-from keysplit.simulator.result import RunResult
 from keysplit.stream import DEFAULT_RATE, SPLITS
 
 __all__ = ["FastSpec", "IdChunk", "KeyTable", "RouteState", "fast_route", "fast_simulate", "fast_spec", "names_table",
