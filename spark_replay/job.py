@@ -35,6 +35,7 @@ from keysplit.metrics import (
     load_stddev,
 )
 from keysplit.outputs import inside, replace_entry, same_file
+from keysplit.sizes import MAX_CPU_DELAY_MS
 from keysplit.stream import DEFAULT_RATE, SPLITS, Resize, check_checkpoint
 from spark_replay import aggregates, source_routing, storage
 from spark_replay.ingest import is_uri, materialise
@@ -113,8 +114,8 @@ def validate(opts: ReplayOptions) -> list[str]:
         raise SpecError("workers and sources must be at least 1")
     if opts.rate <= 0:
         raise SpecError(f"rate must be positive, got {opts.rate}")
-    if opts.cpu_delay_ms < 0:
-        raise SpecError(f"cpu delay must not be negative, got {opts.cpu_delay_ms}")
+    if not 0 <= opts.cpu_delay_ms <= MAX_CPU_DELAY_MS:
+        raise SpecError(f"cpu delay must be between 0 and {MAX_CPU_DELAY_MS:,.0f} ms, got {opts.cpu_delay_ms}")
     if opts.split not in SPLITS:
         raise SpecError(f"unknown split {opts.split!r}; valid: {', '.join(SPLITS)}")
     if not opts.groupings:

@@ -18,6 +18,8 @@ WORKER_SOURCE_BYTES = {"dkg": 128, "wchoices": 128, "dchoices": 128, "fish": 409
 DEFAULT_WORKER_SOURCE_BYTES = 64
 #: Worker ids are 32-bit integers in the kernels and the replay's columns.
 MAX_WORKERS = (1 << 31) - 1
+#: The longest per-word CPU delay (``--cpu-delay``, ms): a minute a word; beyond it a run or a replay only waits.
+MAX_CPU_DELAY_MS = 60_000.0
 
 
 def available_bytes() -> int | None:

@@ -11,8 +11,8 @@ import os
 import sys
 
 from keysplit.commands.common import (
+    cpu_delay,
     ensure_output_dir,
-    non_negative_float,
     positive_int,
     print_json,
     print_table,
@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "parquet: or a generator, which is written to OUT/dataset.csv first)")
     p.add_argument("--workers", "-W", type=positive_int, default=10, metavar="W", help="workers (default 10)")
     add_routing_options(p)
-    p.add_argument("--cpu-delay", type=non_negative_float, default=_DEFAULT_CPU_DELAY_MS, metavar="MS",
+    p.add_argument("--cpu-delay", type=cpu_delay, default=_DEFAULT_CPU_DELAY_MS, metavar="MS",
                    help=f"service time of one tuple at a worker, ms (default {_DEFAULT_CPU_DELAY_MS:g})")
     add_topology_options(p)
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="top-k size (default 10)")

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from keysplit.commands.common import (
     Stopped,
     add_redis_options,
-    non_negative_float,
+    cpu_delay,
     positive_float,
     positive_int,
     print_json,
@@ -58,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="workers the grouping chooses among (default 10)")
     p.add_argument("--counter-tasks", type=positive_int, metavar="N",
                    help="counter tasks (default W; W must not exceed it)")
-    p.add_argument("--cpu-delay", type=non_negative_float, default=0.0, metavar="MS",
+    p.add_argument("--cpu-delay", type=cpu_delay, default=0.0, metavar="MS",
                    help="per-word work at the counters in ms, a sleep (the paper's CPU delay; default 0)")
     p.add_argument("--split", choices=SPLITS, default="shuffle",
                    help="how lines reach the routers (sources), as `keysplit simulate --split` deals records: "
