@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from typing import IO
@@ -96,6 +97,45 @@ def atomic_file(path: str | os.PathLike, option: str = "output", mode: str = "w"
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def remove_stale(folder: str | os.PathLike, prefix: str) -> list[str]:
+    """Remove the folders of ``folder`` named ``<prefix><pid>-...`` that this user owns and whose process no
+    longer runs: the temporary folders a ``kill -9`` left behind (a process removes its own on any other end).
+    Returns the paths removed."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        pid = name[len(prefix):].split("-", 1)[0] if name.startswith(prefix) else ""
+        if not pid.isdigit() or _running(int(pid)):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def replace_entry(built: str, final: str) -> None:

@@ -107,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
     existed = is_uri(opts.out) or os.path.isdir(opts.out)
     if not is_uri(opts.out):  # a folder named by URI (hdfs://...) is created through Spark
         ensure_output_dir(opts.out)  # and an output directory that cannot be created
+        if not existed:  # a new one appears only once the replay is complete (built beside it, then renamed)
+            os.rmdir(opts.out)
     try:
         spark, created = get_session(args.master, args.driver_memory, conf)
         try:

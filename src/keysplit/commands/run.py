@@ -114,8 +114,12 @@ def run(args: argparse.Namespace) -> int:
     except (Stopped, KeyboardInterrupt) as exc:
         name, status = (str(exc), exc.status) if isinstance(exc, Stopped) else ("Ctrl-C", 130)
         run_id = args.resume or args.run_id  # _run sets args.resume once a new run's id is chosen
-        hint = f"; continue it with `keysplit run wordcount --resume {run_id}`" if run_id and not args.load_only \
-            else ""
+        hint = ""
+        if run_id and not args.load_only:
+            hint = f"; continue it with `keysplit run wordcount --resume {run_id}`"
+            if getattr(args, "feed_loaded", True) is False:  # stopped while loading: there is nothing to resume
+                hint = (f"; its feed was not completely loaded, so it cannot be resumed: delete it with "
+                        f"`keysplit runs delete {run_id}`")
         print(f"keysplit: run stopped by {name}{hint}", file=sys.stderr)
         return status
 
@@ -165,9 +169,25 @@ def _run(args: argparse.Namespace) -> int:
                 print(base["run_id"])
             return 0
         args.resume = prepared.settings.run_id  # what the interruption message names
-        with _progress() as progress:
-            summary = run_wordcount(prepared, conn, url, progress=progress)
+        try:
+            with _progress() as progress:
+                summary = run_wordcount(prepared, conn, url, progress=progress)
+        except (Stopped, KeyboardInterrupt):
+            args.feed_loaded = _feed_loaded(conn, RunKeys(args.resume))
+            raise
         return report(args, conn, summary)
+
+
+def _feed_loaded(conn, keys: RunKeys) -> bool | None:
+    """Whether the run's feed was completely loaded (None: Redis cannot say), after an interruption."""
+    import redis
+
+    from keysplit.redis_client import fresh_connections
+
+    try:  # the signal may have left a reply unread on a pooled connection
+        return bool(fresh_connections(conn).hget(keys.record, "feed_complete"))
+    except (redis.RedisError, OSError):
+        return None
 
 
 @contextlib.contextmanager

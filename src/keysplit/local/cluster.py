@@ -116,7 +116,7 @@ class LocalCluster:
         self.conf = base
         self.cwd = str(cwd)
         self.python = python
-        self._own_tmp = tempfile.mkdtemp(prefix="keysplit-local-")
+        self._own_tmp = tempfile.mkdtemp(prefix=f"keysplit-local-{os.getpid()}-")  # pid: cleaned after a kill -9
         if resources is None:
             try:
                 resources = str(build_resources(Path(self._own_tmp) / "resources", Path(self.cwd) / "src"))

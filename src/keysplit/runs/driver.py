@@ -22,6 +22,7 @@ import redis
 from keysplit.errors import KeysplitError
 from keysplit.groupings import grouping_class
 from keysplit.home import keysplit_home, private_dir
+from keysplit.outputs import remove_stale
 from keysplit.redis_client import client, fresh_connections
 from keysplit.runs.collect import collect, mark_totals, spout_metrics, stored_run
 from keysplit.runs.faults import Injector, parse_kill
@@ -278,7 +279,10 @@ def drive(
     try:
         if remaining <= 0:
             raise RunTimeout("the feed was loaded, no task started")
-        with tempfile.TemporaryDirectory(prefix="keysplit-resources-") as tmp, \
+        # named by this process, so that the next run removes what a kill -9 of this one leaves behind
+        for prefix in ("keysplit-resources-", "keysplit-local-"):
+            remove_stale(tempfile.gettempdir(), prefix)
+        with tempfile.TemporaryDirectory(prefix=f"keysplit-resources-{os.getpid()}-") as tmp, \
                 LocalCluster(topology, conf, cwd=os.getcwd(), python=python, log_dir=str(log_dir), env=worker_env,
                              resources=str(build_resources(os.path.join(tmp, "resources")))) as cluster:
             cluster.start()

@@ -149,9 +149,17 @@ def machine_task_limit() -> tuple[int, str]:
     return min(limits) if limits else (1 << 30, "no limit known")
 
 
+#: The smallest word-count topology: one spout, router, counter, aggregator and top-k task.
+MIN_TASKS = 5
+
+
 def check_task_count(tasks: int) -> None:
     """Refuse a topology this machine cannot start, before anything is loaded or spawned."""
     limit, why = machine_task_limit()
+    if tasks > limit and limit < MIN_TASKS:  # no size can run here: lowering -S or -W is no advice
+        raise KeysplitError(f"this machine can start about {max(limit, 0):,} task processes ({why}), fewer than the "
+                            f"{MIN_TASKS} of the smallest topology: raise that limit (e.g. `ulimit -n 4096`) or free "
+                            "memory")
     if tasks > limit:
         raise KeysplitError(f"this run needs {tasks:,} task processes (spouts + routers + counters + aggregators + "
                             f"top-k); this machine can start about {max(limit, 0):,} ({why}): lower -S, -W, "
