@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,7 +33,7 @@ from keysplit.metrics import (
     imbalance_fraction,
     load_stddev,
 )
-from keysplit.outputs import inside, remove_stale, replace_entry, same_file
+from keysplit.outputs import inside, same_file
 from keysplit.sizes import MAX_CPU_DELAY_MS
 from keysplit.stream import DEFAULT_RATE, SPLITS, Resize, check_checkpoint
 from spark_replay import aggregates, source_routing, storage
@@ -145,25 +144,13 @@ def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] 
     check_outputs(dataset, opts.out)
     final = os.path.abspath(opts.out)
     # Everything is built in a private folder and moved into place at the end: a replay that fails (or is
-    # stopped, even by kill -9) leaves the previous outputs, or none, never a half-written set. A new --out is
-    # built beside it and renamed whole (no folder appears before it is complete); an existing one inside it.
-    fresh = not os.path.exists(final)
-    where = os.path.dirname(final) if fresh else final
-    prefix = f".{os.path.basename(final)}.replay-" if fresh else ".replay-"
-    os.makedirs(where, exist_ok=True)
-    remove_stale(where, prefix)  # what a replay killed with -9 left (named by its process)
-    out = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=where)
+    # stopped, even by kill -9) leaves the previous outputs, or none, never a half-written set.
+    out, fresh = storage.stage_out(final)
     try:
         summary = _replay_into(spark, opts, modes, dataset, out, say)
         summary = json.loads(json.dumps(summary).replace(out, final))  # paths as they will be
         storage.write_text(spark, os.path.join(out, "summary.json"), json.dumps(summary, indent=2) + "\n")
-        if fresh and not os.path.exists(final):
-            os.rename(out, final)
-        else:
-            os.makedirs(final, exist_ok=True)
-            for name in OUTPUTS:  # summary.json last: a reader that finds it finds the rest
-                if os.path.exists(os.path.join(out, name)):
-                    replace_entry(os.path.join(out, name), os.path.join(final, name))
+        storage.publish_out(out, final, fresh, OUTPUTS)  # summary.json last
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return summary

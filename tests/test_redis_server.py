@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from keysplit.errors import KeysplitError
-from keysplit.runs import redis_server
+from keysplit.runs import redis_host, redis_server
 
 
 def test_a_server_binary_is_found_without_a_manual_install():
@@ -146,7 +146,7 @@ def test_an_older_data_directory_without_an_append_only_file_keeps_its_runs(tmp_
 def test_a_clean_stop_compacts_an_append_only_file_that_outgrew_its_data(tmp_path, monkeypatch):
     # Each start sets Redis's own rewrite threshold to twice the file it loaded, so a file that runs only append
     # to grows forever (1 GB after a day of runs on this machine, 30 s to load at every start).
-    monkeypatch.setattr(redis_server, "AOF_COMPACT_BYTES", 1 << 20)
+    monkeypatch.setattr(redis_host, "AOF_COMPACT_BYTES", 1 << 20)
     data = tmp_path / "redis"
     conn = redis_server.client(redis_server.start_server(tmp_path).url)
     assert not redis_server.compact_aof(conn, data)  # a small file is left alone
@@ -177,7 +177,7 @@ def test_a_server_loading_a_large_data_set_is_waited_for_however_long_it_takes(t
     for first in range(1, 1_000_000, 200_000):  # five scripts: none blocks the server for long
         conn.eval(fill, 0, first, first + 199_999)
     conn.bgrewriteaof()
-    while not redis_server._aof_written(conn, tmp_path / "redis"):
+    while not redis_server.aof_written(conn, tmp_path / "redis"):
         time.sleep(0.05)
     redis_server.stop_server(tmp_path)
     conn = redis_server.client(redis_server.start_server(tmp_path).url)

