@@ -104,16 +104,18 @@ class Disk:
                     "from keysplit.runs import redis_server\nredis_server.start_server(sys.argv[1])\n")
             subprocess.run([sys.executable, "-c", code, str(home)], check=True, timeout=120)
 
-    def fill(self, home: Path) -> None:
+    def fill(self, home: Path, room: int = 4096) -> None:
+        """Leave about ``room`` bytes that the server can still write."""
         if self.kind == "tmpfs":
             with open(self.filler, "wb") as fh, contextlib.suppress(OSError):
                 while True:
                     fh.write(b"\0" * (1 << 20))
                     fh.flush()
+            os.truncate(self.filler, max(0, self.filler.stat().st_size - room))
         else:
             server = redis_server.running_server(home)
             largest = max(p.stat().st_size for p in redis_server.aof_files(home / "redis"))
-            resource.prlimit(server.pid, resource.RLIMIT_FSIZE, (largest + 4096, resource.RLIM_INFINITY))  # soft
+            resource.prlimit(server.pid, resource.RLIMIT_FSIZE, (largest + room, resource.RLIM_INFINITY))  # soft
 
     def free(self, home: Path) -> None:
         if self.kind == "tmpfs":
@@ -197,6 +199,23 @@ def test_a_full_disk_is_one_line_keeps_every_run_and_never_starts_a_second_serve
     assert conn.xlen(RunKeys("kept").feed) == 4000  # the run stored before the fault is whole
     redis_server.stop_server(home, force=True)
     assert servers_in(home / "redis") == []
+
+
+@pytest.mark.every_redis
+def test_a_disk_full_while_the_feed_loads_says_the_run_cannot_be_resumed(disk, tmp_path):
+    home = disk.root / "home"
+    write_text(tmp_path / "t.txt", 20000)
+    disk.prepare(home)
+    if disk.kind == "tmpfs":
+        redis_server.start_server(home)
+    [server] = servers_in(home / "redis")
+    disk.fill(home, room=32 << 10)  # room for the run's record, not for its feed
+    result = keysplit("run", "wordcount", "-g", "kg", "--dataset", "text:t.txt", "--run-id", "F", home=home,
+                      cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert any(cause in result.stderr for cause in disk.cause(home)), (disk.kind, result.stderr)
+    assert "stopped while loading its feed and cannot be resumed" in result.stderr, result.stderr
+    assert "--resume" not in result.stderr and servers_in(home / "redis") == [server]
 
 
 def test_two_resumes_of_one_run_at_once_run_it_once(tmp_path):

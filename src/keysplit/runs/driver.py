@@ -135,6 +135,8 @@ def run_wordcount(
         if line is None:
             raise
         run_id = prepared.settings.run_id
+        if not fresh_connections(conn).exists(RunKeys(run_id).record):  # refused before the run was recorded
+            raise KeysplitError(line) from None
         raise KeysplitError(f"{line}; run {run_id} stopped while loading its feed and cannot be resumed: then delete "
                             f"it with `keysplit runs delete {run_id}`") from None
     return drive(conn, settings, keys, base, deadline=deadline, max_pending=opts.max_pending,
