@@ -112,6 +112,8 @@ def jvm_failure() -> str | None:
         return None
     reasons = [line.split("Exception: ", 1)[-1] if "Exception: " in line else line
                for line in lines if line.startswith(("Exception in thread", "Error:"))]
+    reasons += [f"the master gave up the application: {line.split('Reason: ', 1)[1]}"  # e.g. a master that
+                for line in lines if "Application has been killed. Reason: " in line]  # never answers
     return reasons[-1].strip() if reasons else None
 
 
