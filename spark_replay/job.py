@@ -143,9 +143,7 @@ def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] 
         return summary
     check_outputs(dataset, opts.out)
     final = os.path.abspath(opts.out)
-    # Everything is built in a private folder and moved into place at the end: a replay that fails (or is
-    # stopped, even by kill -9) leaves the previous outputs, or none, never a half-written set.
-    out, fresh = storage.stage_out(final)
+    out, fresh = storage.stage_out(final)  # moved into place at the end: never a half-written set, even after kill -9
     try:
         summary = _replay_into(spark, opts, modes, dataset, out, say)
         summary = json.loads(json.dumps(summary).replace(out, final))  # paths as they will be
