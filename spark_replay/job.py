@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,7 +33,8 @@ from keysplit.metrics import (
     imbalance_fraction,
     load_stddev,
 )
-from keysplit.outputs import inside, replace_entry, same_file
+from keysplit.outputs import inside, same_file
+from keysplit.sizes import MAX_CPU_DELAY_MS
 from keysplit.stream import DEFAULT_RATE, SPLITS, Resize, check_checkpoint
 from keysplit.topology_model import ARRIVALS, model_params
 from spark_replay import aggregates, source_routing, storage
@@ -114,8 +114,8 @@ def validate(opts: ReplayOptions) -> list[str]:
         raise SpecError("workers and sources must be at least 1")
     if opts.rate <= 0:
         raise SpecError(f"rate must be positive, got {opts.rate}")
-    if opts.cpu_delay_ms < 0:
-        raise SpecError(f"cpu delay must not be negative, got {opts.cpu_delay_ms}")
+    if not 0 <= opts.cpu_delay_ms <= MAX_CPU_DELAY_MS:
+        raise SpecError(f"cpu delay must be between 0 and {MAX_CPU_DELAY_MS:,.0f} ms, got {opts.cpu_delay_ms}")
     if opts.split not in SPLITS:
         raise SpecError(f"unknown split {opts.split!r}; valid: {', '.join(SPLITS)}")
     if not opts.groupings:
@@ -143,17 +143,13 @@ def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] 
         storage.write_text(spark, storage.join(out, "summary.json"), json.dumps(summary, indent=2) + "\n")
         return summary
     check_outputs(dataset, opts.out)
-    final = storage.prepare_out(spark, opts.out)
-    # Everything is built in a private folder inside --out and moved into place at the end: a replay that
-    # fails (or is stopped) leaves the previous outputs, or none, never a half-written set.
-    out = tempfile.mkdtemp(prefix=".replay-", dir=final)
+    final = os.path.abspath(opts.out)
+    out, fresh = storage.stage_out(final)  # moved into place at the end: never a half-written set, even after kill -9
     try:
         summary = _replay_into(spark, opts, modes, dataset, out, say)
         summary = json.loads(json.dumps(summary).replace(out, final))  # paths as they will be
         storage.write_text(spark, os.path.join(out, "summary.json"), json.dumps(summary, indent=2) + "\n")
-        for name in OUTPUTS:  # summary.json last: a reader that finds it finds the rest
-            if os.path.exists(os.path.join(out, name)):
-                replace_entry(os.path.join(out, name), os.path.join(final, name))
+        storage.publish_out(out, final, fresh, OUTPUTS)  # summary.json last
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return summary

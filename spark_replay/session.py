@@ -112,6 +112,8 @@ def jvm_failure() -> str | None:
         return None
     reasons = [line.split("Exception: ", 1)[-1] if "Exception: " in line else line
                for line in lines if line.startswith(("Exception in thread", "Error:"))]
+    reasons += [f"the master gave up the application: {line.split('Reason: ', 1)[1]}"  # e.g. a master that
+                for line in lines if "Application has been killed. Reason: " in line]  # never answers
     return reasons[-1].strip() if reasons else None
 
 
@@ -152,6 +154,7 @@ def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_M
             conf.setMaster(master)
     else:
         require_java()
+        check_master(master or DEFAULT_MASTER)
         conf.setMaster(master or DEFAULT_MASTER).set("spark.driver.memory", driver_memory)
         if (master or DEFAULT_MASTER).startswith("local"):
             for key, value in LOCAL_SETTINGS.items():
@@ -229,6 +232,58 @@ def ship_code(sc: Any) -> None:
 WORKER_MODULES = ("keysplit", "spark_replay", "numpy", "numba", "mmh3", "pyarrow", "pandas")
 
 
+#: Seconds the first task may wait for an executor: a master that never grants one (no free worker, workers
+#: that cannot reach this driver, a master that is not one) otherwise keeps the replay waiting for ever.
+START_SECS = 120.0
+
+
+def _collect_within(sc: Any, rdd: Any, seconds: float) -> list:
+    """``rdd.collect()``, cancelled with a one-line KeysplitError when it has not finished within ``seconds``."""
+    import threading
+
+    group = f"keysplit-start-{os.getpid()}"
+    done: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            sc.setJobGroup(group, "keysplit: the executors' first task", interruptOnCancel=True)
+            done["value"] = rdd.collect()
+        except BaseException as exc:  # handed to the caller's thread
+            done["error"] = exc
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        with contextlib.suppress(Exception):
+            sc.cancelJobGroup(group)
+        raise KeysplitError(f"no Spark executor ran the first task within {seconds:g} s (master {sc.master}): the "
+                            "cluster has no free worker, or its workers cannot reach this driver (set --conf "
+                            "spark.driver.host=ADDRESS)")
+    if "error" in done:
+        raise done["error"]
+    return done["value"]
+
+
+def check_master(master: str, timeout: float = 10.0) -> None:
+    """A one-line KeysplitError when no master of a ``spark://host:port[,host:port]`` URL accepts a connection
+    (Spark itself would retry for minutes, then leave the replay waiting for executors that never come)."""
+    import socket
+
+    if not master.startswith("spark://"):
+        return
+    problems = []
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]") or address, int(port or 7077)), timeout=timeout):
+                return
+        except (OSError, ValueError) as exc:
+            problems.append(f"{address}: {getattr(exc, 'strerror', None) or exc}")
+    raise KeysplitError(f"cannot reach the Spark master {master} ({'; '.join(problems)}): check the URL and that "
+                        "the master runs")
+
+
 def check_workers(sc: Any) -> None:
     """One tiny task that imports what the replay needs on an executor; its problems become one line each.
 
@@ -251,7 +306,7 @@ def check_workers(sc: Any) -> None:
 
     python = os.environ.get("PYSPARK_PYTHON", sys.executable)
     try:
-        [[executable, missing]] = sc.parallelize([0], 1).map(probe).collect()
+        [[executable, missing]] = _collect_within(sc, sc.parallelize([0], 1).map(probe), START_SECS)
     except Exception as exc:
         problem = worker_problem(str(exc), python, sc.master)
         if problem is None:

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from typing import Any
 
+from keysplit.outputs import remove_stale, replace_entry
 from spark_replay.ingest import is_uri
 from spark_replay.sparkinput import uri_of
 
@@ -35,6 +36,30 @@ def prepare_out(spark: Any, out: str) -> str:
     fs, path = _fs(spark, out)
     fs.mkdirs(path)
     return out
+
+
+def stage_out(final: str) -> tuple[str, bool]:
+    """A private folder to build a local ``--out`` in, and whether ``final`` is new. A new one is built beside
+    it and renamed whole by :func:`publish_out` (no folder appears before the replay is complete); an existing
+    one inside it. Its name carries this process's id, so the next replay removes what a kill -9 left."""
+    fresh = not os.path.exists(final)
+    where = os.path.dirname(final) if fresh else final
+    prefix = f".{os.path.basename(final)}.replay-" if fresh else ".replay-"
+    os.makedirs(where, exist_ok=True)
+    remove_stale(where, prefix)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=where), fresh
+
+
+def publish_out(out: str, final: str, fresh: bool, names: tuple[str, ...]) -> None:
+    """Move what ``out`` (from :func:`stage_out`) holds into ``final``: the folder itself when ``final`` is new,
+    else each of ``names`` in turn (the last one last: a reader that finds it finds the rest)."""
+    if fresh and not os.path.exists(final):
+        os.rename(out, final)
+        return
+    os.makedirs(final, exist_ok=True)
+    for name in names:
+        if os.path.exists(os.path.join(out, name)):
+            replace_entry(os.path.join(out, name), os.path.join(final, name))
 
 
 def write_text(spark: Any, target: str, text: str) -> None:

@@ -5,6 +5,11 @@ from __future__ import annotations
 import pytest
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "every_redis: depends on the redis-server's version; `make test` runs it again "
+                            "with the other Redis (KEYSPLIT_REDIS_SERVER)")
+
+
 @pytest.fixture(scope="session")
 def spark():
     """A real ``local[2]`` SparkSession (the replay's own settings), started once and stopped at the end."""

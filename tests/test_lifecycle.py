@@ -208,6 +208,7 @@ def _umask() -> int:
     return mask
 
 
+@pytest.mark.every_redis
 def test_a_lease_left_by_a_killed_process_is_reclaimed_by_the_next_command(tmp_path):
     """kill -9 gives a session no chance to release its lease: the next session drops it and, being the last
     one out, stops the server as the dead one would have."""
@@ -236,6 +237,7 @@ def test_a_run_whose_owner_died_reads_as_interrupted(shared):
     assert read_record(conn, "mine")["state"] == "running"  # this process is alive
 
 
+@pytest.mark.every_redis
 def test_state_folder_and_its_files_are_private_and_the_replay_uses_it(tmp_path, monkeypatch):
     home = tmp_path / "home"
     home.mkdir(mode=0o755)
@@ -246,6 +248,8 @@ def test_state_folder_and_its_files_are_private_and_the_replay_uses_it(tmp_path,
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
     for name in ("dump.rdb", "redis.log", "redis.conf"):
         assert stat.S_IMODE((home / "redis" / name).stat().st_mode) == 0o600, name
+    for path in (home / "redis").rglob("*"):  # Redis 7's appendonlydir/ and its files too
+        assert stat.S_IMODE(path.stat().st_mode) == (0o700 if path.is_dir() else 0o600), path
     from spark_replay import session
 
     monkeypatch.setattr(session, "_private", [])  # the folder is chosen once per process

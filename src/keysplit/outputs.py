@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from typing import IO
@@ -32,8 +33,27 @@ def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
     return p == f or p.startswith(f.rstrip(os.sep) + os.sep)
 
 
+#: The folders keysplit manages inside its state folder: the managed Redis's data (its append-only files, whose
+#: loss makes every stored run unreachable), the task logs, the JVM's logs. No output is ever written there.
+STATE_FOLDERS = ("redis", "logs", "spark")
+
+
+def refuse_state(option: str, output: str | os.PathLike) -> None:
+    """A one-line KeysplitError when ``output`` is or lies in one of the folders keysplit manages in its state
+    folder (:data:`STATE_FOLDERS`), under any spelling (a relative path, a symlink)."""
+    home = os.path.realpath(os.environ.get("KEYSPLIT_HOME") or ".keysplit")
+    target = os.path.realpath(output)
+    for name in STATE_FOLDERS:
+        folder = os.path.join(home, name)
+        if inside(target, folder):
+            raise KeysplitError(f"{option} {os.fspath(output)} is in keysplit's own {folder} (the managed Redis's "
+                                "data, task and JVM logs), which no output may overwrite; choose another output")
+
+
 def refuse_inputs(option: str, output: str | os.PathLike, inputs: Iterable[str | os.PathLike]) -> None:
-    """A one-line KeysplitError when ``output`` is one of ``inputs``, or a folder holding one of them."""
+    """A one-line KeysplitError when ``output`` is one of ``inputs``, or a folder holding one of them, or lies in
+    keysplit's own state folders (:func:`refuse_state`)."""
+    refuse_state(option, output)
     for source in inputs:
         if same_file(output, source) or (os.path.isdir(output) and inside(source, output)):
             raise KeysplitError(f"{option} {os.fspath(output)} would overwrite the input {os.fspath(source)}; "
@@ -77,6 +97,45 @@ def atomic_file(path: str | os.PathLike, option: str = "output", mode: str = "w"
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def remove_stale(folder: str | os.PathLike, prefix: str) -> list[str]:
+    """Remove the folders of ``folder`` named ``<prefix><pid>-...`` that this user owns and whose process no
+    longer runs: the temporary folders a ``kill -9`` left behind (a process removes its own on any other end).
+    Returns the paths removed."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        pid = name[len(prefix):].split("-", 1)[0] if name.startswith(prefix) else ""
+        if not pid.isdigit() or _running(int(pid)):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def replace_entry(built: str, final: str) -> None:

@@ -49,12 +49,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keysplit.advise import advise
+    from keysplit.advise import REFERENCE, advise
     from keysplit.datasets import open_dataset, require_records
     from keysplit.plots import check_plot_path
+    from keysplit.sizes import check_workers
 
     if args.plot is not None:
         check_plot_path(args.plot)
+    check_workers(args.workers, args.sources, list(REFERENCE))  # before any per-worker state is allocated
     started = time.perf_counter()
     dataset = open_dataset(args.dataset)
     require_records(dataset)

@@ -68,6 +68,16 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def cpu_delay(text: str) -> float:
+    """A ``--cpu-delay`` in ms: not negative, at most :data:`keysplit.sizes.MAX_CPU_DELAY_MS`."""
+    from keysplit.sizes import MAX_CPU_DELAY_MS
+
+    value = non_negative_float(text)
+    if value > MAX_CPU_DELAY_MS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_CPU_DELAY_MS:,.0f} ms (a minute a word), got {text}")
+    return value
+
+
 def positive_float(text: str) -> float:
     value = non_negative_float(text)
     if value == 0:

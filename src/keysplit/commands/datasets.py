@@ -7,7 +7,7 @@ import argparse
 from keysplit.commands.common import positive_int, print_json
 from keysplit.datasets import GENERATORS, READERS, FileDataset, open_dataset, require_records, write_dataset
 from keysplit.errors import DatasetError
-from keysplit.outputs import same_file
+from keysplit.outputs import refuse_state, same_file
 
 
 def dataset_help() -> str:
@@ -40,6 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def generate(args: argparse.Namespace) -> int:
+    refuse_state("--out", args.out)
     dataset = open_dataset(args.spec)
     # Opening --out truncates it, and the records are streamed from the input while they are written.
     if isinstance(dataset, FileDataset) and same_file(dataset.path, args.out):

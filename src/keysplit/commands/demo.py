@@ -12,7 +12,7 @@ import shlex
 import time
 from pathlib import Path
 
-from keysplit.commands.common import ensure_output_dir, non_negative_float, positive_int
+from keysplit.commands.common import cpu_delay, ensure_output_dir, positive_int
 from keysplit.errors import KeysplitError, SpecError
 from keysplit.groupings import available, check_grouping
 
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=".keysplit/demo", metavar="DIR", help="output directory")
     p.add_argument("--workers", "-W", type=positive_int, default=8, help="workers (default 8)")
     p.add_argument("--sources", "-S", type=positive_int, default=4, help="sources (default 4)")
-    p.add_argument("--cpu-delay", type=non_negative_float, default=1.0, metavar="MS",
+    p.add_argument("--cpu-delay", type=cpu_delay, default=1.0, metavar="MS",
                    help="per-word work at the counters, ms (default 1: enough to saturate KG's hot worker)")
     p.add_argument("--simulate-only", action="store_true", help="stop after the simulation (no Redis, no Spark)")
     p.set_defaults(func=run)

@@ -30,8 +30,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from keysplit.errors import KeysplitError
     from keysplit.local.submission import write_jar
+    from keysplit.outputs import refuse_state
 
+    if not args.out.strip() or os.path.isdir(args.out):
+        raise KeysplitError(f"--out {args.out!r} is {'a directory' if args.out.strip() else 'empty'}; name a file")
+    refuse_state("--out", args.out)
+    folder = os.path.dirname(args.out)
+    if args.out == DEFAULT_OUT:
+        os.makedirs(folder, exist_ok=True)  # _build/, as `sparse jar` makes it; a folder --out names must exist
+    elif folder and not os.path.isdir(folder):
+        raise KeysplitError(f"cannot write --out {args.out}: directory {folder} does not exist")
     names = write_jar(args.out)
     if args.json:
         print_json({"jar": os.path.abspath(args.out), "entries": len(names), "bytes": os.path.getsize(args.out)})

@@ -11,8 +11,8 @@ import os
 import sys
 
 from keysplit.commands.common import (
+    cpu_delay,
     ensure_output_dir,
-    non_negative_float,
     positive_int,
     print_json,
     print_table,
@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "parquet: or a generator, which is written to OUT/dataset.csv first)")
     p.add_argument("--workers", "-W", type=positive_int, default=10, metavar="W", help="workers (default 10)")
     add_routing_options(p)
-    p.add_argument("--cpu-delay", type=non_negative_float, default=_DEFAULT_CPU_DELAY_MS, metavar="MS",
+    p.add_argument("--cpu-delay", type=cpu_delay, default=_DEFAULT_CPU_DELAY_MS, metavar="MS",
                    help=f"service time of one tuple at a worker, ms (default {_DEFAULT_CPU_DELAY_MS:g})")
     add_topology_options(p)
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="top-k size (default 10)")
@@ -79,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
         aggregators=args.aggregators, spouts=args.spouts, flush_secs=args.flush, max_pending=args.max_pending,
         message_timeout=args.message_timeout, arrivals=args.arrivals, overheads=overheads(args),
     )
+    from keysplit.sizes import check_workers
+
+    check_workers(opts.workers, opts.sources, opts.groupings)  # per-worker state that cannot fit, before anything
     validate(opts)  # bad groupings and numbers fail before the JVM starts
     conf = parse_conf(args.conf)
     from keysplit.datasets import Generator, open_dataset
@@ -97,9 +100,15 @@ def run(args: argparse.Namespace) -> int:
     from spark_replay.ingest import is_uri
 
     check_outputs(dataset, opts.out)  # and an output that would replace the input
+    if not is_uri(opts.out):
+        from keysplit.outputs import refuse_state
+
+        refuse_state("--out", opts.out)  # or keysplit's own state (the managed Redis's data)
     existed = is_uri(opts.out) or os.path.isdir(opts.out)
     if not is_uri(opts.out):  # a folder named by URI (hdfs://...) is created through Spark
         ensure_output_dir(opts.out)  # and an output directory that cannot be created
+        if not existed:  # a new one appears only once the replay is complete (built beside it, then renamed)
+            os.rmdir(opts.out)
     try:
         spark, created = get_session(args.master, args.driver_memory, conf)
         try:

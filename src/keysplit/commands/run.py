@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from keysplit.commands.common import (
     Stopped,
     add_redis_options,
-    non_negative_float,
+    cpu_delay,
     positive_float,
     positive_int,
     print_json,
@@ -26,7 +26,7 @@ from keysplit.commands.simulate import GROUPINGS_EPILOG, GroupingsHelpFormatter
 from keysplit.datasets import open_dataset
 from keysplit.datasets.readers import FileDataset
 from keysplit.errors import KeysplitError
-from keysplit.outputs import refuse_inputs
+from keysplit.outputs import refuse_inputs, refuse_state
 from keysplit.redis_client import redact
 from keysplit.runs.collect import collect_run, read_counts, stored_run, write_counts
 from keysplit.runs.prepare import RunOptions, prepare
@@ -58,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="workers the grouping chooses among (default 10)")
     p.add_argument("--counter-tasks", type=positive_int, metavar="N",
                    help="counter tasks (default W; W must not exceed it)")
-    p.add_argument("--cpu-delay", type=non_negative_float, default=0.0, metavar="MS",
+    p.add_argument("--cpu-delay", type=cpu_delay, default=0.0, metavar="MS",
                    help="per-word work at the counters in ms, a sleep (the paper's CPU delay; default 0)")
     p.add_argument("--split", choices=SPLITS, default="shuffle",
                    help="how lines reach the routers (sources), as `keysplit simulate --split` deals records: "
@@ -114,8 +114,12 @@ def run(args: argparse.Namespace) -> int:
     except (Stopped, KeyboardInterrupt) as exc:
         name, status = (str(exc), exc.status) if isinstance(exc, Stopped) else ("Ctrl-C", 130)
         run_id = args.resume or args.run_id  # _run sets args.resume once a new run's id is chosen
-        hint = f"; continue it with `keysplit run wordcount --resume {run_id}`" if run_id and not args.load_only \
-            else ""
+        hint = ""
+        if run_id and not args.load_only:
+            hint = f"; continue it with `keysplit run wordcount --resume {run_id}`"
+            if getattr(args, "feed_loaded", True) is False:  # stopped while loading: there is nothing to resume
+                hint = (f"; its feed was not completely loaded, so it cannot be resumed: delete it with "
+                        f"`keysplit runs delete {run_id}`")
         print(f"keysplit: run stopped by {name}{hint}", file=sys.stderr)
         return status
 
@@ -165,9 +169,25 @@ def _run(args: argparse.Namespace) -> int:
                 print(base["run_id"])
             return 0
         args.resume = prepared.settings.run_id  # what the interruption message names
-        with _progress() as progress:
-            summary = run_wordcount(prepared, conn, url, progress=progress)
+        try:
+            with _progress() as progress:
+                summary = run_wordcount(prepared, conn, url, progress=progress)
+        except (Stopped, KeyboardInterrupt):
+            args.feed_loaded = _feed_loaded(conn, RunKeys(args.resume))
+            raise
         return report(args, conn, summary)
+
+
+def _feed_loaded(conn, keys: RunKeys) -> bool | None:
+    """Whether the run's feed was completely loaded (None: Redis cannot say), after an interruption."""
+    import redis
+
+    from keysplit.redis_client import fresh_connections
+
+    try:  # the signal may have left a reply unread on a pooled connection
+        return bool(fresh_connections(conn).hget(keys.record, "feed_complete"))
+    except (redis.RedisError, OSError):
+        return None
 
 
 @contextlib.contextmanager
@@ -208,6 +228,7 @@ def _check_writable(path: str) -> None:
     nothing is created now, so a run that fails leaves no empty file)."""
     if not path.strip():
         raise KeysplitError("--counts-out is an empty path; name a file")
+    refuse_state("--counts-out", path)
     if os.path.isdir(path):
         raise KeysplitError(f"cannot write --counts-out {path}: it is a directory")
     folder = os.path.dirname(os.path.abspath(path))

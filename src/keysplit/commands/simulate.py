@@ -19,9 +19,10 @@ from keysplit.errors import SpecError
 from keysplit.groupings import REGISTRY, check_grouping, grouping_class
 from keysplit.groupings.base import spec_value
 from keysplit.groupings.hosting import check_resizes
-from keysplit.outputs import refuse_inputs
+from keysplit.outputs import refuse_inputs, refuse_state
 from keysplit.plots import check_plot_path, imbalance_over_time
 from keysplit.simulator import ENGINES, simulate
+from keysplit.sizes import check_workers
 from keysplit.stream import DEFAULT_RATE, SPLITS, Resize, check_checkpoint
 
 
@@ -124,6 +125,8 @@ def parse_capacities(text: str | None, workers: int) -> list[float] | None:
 def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         check_plot_path(args.plot)
+        refuse_state("--plot", args.plot)
+    check_workers(args.workers, args.sources, args.groupings)  # before any per-worker state is allocated
     dataset = open_dataset(args.dataset)
     if args.plot is not None and isinstance(dataset, FileDataset):
         refuse_inputs("--plot", args.plot, [dataset.path])

@@ -16,6 +16,7 @@ import gzip
 import math
 import os
 import re
+import stat
 import zlib
 from collections.abc import Iterator
 from typing import IO
@@ -35,16 +36,47 @@ BOM = "\ufeff"
 csv.field_size_limit(max(csv.field_size_limit(), 16 << 20))
 
 
+#: The longest line a reader takes (a line is one record, one spout tuple): a file with no line end (a binary
+#: file, ``/dev/zero`` saved to disk) would otherwise be read whole into memory; the csv module's field limit.
+MAX_LINE_BYTES = 16 << 20
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
 def check_file(path: str) -> None:
-    """A one-line DatasetError when ``path`` is missing, a directory, unreadable or empty."""
+    """A one-line DatasetError when ``path`` is missing, a directory, not a regular file (a FIFO, a device:
+    a dataset is read more than once, and /dev/zero never ends), unreadable or empty."""
     if not os.path.exists(path):
         raise DatasetError(f"dataset file not found: {path}")
     if os.path.isdir(path):
         raise DatasetError(f"dataset path is a directory, not a file: {path}")
+    mode = os.stat(path).st_mode
+    for test, kind in _KINDS:
+        if test(mode):
+            raise DatasetError(f"dataset path {path} is {kind}, not a regular file: keysplit reads a dataset more "
+                               "than once (counting, then routing); save it to a file first")
     if not os.access(path, os.R_OK):
         raise DatasetError(f"dataset file is not readable (permission denied): {path}")
     if os.path.getsize(path) == 0:
         raise DatasetError(f"dataset file is empty: {path}")
+
+
+def bounded_lines(raw: IO[bytes], path: str, numbered: bool = True) -> Iterator[bytes]:
+    """The lines of ``raw`` (line ends kept), each read with at most :data:`MAX_LINE_BYTES` + 1 bytes in memory:
+    a longer line is a one-line DatasetError (naming its number when ``raw`` is read from the start), never a
+    whole file in memory."""
+    number = 0
+    while True:
+        data = raw.readline(MAX_LINE_BYTES + 1)
+        if not data:
+            return
+        number += 1
+        if len(data) > MAX_LINE_BYTES and data[-1:] != b"\n":
+            where = f" line {number}" if numbered else ""
+            raise DatasetError(f"{path}{where}: a line longer than {MAX_LINE_BYTES >> 20} MiB (a line is one record, "
+                               "one spout tuple); is it a text file with line ends?")
+        yield data
 
 
 def open_binary(path: str) -> IO[bytes]:
@@ -74,7 +106,7 @@ class FileDataset(Dataset):
         self.invalid_utf8_lines = 0
         try:
             with open_binary(self.path) as raw:
-                for data in raw:
+                for data in bounded_lines(raw, self.path):
                     try:
                         line = data.decode("utf-8")
                     except UnicodeDecodeError:

@@ -120,7 +120,7 @@ class LocalCluster:
         self._kryo = KryoCheck(base)  # what Kryo refuses between workers (serialization.py)
         self.cwd = str(cwd)
         self.python = python
-        self._own_tmp = tempfile.mkdtemp(prefix="keysplit-local-")
+        self._own_tmp = tempfile.mkdtemp(prefix=f"keysplit-local-{os.getpid()}-")  # pid: cleaned after a kill -9
         if resources is None:
             try:
                 resources = str(build_resources(Path(self._own_tmp) / "resources", Path(self.cwd) / "src"))

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from keysplit.errors import KeysplitError
+from keysplit.outputs import atomic_file
 
 #: Build leftovers that a source tree holds but a jar has no use for (bytecode is rebuilt on the worker).
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "*.egg-info", ".*")
@@ -85,16 +86,13 @@ def write_jar(out: str | os.PathLike, src: str | os.PathLike | None = None) -> l
         tree = build_resources(Path(tmp) / "resources", src)
         names: list[str] = ["META-INF/MANIFEST.MF"]
         files = sorted(p for p in tree.rglob("*") if p.is_file())
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as jar:
-                jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: keysplit jar\r\n\r\n")
-                for path in files:
-                    name = "resources/" + path.relative_to(tree).as_posix()
-                    jar.write(path, name)
-                    names.append(name)
-        except OSError as exc:
-            raise KeysplitError(f"cannot write {out}: {exc.strerror or exc}") from None
+        # written whole under a temporary name and renamed: never half a jar, never through a symlink at ``out``
+        with atomic_file(out, "the jar", "wb") as fh, zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as jar:
+            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: keysplit jar\r\n\r\n")
+            for path in files:
+                name = "resources/" + path.relative_to(tree).as_posix()
+                jar.write(path, name)
+                names.append(name)
     return names
 
 

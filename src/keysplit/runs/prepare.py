@@ -19,6 +19,7 @@ from keysplit.errors import KeysplitError
 from keysplit.groupings import check_grouping
 from keysplit.runs.faults import check_kills, parse_kill
 from keysplit.runs.records import check_run_id
+from keysplit.sizes import MAX_CPU_DELAY_MS
 from keysplit.specs import parse_spec
 from keysplit.storm.bolts import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
 from keysplit.storm.feed import create_group
@@ -96,6 +97,8 @@ def prepare(opts: RunOptions) -> Prepared:
         raise KeysplitError(f"--message-timeout must be at least 1 second, got {opts.message_timeout}")
     if opts.rate is not None and not opts.rate > 0:
         raise KeysplitError(f"--rate must be positive, got {opts.rate}")
+    if not 0 <= opts.cpu_delay_ms <= MAX_CPU_DELAY_MS:
+        raise KeysplitError(f"--cpu-delay must be between 0 and {MAX_CPU_DELAY_MS:,.0f} ms, got {opts.cpu_delay_ms}")
     kills = [parse_kill(k) for k in opts.kills]
     if opts.run_id is not None:
         check_run_id(opts.run_id)
@@ -117,6 +120,9 @@ def prepare(opts: RunOptions) -> Prepared:
         from keysplit.local.submission import read_env
 
         read_env("config.json", opts.storm_env)
+    elif opts.storm_env != "local":  # without config.json only the default env is known: a name would be ignored
+        raise KeysplitError(f"--env {opts.storm_env}: there is no config.json in {os.getcwd()} to take it from "
+                            "(run from the project folder, or drop --env)")
     dataset = open_dataset(opts.dataset)
     require_records(dataset)
     return Prepared(opts, dataset, grouping, settings)
@@ -143,9 +149,17 @@ def machine_task_limit() -> tuple[int, str]:
     return min(limits) if limits else (1 << 30, "no limit known")
 
 
+#: The smallest word-count topology: one spout, router, counter, aggregator and top-k task.
+MIN_TASKS = 5
+
+
 def check_task_count(tasks: int) -> None:
     """Refuse a topology this machine cannot start, before anything is loaded or spawned."""
     limit, why = machine_task_limit()
+    if tasks > limit and limit < MIN_TASKS:  # no size can run here: lowering -S or -W is no advice
+        raise KeysplitError(f"this machine can start about {max(limit, 0):,} task processes ({why}), fewer than the "
+                            f"{MIN_TASKS} of the smallest topology: raise that limit (e.g. `ulimit -n 4096`) or free "
+                            "memory")
     if tasks > limit:
         raise KeysplitError(f"this run needs {tasks:,} task processes (spouts + routers + counters + aggregators + "
                             f"top-k); this machine can start about {max(limit, 0):,} ({why}): lower -S, -W, "

@@ -70,6 +70,27 @@ def set_state(conn: redis.Redis, keys: RunKeys, state: str, **fields: Any) -> No
                                     for k, v in record.items()})
 
 
+def claim(conn: redis.Redis, keys: RunKeys, states: tuple[str, ...]) -> dict[str, Any] | None:
+    """Make this process the run's owner (state ``running``) if its effective state is one of ``states``, in
+    one transaction (WATCH on the record): of two commands that try at once (two ``--resume`` of one run),
+    exactly one wins. None when claimed, else the record that stood in the way (state ``deleted``: no such run)."""
+    while True:
+        with conn.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(keys.record)
+                record = read_record(pipe, keys.run_id)
+                if record is None or record["state"] not in states:
+                    pipe.unwatch()
+                    return record or {"state": "deleted"}
+                pipe.multi()
+                pipe.hset(keys.record, mapping={"state": "running", "updated": time.time(), "owner": os.getpid(),
+                                                "host": socket.gethostname()})
+                pipe.execute()
+                return None
+            except redis.WatchError:  # someone changed the record meanwhile: look again
+                continue
+
+
 def mark_interrupted(conn: redis.Redis, keys: RunKeys, reason: str) -> None:
     """Best effort (the server may be the thing that went away): the run stopped before its end."""
     with contextlib.suppress(redis.RedisError, OSError):

@@ -22,12 +22,13 @@ import redis
 from keysplit.errors import KeysplitError
 from keysplit.groupings import grouping_class
 from keysplit.home import keysplit_home, private_dir
+from keysplit.outputs import remove_stale
 from keysplit.redis_client import client, fresh_connections
 from keysplit.runs.collect import collect, mark_totals, spout_metrics, stored_run
 from keysplit.runs.faults import Injector, parse_kill
 from keysplit.runs.prepare import Prepared, RunTimeout, load_feed
-from keysplit.runs.records import mark_interrupted, reserve, set_state
-from keysplit.runs.redis_server import managed_server
+from keysplit.runs.records import claim, mark_interrupted, reserve, set_state
+from keysplit.runs.redis_server import managed_server, persistence_problem
 from keysplit.specs import parse_spec
 from keysplit.storm import exactly_once
 from keysplit.storm.bolts import SPOUT
@@ -129,6 +130,15 @@ def run_wordcount(
         run_id = prepared.settings.run_id
         raise KeysplitError(f"run {run_id} did not finish within --timeout {opts.timeout:g} s ({exc}); a partly "
                             f"loaded run cannot be resumed: delete it with `keysplit runs delete {run_id}`") from None
+    except redis.ResponseError as exc:
+        line = persistence_problem(exc, _data_folder(client(redis_url, reconnect=False), redis_url), redis_url)
+        if line is None:
+            raise
+        run_id = prepared.settings.run_id
+        if not fresh_connections(conn).exists(RunKeys(run_id).record):  # refused before the run was recorded
+            raise KeysplitError(line) from None
+        raise KeysplitError(f"{line}; run {run_id} stopped while loading its feed and cannot be resumed: then delete "
+                            f"it with `keysplit runs delete {run_id}`") from None
     return drive(conn, settings, keys, base, deadline=deadline, max_pending=opts.max_pending,
                  message_timeout=opts.message_timeout, injector=injector,
                  progress=progress, log_dir=log_dir, python=python, storm_env=opts.storm_env,
@@ -149,6 +159,11 @@ def resume_run(
     if not config or not record.get("feed_complete") or not conn.exists(keys.feed):
         raise KeysplitError(f"run {run_id} was interrupted before its feed was completely loaded; delete it with "
                             f"`keysplit runs delete {run_id}` and start again")
+    taken = claim(conn, keys, ("interrupted", "loaded"))  # atomic: two --resume at once never both run it
+    if taken is not None:
+        owner = f" (process {taken['owner']})" if taken.get("owner") and taken["state"] == "running" else ""
+        raise KeysplitError(f"run {run_id} is {taken['state']}{owner}: another command resumed it first; only an "
+                            "interrupted or loaded run can be resumed")
     url, password = split_password(redis_url)  # the password reaches components through their environment
     # a run loaded before exactly-once delivery existed has no line numbers in its feed: it stays at least once
     settings = WordCountSettings.from_conf({"keysplit.delivery": "at-least-once", **config, "keysplit.redis_url": url,
@@ -161,10 +176,26 @@ def resume_run(
                  worker_processes=int(config.get("worker_processes", 1)), password=password)
 
 
+def _data_folder(conn: redis.Redis, url: str) -> str | None:
+    """The data folder of the server at ``url``: the managed server's, else what ``CONFIG GET dir`` says (None
+    when the server does not allow it)."""
+    managed = managed_server(url)
+    if managed is not None:
+        return managed.directory
+    try:
+        return conn.config_get("dir").get("dir") or None
+    except (redis.RedisError, OSError):
+        return None
+
+
+class CannotPersist(KeysplitError):
+    """The Redis server refuses writes because it cannot persist them (MISCONF: a full disk)."""
+
+
 class _QuietWhenRedisIsGone(logging.Filter):
-    """Drops the runner's warnings and the tasks' forwarded errors once the Redis server stops answering:
-    every task then dies with a traceback (kept in its log), and the run ends with one line saying Redis
-    went away."""
+    """Drops the runner's warnings and the tasks' forwarded errors once the Redis server stops answering, or
+    refuses writes (a full disk): every task then dies with a traceback (kept in its log), and the run ends with
+    one line saying Redis went away or where the disk is full."""
 
     def __init__(self, conn: redis.Redis) -> None:
         super().__init__()
@@ -177,7 +208,7 @@ class _QuietWhenRedisIsGone(logging.Filter):
             return True
         if time.monotonic() - self.checked > 1.0:  # a Redis restarted by --kill redis comes back
             self.checked = time.monotonic()
-            self.gone = _redis_gone(self.conn)
+            self.gone = _redis_gone(self.conn) or _write_refusal(self.conn, "") is not None
         return not self.gone
 
 
@@ -209,16 +240,22 @@ def drive(
     injector = injector or Injector([])
     exactly = settings.exactly_once
     dedup_peak = [0]  # bytes, sampled every poll (the peak count of marks is exact: exactly_once.peak_marks)
-    quick = client(with_password(settings.redis_url, password) if password else settings.redis_url,
-                   reconnect=False)
+    full_url = with_password(settings.redis_url, password) if password else settings.redis_url
+    quick = client(full_url, reconnect=False)
     quiet = _QuietWhenRedisIsGone(quick)
     # on the handlers, so that it also sees the task loggers below keysplit.local (logger filters do not)
     handlers = logging.getLogger().handlers
     set_state(conn, keys, "running", **({"resumes": resumes} if resumes else {}))
+    pinged = [time.monotonic()]
 
     def finished() -> bool:
         if injector.restart_redis_if_due():
             return False  # Redis is down (--kill redis): nothing to ask it
+        if time.monotonic() - pinged[0] > 1.0:  # a server that refuses writes (a full disk) stops the run now:
+            pinged[0] = time.monotonic()  # every task would crash at its next write, again and again
+            problem = _write_refusal(quick, full_url)
+            if problem:
+                raise CannotPersist(problem)
         acked = spout_metrics(conn, keys, settings.spouts)["acked"]
         injector.fire_due(cluster, acked, lines)  # before the end check: a kill due with the last lines fires
         if injector.recovering(cluster):
@@ -244,7 +281,10 @@ def drive(
     try:
         if remaining <= 0:
             raise RunTimeout("the feed was loaded, no task started")
-        with tempfile.TemporaryDirectory(prefix="keysplit-resources-") as tmp, \
+        # named by this process, so that the next run removes what a kill -9 of this one leaves behind
+        for prefix in ("keysplit-resources-", "keysplit-local-"):
+            remove_stale(tempfile.gettempdir(), prefix)
+        with tempfile.TemporaryDirectory(prefix=f"keysplit-resources-{os.getpid()}-") as tmp, \
                 LocalCluster(topology, conf, cwd=os.getcwd(), python=python, log_dir=str(log_dir), env=worker_env,
                              resources=str(build_resources(os.path.join(tmp, "resources")))) as cluster:
             cluster.start()
@@ -261,13 +301,26 @@ def drive(
         mark_interrupted(conn, keys, f"--timeout: {exc}")
         raise KeysplitError(f"run {settings.run_id} did not finish within --timeout ({exc}); logs in {log_dir}; "
                             f"continue it with `keysplit run wordcount --resume {settings.run_id}`") from None
+    except CannotPersist as exc:
+        mark_interrupted(fresh_connections(conn), keys, str(exc))  # refused too, most likely: then the record
+        raise KeysplitError(f"{exc}; run {settings.run_id} stopped: then continue it with "  # reads interrupted
+                            f"`keysplit run wordcount --resume {settings.run_id}`") from None  # once we exit
     except redis.RedisError as exc:
-        mark_interrupted(conn, keys, f"lost its Redis connection: {exc}")
+        problem = persistence_problem(exc, _data_folder(quick, full_url), full_url) or _write_refusal(quick, full_url)
+        mark_interrupted(conn, keys, problem or f"lost its Redis connection: {exc}")
+        if problem:
+            raise KeysplitError(f"{problem}; run {settings.run_id} stopped: then continue it with "
+                                f"`keysplit run wordcount --resume {settings.run_id}`") from None
         raise KeysplitError(f"run {settings.run_id} lost its Redis connection: {exc} (task logs in {log_dir})") \
             from None
     except BaseException as exc:
-        if isinstance(exc, Exception) and (quiet.gone or _redis_gone(quick)):
-            raise KeysplitError(f"run {settings.run_id} lost its Redis server (task logs in {log_dir})") from None
+        if isinstance(exc, Exception):
+            problem = _write_refusal(quick, full_url)
+            if problem:
+                raise KeysplitError(f"{problem}; run {settings.run_id} stopped: then continue it with "
+                                    f"`keysplit run wordcount --resume {settings.run_id}`") from None
+            if quiet.gone or _redis_gone(quick):
+                raise KeysplitError(f"run {settings.run_id} lost its Redis server (task logs in {log_dir})") from None
         mark_interrupted(fresh_connections(conn), keys, _reason(exc, "while running"))
         raise
     finally:
@@ -298,11 +351,26 @@ def drive(
 
 
 def _redis_gone(conn: redis.Redis) -> bool:
+    """Whether the server no longer answers; one that answers with an error (MISCONF on a full disk, LOADING)
+    is still there."""
     try:
         conn.ping()
         return False
+    except (redis.BusyLoadingError, redis.ResponseError):
+        return False
     except (redis.RedisError, OSError):
         return True
+
+
+def _write_refusal(conn: redis.Redis, url: str) -> str | None:
+    """The one line for a server that refuses writes it cannot persist (PING answers MISCONF), else None."""
+    try:
+        conn.ping()
+    except redis.ResponseError as exc:
+        return persistence_problem(exc, _data_folder(conn, url), url)
+    except (redis.RedisError, OSError):
+        return None
+    return None
 
 
 def _restarts(stats: Any) -> int:

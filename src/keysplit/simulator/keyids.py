@@ -17,6 +17,7 @@ import numpy as np
 from keysplit.datasets import Dataset
 from keysplit.datasets import generators as _generators
 from keysplit.simulator.hashing_batch import bucket_many, candidate_rows
+from keysplit.sizes import check_memory
 from keysplit.stream import SPLIT_SEED
 
 #: Messages per kernel call on the records path (generators use their own chunk size).
@@ -39,6 +40,9 @@ class KeyTable:
 
     def _grow(self, capacity: int) -> None:
         old = self.size
+        row = self.d * 4 + 4 + self.words * 8 + 8  # cand, ksrc, seen, count
+        check_memory(float(capacity + len(getattr(self, "count", ()))) * row,
+                     f"the key table of {capacity:,} keys at W={self.workers:,} (d={self.d})", "lower -W")
         cand = np.zeros((capacity, self.d), dtype=np.int32)
         ksrc = np.zeros(capacity, dtype=np.int32)
         seen = np.zeros((capacity, self.words), dtype=np.uint64)
