@@ -35,6 +35,7 @@ from keysplit.runs.records import check_run_id
 from keysplit.runs.redis_server import session
 from keysplit.storm.exactly_once import DELIVERIES
 from keysplit.storm.keys import RunKeys
+from keysplit.storm.settings import WordCountSettings
 from keysplit.stream import SPLITS
 
 
@@ -67,6 +68,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rate", type=positive_float, metavar="MSG_PER_S",
                    help="open loop: the spouts emit this many words (messages) per second, line by line, "
                    "--max-pending still a cap (default: closed loop, as fast as max pending allows)")
+    p.add_argument("--batch", type=positive_int, default=WordCountSettings.batch, metavar="N",
+                   help="keysplit.batch: a router sends the words its grouping chose for one counter together, up to N "
+                   f"in one tuple (1: one tuple per word; default {WordCountSettings.batch})")
+    p.add_argument("--batch-ms", type=positive_float, default=WordCountSettings.batch_ms, metavar="MS",
+                   help="keysplit.batch_ms: ... or once the first of them waited this long, whichever comes first "
+                   f"(default {WordCountSettings.batch_ms:g})")
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="k of the top-k (default 10)")
     add_redis_options(p, "Redis URL (default: a project-managed server under .keysplit/)")
     p.add_argument("--run-id", metavar="ID", help="run id: up to 100 letters, digits, '.', '_', '-'; a new one "
@@ -150,7 +157,8 @@ def _run(args: argparse.Namespace) -> int:
         cpu_delay_ms=args.cpu_delay, flush_secs=args.flush, max_pending=args.max_pending,
         message_timeout=args.message_timeout, top_k=args.top, timeout=args.timeout, run_id=args.run_id,
         kills=tuple(args.kill), delivery=args.delivery, route=args.route, storm_env=args.env,
-        worker_processes=args.worker_processes, rate=args.rate, split=args.split,
+        worker_processes=args.worker_processes, rate=args.rate, split=args.split, batch=args.batch,
+        batch_ms=args.batch_ms,
     )
     prepared = prepare(opts)  # every check that needs no server, before anything starts
     if args.counts_out:
@@ -237,7 +245,9 @@ def print_summary(s: dict) -> None:
     out.write(f"run {s['run_id']}: grouping {s['grouping']}, dataset {s['dataset']}\n")
     out.write(f"  {s['lines']} lines, {s['messages']} words; S={s['sources']} W={s['workers']} "
               f"A={s['aggregators']} cpu delay {s['cpu_delay_ms']:g} ms, flush {s['flush_secs']:g} s"
-              + (f", rate {s['rate']:g} words/s" if s.get("rate") else "") + "\n")
+              + (f", rate {s['rate']:g} words/s" if s.get("rate") else "")
+              + (f", batches of up to {s['batch']} words or {s['batch_ms']:g} ms" if (s.get("batch") or 1) > 1 else "")
+              + "\n")
     lat = s["latency_ms"]
     out.write(f"throughput: {s['words_per_second']:,.0f} words/s, {s['lines_per_second']:,.0f} lines/s "
               f"over {s['duration_s']:.1f} s\n")
