@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from keysplit.commands.common import non_negative_float, positive_float, positive_int
+from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS
 from keysplit.topology_model.params import ARRIVALS, KNOBS
 
 __all__ = ["ARRIVALS", "KNOBS", "add_shared_knobs", "add_topology_options", "overheads"]
@@ -30,6 +31,12 @@ def add_shared_knobs(p: argparse.ArgumentParser) -> None:
                    help="topology.max.spout.pending: lines in flight per spout (default 1000)")
     p.add_argument("--message-timeout", type=positive_int, default=30, metavar="SECS",
                    help="topology.message.timeout.secs: a line not acked in time is replayed (default 30)")
+    p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, metavar="N",
+                   help="keysplit.batch: a router sends the words its grouping chose for one counter together, up to "
+                   f"N in one tuple (1: one tuple per word; default {DEFAULT_BATCH})")
+    p.add_argument("--batch-ms", type=positive_float, default=DEFAULT_BATCH_MS, metavar="MS",
+                   help="keysplit.batch_ms: ... or once the first of them waited this long, whichever comes first "
+                   f"(default {DEFAULT_BATCH_MS:g})")
 
 
 def add_topology_options(p: argparse.ArgumentParser) -> None:

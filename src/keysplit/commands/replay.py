@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         top_k=args.top, out=args.out, capacities=parse_capacities(args.capacities, args.workers),
         partitions=args.partitions, fast=args.engine == "auto", resizes=args.resize,
         aggregators=args.aggregators, spouts=args.spouts, flush_secs=args.flush, max_pending=args.max_pending,
-        message_timeout=args.message_timeout, arrivals=args.arrivals, overheads=overheads(args),
+        message_timeout=args.message_timeout, batch=args.batch, batch_ms=args.batch_ms, arrivals=args.arrivals,
+        overheads=overheads(args),
     )
     validate(opts)  # bad groupings and numbers fail before the JVM starts
     conf = parse_conf(args.conf)

@@ -35,7 +35,6 @@ from keysplit.runs.records import check_run_id
 from keysplit.runs.redis_server import session
 from keysplit.storm.exactly_once import DELIVERIES
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.settings import WordCountSettings
 from keysplit.stream import SPLITS
 
 
@@ -64,16 +63,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", choices=SPLITS, default="shuffle",
                    help="how lines reach the routers (sources), as `keysplit simulate --split` deals records: "
                    "round-robin (shuffle, default) or by the first key's hash (key)")
-    add_shared_knobs(p)  # -A, --spouts, --flush, --max-pending, --message-timeout, as keysplit replay
+    add_shared_knobs(p)  # -A, --spouts, --flush, --max-pending, --message-timeout, --batch(-ms), as keysplit replay
     p.add_argument("--rate", type=positive_float, metavar="MSG_PER_S",
                    help="open loop: the spouts emit this many words (messages) per second, line by line, "
                    "--max-pending still a cap (default: closed loop, as fast as max pending allows)")
-    p.add_argument("--batch", type=positive_int, default=WordCountSettings.batch, metavar="N",
-                   help="keysplit.batch: a router sends the words its grouping chose for one counter together, up to N "
-                   f"in one tuple (1: one tuple per word; default {WordCountSettings.batch})")
-    p.add_argument("--batch-ms", type=positive_float, default=WordCountSettings.batch_ms, metavar="MS",
-                   help="keysplit.batch_ms: ... or once the first of them waited this long, whichever comes first "
-                   f"(default {WordCountSettings.batch_ms:g})")
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="k of the top-k (default 10)")
     add_redis_options(p, "Redis URL (default: a project-managed server under .keysplit/)")
     p.add_argument("--run-id", metavar="ID", help="run id: up to 100 letters, digits, '.', '_', '-'; a new one "

@@ -24,6 +24,7 @@ from keysplit.storm.bolts import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
 from keysplit.storm.feed import create_group
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.settings import WordCountSettings
+from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS
 
 #: Records per pipelined XADD batch when loading the feed.
 LOAD_BATCH = 2000
@@ -68,8 +69,8 @@ class RunOptions:
     storm_env: str = "local"  # the config.json env whose options and log settings the components receive
     worker_processes: int = 1  # topology.workers
     rate: float | None = None  # open loop: words/s the spouts emit (max pending still caps); None: closed loop
-    batch: int = WordCountSettings.batch  # words a router sends a counter in one tuple at most (1: one a word)
-    batch_ms: float = WordCountSettings.batch_ms  # ... or after this long (storm/router.py)
+    batch: int = DEFAULT_BATCH  # words a router sends a counter in one tuple at most (1: one a word)
+    batch_ms: float = DEFAULT_BATCH_MS  # ... or after this long (storm/router.py)
 
 
 @dataclass

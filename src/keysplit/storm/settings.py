@@ -27,7 +27,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from keysplit.errors import KeysplitError
 from keysplit.storm.exactly_once import DELIVERIES
-from keysplit.stream import SPLITS
+from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS, SPLITS
 
 PREFIX = "keysplit."
 ENV_PREFIX = "KEYSPLIT_"
@@ -59,8 +59,8 @@ class WordCountSettings:
     rate: float = 0.0  # open loop: the spouts emit at most this many words (messages) per second; 0: closed loop
     delivery: str = "exactly-once"  # or at-least-once (Storm's plain acking): storm/exactly_once.py
     window: int = 0  # exactly-once: lines a spout may emit above the lowest incomplete one; 0: 4 x max pending x spouts
-    batch: int = 100  # words a router sends a counter in one tuple at most (1: one tuple per word; storm/router.py)
-    batch_ms: float = 20.0  # ... or after this long, whichever comes first (batch > 1)
+    batch: int = DEFAULT_BATCH  # words a router sends a counter in one tuple at most (1: one per word; storm/router.py)
+    batch_ms: float = DEFAULT_BATCH_MS  # ... or once the first waited this long, whichever comes first (batch > 1)
 
     def __post_init__(self) -> None:
         if self.counter_tasks == 0:
