@@ -44,20 +44,28 @@ def write_zipf_text(path: Path, lines: int, words_per_line: int, keys: int, z: f
             fh.write(" ".join(f"w{r}" for r in row) + "\n")
 
 
-def dataset_file(args: argparse.Namespace) -> Path:
-    name = f"zipf-z{args.z:g}-k{args.keys}-l{args.lines}-w{args.words_per_line}-s{args.seed}.txt"
+def dataset_file(args: argparse.Namespace, lines: int | None = None) -> Path:
+    """The seeded Zipf text of ``lines`` lines (default ``--lines``), written once under .keysplit/bench."""
+    lines = lines or args.lines
+    name = f"zipf-z{args.z:g}-k{args.keys}-l{lines}-w{args.words_per_line}-s{args.seed}.txt"
     path = ROOT / ".keysplit" / "bench" / name
     if not path.exists():
-        write_zipf_text(path, args.lines, args.words_per_line, args.keys, args.z, args.seed)
+        write_zipf_text(path, lines, args.words_per_line, args.keys, args.z, args.seed)
     return path
 
 
-def run_once(grouping: str, delay: float, path: Path, args: argparse.Namespace) -> dict:
-    """One ``keysplit run wordcount --json``; returns its summary."""
+def run_once(grouping: str, delay: float, path: Path, args: argparse.Namespace, *, max_pending: int | None = None,
+             extra: list[str] | None = None) -> dict:
+    """One ``keysplit run wordcount --json`` (``--batch``/``--batch-ms`` from ``args`` unless ``extra`` sets them);
+    returns its summary."""
     cmd = [KEYSPLIT, "run", "wordcount", "--grouping", grouping, "--dataset", f"text:{path}",
            "-S", str(args.sources), "-W", str(args.workers), "-A", str(args.aggregators),
-           "--cpu-delay", f"{delay:g}", "--flush", f"{args.flush:g}", "--max-pending", str(args.max_pending),
-           "--timeout", str(args.timeout), "--json"]
+           "--cpu-delay", f"{delay:g}", "--flush", f"{args.flush:g}",
+           "--max-pending", str(max_pending or args.max_pending), "--timeout", str(args.timeout), "--json"]
+    extra = list(extra or [])
+    if "--batch" not in extra:
+        cmd += ["--batch", str(args.batch), "--batch-ms", f"{args.batch_ms:g}"]
+    cmd += extra
     if args.redis:
         cmd += ["--redis", args.redis]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
@@ -92,10 +100,12 @@ def plot(rows: list[dict], out: Path, title: str) -> None:
     fig.savefig(out, dpi=120)
 
 
-def add_topology_args(p: argparse.ArgumentParser, max_pending: int) -> None:
+def add_topology_args(p: argparse.ArgumentParser, max_pending: int, lines: int = 6000) -> None:
     """The dataset and topology options shared by the topology benchmarks."""
+    from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS
+
     p.add_argument("--groupings", default="kg,sg,pkg")
-    p.add_argument("--lines", type=int, default=6000)
+    p.add_argument("--lines", type=int, default=lines)
     p.add_argument("--words-per-line", type=int, default=10)
     p.add_argument("--keys", type=int, default=5000)
     p.add_argument("--z", type=float, default=1.1)
@@ -105,6 +115,10 @@ def add_topology_args(p: argparse.ArgumentParser, max_pending: int) -> None:
     p.add_argument("--aggregators", type=int, default=2)
     p.add_argument("--flush", type=float, default=1.0)
     p.add_argument("--max-pending", type=int, default=max_pending)
+    p.add_argument("--batch", type=int, default=DEFAULT_BATCH,
+                   help=f"keysplit.batch: words a router sends a counter in a tuple at most (default {DEFAULT_BATCH})")
+    p.add_argument("--batch-ms", type=float, default=DEFAULT_BATCH_MS,
+                   help=f"keysplit.batch_ms: or once the first waited this long (default {DEFAULT_BATCH_MS:g})")
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--redis", help="Redis URL (default: the project-managed server)")
 
@@ -133,8 +147,10 @@ def main() -> int:
         base = next((b for b in rows if b["grouping"] == "sg" and b["cpu_delay_ms"] == s["cpu_delay_ms"]), None)
         s["throughput_vs_sg"] = s["words_per_second"] / base["words_per_second"] if base else None
         s["latency_vs_sg"] = s["latency_ms"]["mean"] / base["latency_ms"]["mean"] if base else None
+    batching = f"batches of {args.batch} words / {args.batch_ms:g} ms" if args.batch > 1 else "one tuple per word"
     title = (f"keysplit run wordcount: {path.name}, S={args.sources} W={args.workers} A={args.aggregators}, "
-             f"flush {args.flush:g} s, max pending {args.max_pending}; {os.cpu_count()} cores, shared")
+             f"flush {args.flush:g} s, max pending {args.max_pending}, {batching}; {os.cpu_count()} cores, "
+             f"shared (load {', '.join(f'{v:.1f}' for v in os.getloadavg())} at the end)")
     if args.out:
         plot(rows, Path(args.out), title)
     keep = ("run_id", "grouping", "cpu_delay_ms", "words_per_second", "lines_per_second", "throughput_vs_sg",
