@@ -51,9 +51,11 @@ def add_topology_options(p: argparse.ArgumentParser) -> None:
                    ".keysplit/calibration.json, when it exists, else none; "
                    "written by `python benchmarks/agreement.py --calibrate`)")
     p.add_argument("--overhead-us", type=non_negative_float, metavar="US",
-                   help="runner and protocol time per word, microseconds (overrides the calibration)")
+                   help="runner and protocol time per tuple sent to a counter (a word with --batch 1), microseconds "
+                   "(overrides the calibration)")
     p.add_argument("--counter-overhead-us", type=non_negative_float, metavar="US",
-                   help="a counter's time per word beyond the CPU delay, microseconds (overrides the calibration)")
+                   help="a counter's time per input tuple beyond the CPU delay, microseconds (overrides the "
+                   "calibration)")
     p.add_argument("--tick-phase", type=float, metavar="SECS",
                    help="when the first tick falls after the first emit, modulo T (overrides the calibration)")
 

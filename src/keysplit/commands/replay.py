@@ -62,7 +62,9 @@ def model_line(replay: dict) -> str:
     loop = f"closed loop, max pending {replay['max_pending']}" if replay.get("arrivals") == "closed" \
         else f"open loop at {replay['rate']:g} words/s, max pending {replay['max_pending']} as a cap"
     return (f"topology model ({loop}, A={replay['aggregators']}, flush {replay['flush_secs']:g} s, overheads: "
-            f"runner {o.get('overhead_us', 0):.0f} us/word, counter {o.get('counter_overhead_us', 0):.0f} us/word, "
+            f"runner {o.get('overhead_us', 0):.0f} us/tuple + {o.get('word_us', 0):.0f} us/word, counter "
+            f"{o.get('counter_overhead_us', 0):.0f} us/tuple, batches of {replay.get('batch', 1)} / "
+            f"{replay.get('batch_ms', 0):g} ms, "
             f"hop {o.get('hop_delay_ms', 0):.0f} ms, tick phase {o.get('tick_phase_s', 0):.2f} s; from "
             f"{o.get('source') or 'no calibration'})")
 
