@@ -180,11 +180,11 @@ class RouterBolt(Bolt):
 
 
 class CounterBolt(Bolt):
-    """The paper's worker: partial counts with an optional per-tuple CPU delay, flushed every tick.
+    """The paper's worker: partial counts with an optional per-word CPU delay, flushed every tick.
 
     With ``auto_ack`` off pystorm acks nothing, ticks included, so every ``process_tick`` here acks its tick
-    (the router and top-k bolts keep pystorm's auto-ack, which acks ticks too; acking twice would kill the
-    worker: ShellBolt.handleAck throws on an unknown id)."""
+    (the top-k bolt, and the router without batches, keep pystorm's auto-ack, which acks ticks too; acking twice
+    would kill the worker: ShellBolt.handleAck throws on an unknown id)."""
 
     outputs = [Stream(fields=["word", "count", "occurrences"]),
                Stream(fields=["words", "counts", "occurrences", ROUTE_FIELD], name=FLUSH_STREAM)]
