@@ -10,11 +10,13 @@ A=2, flush 1 s, max pending 1000; kg, sg, pkg, dkg, fish; CPU delays 0.5, 1, 2, 
 open-loop rates of ``--rates`` (words/s, below saturation) at ``--rate-delay`` ms. FISH's routers get the
 capacities the topology's router gives them (1000 / D per worker).
 
-The model's overheads come from a calibration file (``--calibration``, default .keysplit/calibration.json);
-``--calibrate`` first makes it from three runs (see ``keysplit.topology_model.calibrate``), shuffle grouping with max
-pending 5000 on a 200,000-word Zipf text of the same shape: no CPU delay (the runner's ceiling), no CPU delay
-in open loop at a quarter of that ceiling (the hop when nothing queues), and a saturating CPU delay. Calibrate
-on the machine, and under the load, the comparison runs on.
+The runs use the topology's default batches (``--batch`` / ``--batch-ms`` choose others). The model's overheads
+come from a calibration file (``--calibration``, default .keysplit/calibration.json); ``--calibrate`` first makes
+it from four runs (see ``keysplit.topology_model.calibrate``), shuffle grouping on a 200,000-word Zipf text of the
+same shape: no CPU delay with every line in flight (the runner's ceiling), with batches and with one tuple per word
+(which splits the runner's cost into per word and per tuple); no CPU delay in open loop at a quarter of the ceiling
+(the hop when nothing queues) and a saturating CPU delay, both with max pending 5000. Calibrate on the machine, and
+under the load, the comparison runs on.
 
     .venv/bin/python benchmarks/agreement.py [--calibrate] [--subset] [--groupings kg,sg] [--delays 1,2] \\
         [--rates 1000,2500] [--json]
@@ -31,9 +33,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS  # noqa: E402
+
 KEYSPLIT = str(Path(sys.executable).with_name("keysplit"))
 DEMO = "zipf:z=1.1,keys=5000,messages=30000,seed=42"
 CALIBRATION_DATA = "zipf:z=1.1,keys=5000,messages=200000,seed=7"
+#: Max pending of the calibration's ceiling runs: every line of its 20,000 may be in flight.
+CEILING_PENDING = 20_000
 #: The light calibration run's open-loop rate, as a share of the ceiling's words/s: low enough that nothing queues.
 LIGHT_SHARE = 0.25
 #: --subset: the cells a loaded machine can afford (one closed-loop delay per grouping family, one rate).
@@ -52,17 +58,18 @@ def text_file(spec: str) -> Path:
 
 
 def measure(grouping: str, path: Path, args: argparse.Namespace, delay: float, rate: float | None = None,
-            max_pending: int | None = None) -> dict:
+            max_pending: int | None = None, batch: int | None = None) -> dict:
     """One ``keysplit run wordcount --json``; its summary (kept under .keysplit/bench/agreement/, which
     ``--reuse`` reads instead of running again, e.g. to re-predict after a new calibration)."""
     cache = ROOT / ".keysplit" / "bench" / "agreement" / (
         f"{path.stem}-{grouping}-d{delay:g}-r{rate or 0:g}-p{max_pending or args.max_pending}-W{args.workers}"
-        f"-S{args.sources}-A{args.aggregators}-f{args.flush:g}.json")
+        f"-S{args.sources}-A{args.aggregators}-f{args.flush:g}-b{batch or args.batch}-t{args.batch_ms:g}.json")
     if args.reuse and cache.exists():
         return json.loads(cache.read_text())
     cmd = [KEYSPLIT, "run", "wordcount", "--grouping", grouping, "--dataset", f"text:{path}", "-S", str(args.sources),
            "-W", str(args.workers), "-A", str(args.aggregators), "--cpu-delay", f"{delay:g}",
-           "--flush", f"{args.flush:g}", "--max-pending", str(max_pending or args.max_pending), "--json"]
+           "--flush", f"{args.flush:g}", "--max-pending", str(max_pending or args.max_pending), "--json",
+           "--batch", str(batch or args.batch), "--batch-ms", f"{args.batch_ms:g}"]
     if rate:
         cmd += ["--rate", f"{rate:g}"]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
@@ -80,28 +87,33 @@ def arrays_for(run: dict, path: Path) -> tuple:
     delay = float(run["cpu_delay_ms"] or 0)
     caps = [1000.0 / delay] * run["workers"] if delay > 0 and run["grouping"].startswith("fish") else None
     return route_dataset(f"text:{path}", run["grouping"], run["workers"], run["sources"], run["aggregators"],
-                         rate=run.get("rate") or None, capacities=caps)
+                         rate=run.get("rate") or None, capacities=caps, split=run.get("split") or "shuffle")
 
 
 def calibrate(args: argparse.Namespace, out: str) -> dict:
     from keysplit.topology_model import calibrate as fit
 
     path = text_file(CALIBRATION_DATA)
-    print(f"calibrating on text:{path.name}: sg with no CPU delay, closed loop then open loop at "
-          f"{LIGHT_SHARE:.0%} of its throughput, then sg at {args.calibration_delay:g} ms (max pending 5000)",
-          file=sys.stderr)
-    ceiling = measure("sg", path, args, 0.0, max_pending=5000)
+    print(f"calibrating on text:{path.name}: sg with no CPU delay, closed loop (with one tuple per word too) then "
+          f"open loop at {LIGHT_SHARE:.0%} of its throughput, then sg at {args.calibration_delay:g} ms (max pending "
+          "5000)", file=sys.stderr)
+    # the ceilings with every line in flight: with batches, max pending 5000 (50,000 words over ~2 s of flush
+    # waits) would bind before the runner does
+    ceiling = measure("sg", path, args, 0.0, max_pending=CEILING_PENDING)
+    single = measure("sg", path, args, 0.0, max_pending=CEILING_PENDING, batch=1) if args.batch > 1 else None
     light_rate = round(LIGHT_SHARE * ceiling["words_per_second"], -2)
     light = measure("sg", path, args, 0.0, rate=light_rate, max_pending=5000)
     saturation = measure("sg", path, args, args.calibration_delay, max_pending=5000)
     cal = fit(ceiling, arrays_for(ceiling, path), saturation, arrays_for(saturation, path), light,
-              arrays_for(light, path))
+              arrays_for(light, path), *((single, arrays_for(single, path)) if single else ()))
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w", encoding="utf-8") as fh:
         json.dump(cal, fh, indent=2)
         fh.write("\n")
-    print(f"wrote {out}: runner {cal['overhead_us']:.0f} us/word (ceiling {ceiling['words_per_second']:.0f} "
-          f"words/s), counter {cal['counter_overhead_us']:.0f} us/word beyond the delay, hop "
+    print(f"wrote {out}: runner {cal['overhead_us']:.0f} us a tuple and {cal['word_us']:.0f} us a word (ceiling "
+          f"{ceiling['words_per_second']:.0f} words/s"
+          + (f", {single['words_per_second']:.0f} with one tuple per word" if single else "")
+          + f"), counter {cal['counter_overhead_us']:.0f} us a tuple beyond the delay, hop "
           f"{cal['hop_delay_ms']:.0f} ms and ack delay {cal['ack_delay_ms']:.0f} ms and commit {cal['commit_us']:.0f} "
           f"us a partial count (light run at {light_rate:g} words/s), tick phase "
           f"{cal['tick_phase_s']:.3f} s", file=sys.stderr)
@@ -126,7 +138,10 @@ def main() -> int:
     p.add_argument("--aggregators", "-A", type=int, default=2)
     p.add_argument("--flush", type=float, default=1.0)
     p.add_argument("--max-pending", type=int, default=1000)
-    p.add_argument("--calibrate", action="store_true", help="make the calibration file first (two runs)")
+    p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"keysplit.batch (default {DEFAULT_BATCH})")
+    p.add_argument("--batch-ms", type=float, default=DEFAULT_BATCH_MS,
+                   help=f"keysplit.batch_ms (default {DEFAULT_BATCH_MS:g})")
+    p.add_argument("--calibrate", action="store_true", help="make the calibration file first (four runs)")
     p.add_argument("--calibration", default=os.path.join(".keysplit", "calibration.json"))
     p.add_argument("--calibration-delay", type=float, default=2.0, help="CPU delay of the saturation run, ms")
     p.add_argument("--reuse", action="store_true", help="use the measured runs kept from an earlier invocation")
@@ -166,9 +181,11 @@ def main() -> int:
         json.dump({"dataset": DEMO, "calibration": cal, "rows": rows, "worst_ratio": worst}, sys.stdout, indent=2)
         print()
         return 0
+    batching = f"batches of {args.batch} words / {args.batch_ms:g} ms" if args.batch > 1 else "one tuple per word"
     print(f"{DEMO} (10 words a line), W={args.workers} S={args.sources} A={args.aggregators}, flush {args.flush:g} s, "
-          f"max pending {args.max_pending}; calibration {cal.get('source')}: runner {cal['overhead_us']:.0f} us/word, "
-          f"counter {cal['counter_overhead_us']:.0f} us/word, hop {cal['hop_delay_ms']:.0f} ms, ack delay "
+          f"max pending {args.max_pending}, {batching}; calibration {cal.get('source')}: runner "
+          f"{cal['overhead_us']:.0f} us a tuple and {cal.get('word_us', 0.0):.0f} us a word, counter "
+          f"{cal['counter_overhead_us']:.0f} us a tuple, hop {cal['hop_delay_ms']:.0f} ms, ack delay "
           f"{cal.get('ack_delay_ms', 0.0):.0f} ms, tick phase "
           f"{cal['tick_phase_s']:.3f} s\n")
     print("| grouping | CPU delay (ms) | arrivals | words/s measured / predicted (ratio) | p50 ms measured / predicted "

@@ -35,7 +35,7 @@ from keysplit.metrics import (
 )
 from keysplit.outputs import inside, same_file
 from keysplit.sizes import MAX_CPU_DELAY_MS
-from keysplit.stream import DEFAULT_RATE, SPLITS, Resize, check_checkpoint
+from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS, DEFAULT_RATE, SPLITS, Resize, check_checkpoint
 from keysplit.topology_model import ARRIVALS, model_params
 from spark_replay import aggregates, source_routing, storage
 from spark_replay.ingest import is_uri, materialise
@@ -73,6 +73,8 @@ class ReplayOptions:
     flush_secs: float = 1.0
     max_pending: int = 1000
     message_timeout: int = 30
+    batch: int = DEFAULT_BATCH  # keysplit run's --batch / --batch-ms: words per tuple from a router to a counter
+    batch_ms: float = DEFAULT_BATCH_MS
     arrivals: str = "closed"  # closed | open (the topology model) | lindley (one D/D/1 queue per worker)
     overheads: dict = field(default_factory=dict)  # the model's calibrated overheads (topology_model.CALIBRATED)
 
@@ -191,7 +193,8 @@ def _replay_into(spark: Any, opts: ReplayOptions, modes: list[str], dataset: Any
                    "split": opts.split, "rate": opts.rate, "cpu_delay_ms": opts.cpu_delay_ms,
                    "aggregators": opts.aggregators, "spouts": opts.spouts, "flush_secs": opts.flush_secs,
                    "max_pending": opts.max_pending, "message_timeout_secs": opts.message_timeout,
-                   "arrivals": opts.arrivals, "overheads": opts.overheads,
+                   "batch": opts.batch, "batch_ms": opts.batch_ms, "arrivals": opts.arrivals,
+                   "overheads": opts.overheads,
                    "checkpoint": every, "input_partitions": ing.partitions, "ingest_seconds": ingest_s,
                    "total_seconds": time.perf_counter() - started, "counts": counts_path,
                    "timeseries": storage.join(out, "timeseries.parquet")},

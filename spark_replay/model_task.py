@@ -44,8 +44,8 @@ SLICES = 32
 
 def model_slices(sub: Any, chosen: np.ndarray) -> list[tuple]:
     """What the model task needs of one routed piece, in :data:`SLICES` slices of whole records (some may be
-    empty): per slice its sequence numbers, workers, key ids into its own vocabulary, that vocabulary, and the
-    messages of each of its records (in order)."""
+    empty): per slice its sequence numbers, workers, key ids into its own vocabulary, that vocabulary, the
+    messages of each of its records (in order) and the source (the topology's router) of each record."""
     assert sub.rec_len is not None, "the ingest gives every piece its records' lengths"
     rec = sub.rec_len.astype(np.int64)
     rec_start = np.cumsum(rec) - rec
@@ -53,27 +53,32 @@ def model_slices(sub: Any, chosen: np.ndarray) -> list[tuple]:
     cuts = np.searchsorted(which, np.arange(SLICES + 1))  # record bounds of each slice
     out = []
     chosen = np.asarray(chosen, dtype=np.int32)
+    # a piece is one source's, or (global groupings) every source's merged, each message with its source
+    rec_src = (np.full(len(rec), sub.source, dtype=np.int32) if sub.sources is None or not len(rec)
+               else np.asarray(sub.sources, dtype=np.int32)[rec_start])
     for q in range(SLICES):
         r0, r1 = int(cuts[q]), int(cuts[q + 1])
         a = int(rec_start[r0]) if r0 < len(rec) else len(sub.seq)
         b = int(rec_start[r1]) if r1 < len(rec) else len(sub.seq)
         used, local = np.unique(sub.key_ids[a:b], return_inverse=True)
         out.append((sub.seq[a:b].copy(), chosen[a:b].copy(), local.astype(np.int32).reshape(-1),
-                    [sub.vocab[k] for k in used.tolist()], sub.rec_len[r0:r1].copy()))
+                    [sub.vocab[k] for k in used.tolist()], sub.rec_len[r0:r1].copy(), rec_src[r0:r1].copy()))
     return out
 
 
 def merge_pieces(pieces: list[tuple], keys: ModelKeyIds) -> tuple:
     """One chunk's pieces (one per source, each sorted) as the model's feed: ``(line lengths, workers,
-    aggregators, key ids)`` in sequence order. A record's messages are consecutive and in one piece, so the
-    merged order keeps every record whole."""
+    aggregators, key ids, line sources)`` in sequence order. A record's messages are consecutive and in one piece,
+    so the merged order keeps every record whole."""
     seq = np.concatenate([p[0] for p in pieces])
     workers = np.concatenate([p[1] for p in pieces]).astype(np.int64)
     starts = np.zeros(len(seq), dtype=bool)
+    source = np.zeros(len(seq), dtype=np.int64)
     ids, aggs, at = [], [], 0
     for p in pieces:
         rec = p[4].astype(np.int64)
         starts[at + np.cumsum(rec) - rec] = True  # a record's first message
+        source[at + np.cumsum(rec) - rec] = p[5]
         at += len(p[0])
         gid, gagg = keys.lookup(p[3])
         ids.append(gid[p[2]])
@@ -81,7 +86,7 @@ def merge_pieces(pieces: list[tuple], keys: ModelKeyIds) -> tuple:
     order = np.argsort(seq, kind="stable")
     first = np.flatnonzero(starts[order])
     lengths = np.diff(np.append(first, len(seq)))
-    return lengths, workers[order], np.concatenate(aggs)[order], np.concatenate(ids)[order]
+    return lengths, workers[order], np.concatenate(aggs)[order], np.concatenate(ids)[order], source[order][first]
 
 
 def estimate_task(items: Any, chunks: int, sources: list[int], params: TopologyParams) -> dict:

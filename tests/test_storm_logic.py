@@ -19,7 +19,15 @@ from keysplit.runs import redis_server
 from keysplit.storm.counting import PartialCounts, Totals, merge_top, top_items
 from keysplit.storm.feed import StreamFeed, create_group, feed_done
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.router import GroupingChannel, Router
+from keysplit.storm.router import (
+    Batcher,
+    GroupingChannel,
+    Router,
+    decode_words,
+    encode_words,
+    fields_index,
+    string_hash,
+)
 from keysplit.storm.settings import WordCountSettings
 
 
@@ -176,6 +184,88 @@ def test_partial_counts_cover_each_input_exactly_once_and_totals_merge_them():
     assert sorted(occurrences, key=lambda o: o[1]) == list(zip(words, range(len(words))))
     assert totals.totals == Counter(words)
     assert partial.distinct == len(set(words)) and totals.words == len(words)
+
+
+def test_batches_carry_every_word_once_in_stream_order_and_free_a_line_after_its_last_batch():
+    """The router's batches (storm/router.py Batcher): each word reaches its target once, in the order routed; a
+    batch never exceeds its size; it is anchored to every line it carries a word of, and a line is acked only once
+    every batch carrying one of its words was emitted (never before one of them: that emit would be anchored to an
+    acked tuple), and exactly once."""
+    rng = random.Random(3)
+    clock = [0.0]
+    sent, acked, emitted_lines = [], [], set()
+
+    def emit(target, batch):
+        assert 1 <= len(batch.words) <= 5
+        assert not set(batch.lines) & set(acked), "a batch anchored to a line already acked"
+        sent.append((target, list(batch.words), list(batch.occurrences), list(batch.lines)))
+        emitted_lines.update(batch.lines)
+
+    batcher = Batcher(5, 0.05, emit, acked.append, clock=lambda: clock[0])
+    routed_per_target: dict[int, list] = {}
+    for line in range(400):
+        words = [(f"w{rng.randint(0, 30)}", rng.randint(0, 3)) for _ in range(rng.randint(0, 9))]
+        for position, (word, target) in enumerate(words):
+            routed_per_target.setdefault(target, []).append((word, line, position))
+        batcher.add_line(f"id{line}", line, words)
+        clock[0] += rng.choice([0.0, 0.001, 0.03])
+        batcher.flush_due()
+        due = batcher.next_due()
+        assert due is None or due > clock[0]
+    batcher.flush_all()
+    assert batcher.next_due() is None and not batcher.refs
+    got: dict[int, list] = {}
+    for target, words, occ, lines in sent:
+        got.setdefault(target, []).extend(zip(words, occ[::2], occ[1::2]))
+        assert set(lines) == {f"id{o}" for o in occ[::2]}, "anchored to exactly the lines it carries"
+    assert got == routed_per_target  # every word once, at its target, in routed order
+    assert sorted(acked) == sorted(f"id{line}" for line in range(400)), "every line acked exactly once"
+    assert batcher.batches == len(sent) and batcher.words == sum(len(v) for v in got.values())
+
+
+def test_a_batch_leaves_once_full_or_when_its_first_word_is_batch_ms_old():
+    clock = [10.0]
+    sent, acked = [], []
+    b = Batcher(3, 0.02, lambda t, batch: sent.append((t, list(batch.words))), acked.append, clock=lambda: clock[0])
+    b.add_line("a", 0, [("x", 1)])
+    clock[0] = 10.015
+    b.add_line("b", 1, [("y", 1), ("z", 2)])
+    assert sent == [] and b.next_due() == pytest.approx(10.02)  # the oldest batch (target 1) sets the deadline
+    b.flush_due(10.019)
+    assert sent == []
+    b.flush_due(10.02)
+    assert sent == [(1, ["x", "y"])] and acked == ["a"]  # line b still has a word waiting for target 2
+    assert b.next_due() == pytest.approx(10.035)
+    b.add_line("c", 2, [("u", 2), ("v", 2)])  # target 2 fills (3 words): it leaves at once
+    assert sent[-1] == (2, ["z", "u", "v"]) and acked == ["a", "b", "c"] and b.next_due() is None
+    b.add_line("d", 3, [])  # a line without words is acked at once
+    assert acked[-1] == "d"
+
+
+def test_a_counter_covers_each_input_once_however_many_words_it_carried():
+    partial = PartialCounts()
+    batches = {"t1": ["a", "b", "a", "a"], "t2": ["b", "c"], "t3": ["a"]}
+    for tup, words in batches.items():
+        for position, word in enumerate(words):
+            partial.add(word, tup, (int(tup[1]), position))
+    flushed = {word: (count, covered, occ) for word, count, covered, occ in partial.drain()}
+    assert flushed == {"a": (4, ["t1", "t3"], [1, 0, 1, 2, 1, 3, 3, 0]), "b": (2, ["t1", "t2"], [1, 1, 2, 0]),
+                       "c": (1, ["t2"], [2, 1])}
+    assert partial.drain_inputs() == ["t1", "t2", "t3"] and partial.processed == 7
+
+
+def test_the_components_fields_hash_is_storms():
+    from keysplit.local.javahash import storm_fields_index
+    from keysplit.local.javahash import string_hash as runner_hash
+
+    rng = random.Random(4)
+    for _ in range(3000):
+        word = "".join(chr(rng.choice([rng.randint(32, 126), rng.randint(0xE0, 0x24F), rng.randint(0x4E00, 0x9FFF),
+                                       rng.randint(0x1F600, 0x1F64F)])) for _ in range(rng.randint(1, 15)))
+        assert string_hash(word) == runner_hash(word)
+        for n in (1, 2, 3, 7):
+            assert fields_index(word, n) == storm_fields_index([word], n)
+    assert decode_words(encode_words(["a b", "c", "ü"])) == ["a b", "c", "ü"]
 
 
 def test_global_top_k_from_aggregators_equals_the_top_k_of_all_counts():

@@ -179,3 +179,112 @@ def test_calibration_recovers_the_overheads_of_runs_the_model_made():
     summary, model = again(light)
     assert model.latency_ms.mean() == pytest.approx(summary["latency_ms"]["mean"], rel=0.02)
     assert 0 < cal["ack_delay_ms"] < 2 * truth["ack_delay_ms"]  # the rest of the trip, after the aggregators
+
+
+# -- batches (keysplit.batch / keysplit.batch_ms: storm/router.py Batcher) -----------------------------------
+
+def one_line(words: int) -> tuple:
+    """One line of ``words`` words, all of key 0 for worker 0."""
+    return line_starts(np.array([words])), np.zeros(words, dtype=np.int64), np.zeros(words, dtype=np.int64)
+
+
+@pytest.mark.parametrize(("batch", "batch_ms", "words", "done"), [
+    (1, 400.0, 1, 1.35),  # one tuple per word: at the counter at once, flushed at 0.35, committed at 1.35
+    (100, 300.0, 1, 1.35),  # the batch waits 0.3 s for more words, leaves alone, still before the 0.35 tick
+    (100, 400.0, 1, 2.35),  # it waits 0.4 s: after the counter's tick, so a whole period later
+    (2, 400.0, 2, 1.35),  # two words fill a batch of two: it leaves at once, whatever batch_ms says
+])
+def test_a_batch_leaves_when_full_or_batch_ms_after_its_first_word(batch, batch_ms, words, done):
+    # no delay, no overheads: the line is emitted at 0; ticks at 0.35, 1.35, 2.35 (phase -0.65, T = 1 s)
+    p = TopologyParams(workers=1, aggregators=1, cpu_delay_ms=0.0, tick_phase_s=-0.65, batch=batch, batch_ms=batch_ms)
+    r = simulate(p, *one_line(words))
+    assert r.emit[0] == 0.0 and r.done[0] == pytest.approx(done)
+
+
+def test_each_router_keeps_its_own_batches():
+    # two one-word lines for the same counter, batches of two: through one router they fill a batch and leave at
+    # once (committed at the second tick), through two routers each waits batch_ms alone and misses the first tick
+    p = TopologyParams(workers=1, aggregators=1, cpu_delay_ms=0.0, tick_phase_s=-0.65, batch=2, batch_ms=400.0,
+                       max_pending=10, sources=2)
+    starts, workers, keys = line_starts(np.array([1, 1])), np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)
+    together = simulate(p, starts, workers, keys, sources=np.array([1, 1]))
+    apart = simulate(p, starts, workers, keys, sources=np.array([0, 1]))
+    assert np.allclose(together.done, 1.35) and np.allclose(apart.done, 2.35)
+    with pytest.raises(ValueError, match="router"):
+        simulate(p, starts, workers, keys, sources=np.array([0, 2]))
+
+
+def test_the_per_tuple_costs_are_paid_once_per_batch():
+    # closed loop, lines of 10 words for one counter, batches of 10: every line leaves as one tuple. The spout's
+    # next line waits for the runner (10 words and one tuple, not 10 tuples), and the counter pays its per-tuple
+    # cost once per line
+    lines, words, d_ms = 200, 10, 0.5
+    common = dict(workers=1, aggregators=1, cpu_delay_ms=d_ms, max_pending=lines, overhead_us=300.0, word_us=20.0,
+                  counter_overhead_us=150.0)
+    starts = line_starts(np.full(lines, words))
+    zeros = np.zeros(lines * words, dtype=np.int64)
+    single = simulate(TopologyParams(**common, batch=1), starts, zeros, zeros)
+    batched = simulate(TopologyParams(**common, batch=words), starts, zeros, zeros)
+    assert np.diff(single.emit) == pytest.approx(words * (20.0 + 300.0) / 1e6)
+    assert np.diff(batched.emit) == pytest.approx((words * 20.0 + 300.0) / 1e6)
+    assert single.counter_busy[0] == pytest.approx(lines * words * (d_ms / 1e3 + 150.0 / 1e6))
+    assert batched.counter_busy[0] == pytest.approx(lines * (words * d_ms / 1e3 + 150.0 / 1e6))
+
+
+def test_a_counter_acks_a_batch_once_and_sends_one_flush_per_aggregator():
+    # tick costs only (tuple_us): 40 one-word lines of 40 keys over 2 aggregators reach one counter before its tick.
+    # One tuple per word: 40 acks and 40 partial counts; batches of 40: one ack and two flushes (one per aggregator)
+    keys = np.arange(40, dtype=np.int64)
+    starts, workers = line_starts(np.ones(40, dtype=np.int64)), np.zeros(40, dtype=np.int64)
+    aggs = keys % 2
+    base = dict(workers=1, aggregators=2, cpu_delay_ms=0.0, max_pending=100, tuple_us=1000.0, batch_ms=1000.0)
+    single = simulate(TopologyParams(**base, batch=1), starts, workers, keys, aggs)
+    batched = simulate(TopologyParams(**base, batch=40), starts, workers, keys, aggs)
+    assert single.counter_busy[0] == pytest.approx((40 + 40) * 1e-3)
+    assert batched.counter_busy[0] == pytest.approx((1 + 2) * 1e-3)
+
+
+@pytest.mark.parametrize("chunk", [1, 13, 10**9])
+def test_batches_wait_across_the_chunks_the_stream_is_fed_in(chunk):
+    # a batch open when the model runs out of fed lines waits for the next chunk (or its batch_ms): the result does
+    # not depend on how the stream was cut
+    starts, workers, keys = stream(3000, 7, 4, keys=300)
+    p = TopologyParams(workers=4, sources=3, aggregators=2, cpu_delay_ms=0.3, max_pending=200, overhead_us=40.0,
+                       word_us=5.0, counter_overhead_us=30.0, tuple_us=10.0, batch=16, batch_ms=15.0,
+                       tick_phase_s=-0.4)
+    whole = simulate(p, starts, workers, keys)
+    cut = simulate(p, starts, workers, keys, chunk_lines=chunk)
+    assert np.array_equal(cut.emit, whole.emit) and np.array_equal(cut.done, whole.done)
+    assert whole.summary() == cut.summary()
+
+
+def test_calibration_splits_the_runner_cost_into_per_word_and_per_tuple_with_a_single_tuple_run():
+    from keysplit.topology_model import calibrate, params_of_run
+
+    # the runs' other costs are 0 here, as in the fits of the runner's costs (the first test above shows what the
+    # tick costs, the hop and the ack delay do to them)
+    truth = {"overhead_us": 60.0, "word_us": 15.0, "tuple_us": 0.0, "commit_us": 0.0, "hop_delay_ms": 0.0,
+             "ack_delay_ms": 0.0, "counter_overhead_us": 150.0, "tick_phase_s": -0.3}
+
+    def run(lines: int, cpu_delay_ms: float, rate: float | None, batch: int) -> tuple[dict, tuple]:
+        # every line may be in flight: the runner, not Little's law, bounds the ceilings
+        arrays = stream(lines, 5, 4, keys=200)
+        p = TopologyParams(workers=4, sources=2, aggregators=2, cpu_delay_ms=cpu_delay_ms, max_pending=lines,
+                           rate=rate, batch=batch, batch_ms=20.0, **truth)
+        r = simulate(p, *arrays)
+        summary = {"workers": 4, "sources": 2, "aggregators": 2, "cpu_delay_ms": cpu_delay_ms, "max_pending": lines,
+                   "flush_secs": 1.0, "rate": rate, "batch": batch, "batch_ms": 20.0,
+                   "words_per_second": r.words_per_second, "latency_ms": {"mean": float(r.latency_ms.mean())},
+                   "tick_phase_s": truth["tick_phase_s"], "aggregator_us": truth["commit_us"],
+                   "first_hop_ms": truth["hop_delay_ms"]}
+        return summary, arrays
+
+    ceiling, single = run(150000, 0.0, None, 50), run(60000, 0.0, None, 1)  # 12 s and 22 s of runner time
+    light, saturation = run(2000, 0.0, 2000.0, 50), run(3000, 2.0, None, 50)
+    cal = calibrate(*ceiling, *saturation, *light, *single)
+    assert cal["word_us"] + cal["overhead_us"] == pytest.approx(75.0, rel=0.1)  # what a word alone in a tuple costs
+    assert cal["word_us"] == pytest.approx(15.0, rel=0.25)
+    for summary, arrays in (ceiling, single):
+        model = simulate(params_of_run(summary, **{k: cal[k] for k in ("overhead_us", "word_us", "tick_phase_s")}),
+                         *arrays)
+        assert model.words_per_second == pytest.approx(summary["words_per_second"], rel=0.03)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numba
 import numpy as np
@@ -253,17 +254,21 @@ def test_streamed_model_equals_the_whole_array_model(case, chunk):
     assert_like(streamed, expected)
 
 
-def test_the_spark_task_merges_sources_in_sequence_order_whatever_order_pieces_come_in():
+@pytest.mark.parametrize("batch", [1, 8])
+def test_the_spark_task_merges_sources_in_sequence_order_whatever_order_pieces_come_in(batch):
     params, lines, _ = CASES["closed"]
+    sources = 3
+    params = replace(params, sources=sources, batch=batch, batch_ms=5.0)
     starts, workers, keys = words_stream(lines, params.workers, seed=5)
     vocab = [f"k{i}" for i in range(int(keys.max()) + 1)]
     table = KeyTable(params.aggregators)
     table.lookup(vocab)
     aggs = table._agg  # the runner's fields hash of every key
-    expected = simulate(params, starts, workers, keys, aggs[keys]).summary()
-    # records dealt round-robin to 3 sources, cut into chunks of about 1000 messages, one piece per (chunk, source)
-    sources, n_lines = 3, len(starts) - 1
-    record_source = np.arange(n_lines) % sources
+    # records dealt round-robin to 3 sources (the routers, whose batches the model keeps apart), cut into chunks of
+    # about 1000 messages, one piece per (chunk, source); the empty records are dealt too, as the spout deals them
+    n_lines = len(starts) - 1
+    record_source = (np.arange(n_lines) + 1) % sources  # not the non-empty lines' round-robin: the task must carry it
+    expected = simulate(params, starts, workers, keys, aggs[keys], record_source).summary()
     bounds = [0]
     while bounds[-1] < n_lines:
         bounds.append(int(np.searchsorted(starts, starts[bounds[-1]] + 1000)))

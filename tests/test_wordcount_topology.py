@@ -207,6 +207,8 @@ print(json.dumps({"grouping": opts["keysplit.grouping"], "workers": opts["keyspl
     "direct": {n: st.direct for n, st in topo.bolts["router"].common.streams.items()},
     "counter_inputs": sorted((g.componentId, g.streamId, str(gr.fields))
                              for g, gr in topo.bolts["counter"].common.inputs.items()),
+    "aggregator_inputs": sorted((g.componentId, g.streamId, str(gr.fields))
+                                for g, gr in topo.bolts["aggregator"].common.inputs.items()),
     "route": opts["keysplit.route"],
     "script": topo.bolts["counter"].bolt_object.shell.script}))
 """
@@ -216,8 +218,11 @@ print(json.dumps({"grouping": opts["keysplit.grouping"], "workers": opts["keyspl
     facts = json.loads(result.stdout.strip().splitlines()[-1])
     assert facts["grouping"] == "dkg" and facts["workers"] == 6 and facts["pending"] == 1000
     assert facts["par"] == {"router": 4, "counter": 6, "aggregator": 3, "topk": 1}
-    assert facts["direct"] == {"words": False, "words_direct": True} and facts["route"] == "fields"
-    assert facts["counter_inputs"] == [["router", "words", "['route']"], ["router", "words_direct", "None"]]
+    assert facts["direct"] == {"words": False, "words_direct": True, "batches": False, "batches_direct": True}
+    assert facts["route"] == "fields"
+    assert facts["counter_inputs"] == [["router", "batches", "['route']"], ["router", "batches_direct", "None"],
+                                       ["router", "words", "['route']"], ["router", "words_direct", "None"]]
+    assert facts["aggregator_inputs"] == [["counter", "default", "['word']"], ["counter", "flushes", "['route']"]]
     assert facts["script"] == "keysplit.storm.bolts.CounterBolt"
     assert facts["venv"] == "/data/virtualenvs/wordcount/bin/python"
 

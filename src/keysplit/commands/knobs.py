@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from keysplit.commands.common import non_negative_float, positive_float, positive_int
+from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS
 from keysplit.topology_model.params import ARRIVALS, KNOBS
 
 __all__ = ["ARRIVALS", "KNOBS", "add_shared_knobs", "add_topology_options", "overheads"]
@@ -30,6 +31,12 @@ def add_shared_knobs(p: argparse.ArgumentParser) -> None:
                    help="topology.max.spout.pending: lines in flight per spout (default 1000)")
     p.add_argument("--message-timeout", type=positive_int, default=30, metavar="SECS",
                    help="topology.message.timeout.secs: a line not acked in time is replayed (default 30)")
+    p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, metavar="N",
+                   help="keysplit.batch: a router sends the words its grouping chose for one counter together, up to "
+                   f"N in one tuple (1: one tuple per word; default {DEFAULT_BATCH})")
+    p.add_argument("--batch-ms", type=positive_float, default=DEFAULT_BATCH_MS, metavar="MS",
+                   help="keysplit.batch_ms: ... or once the first of them waited this long, whichever comes first "
+                   f"(default {DEFAULT_BATCH_MS:g})")
 
 
 def add_topology_options(p: argparse.ArgumentParser) -> None:
@@ -44,9 +51,11 @@ def add_topology_options(p: argparse.ArgumentParser) -> None:
                    ".keysplit/calibration.json, when it exists, else none; "
                    "written by `python benchmarks/agreement.py --calibrate`)")
     p.add_argument("--overhead-us", type=non_negative_float, metavar="US",
-                   help="runner and protocol time per word, microseconds (overrides the calibration)")
+                   help="runner and protocol time per tuple sent to a counter (a word with --batch 1), microseconds "
+                   "(overrides the calibration)")
     p.add_argument("--counter-overhead-us", type=non_negative_float, metavar="US",
-                   help="a counter's time per word beyond the CPU delay, microseconds (overrides the calibration)")
+                   help="a counter's time per input tuple beyond the CPU delay, microseconds (overrides the "
+                   "calibration)")
     p.add_argument("--tick-phase", type=float, metavar="SECS",
                    help="when the first tick falls after the first emit, modulo T (overrides the calibration)")
 

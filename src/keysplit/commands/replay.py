@@ -62,7 +62,9 @@ def model_line(replay: dict) -> str:
     loop = f"closed loop, max pending {replay['max_pending']}" if replay.get("arrivals") == "closed" \
         else f"open loop at {replay['rate']:g} words/s, max pending {replay['max_pending']} as a cap"
     return (f"topology model ({loop}, A={replay['aggregators']}, flush {replay['flush_secs']:g} s, overheads: "
-            f"runner {o.get('overhead_us', 0):.0f} us/word, counter {o.get('counter_overhead_us', 0):.0f} us/word, "
+            f"runner {o.get('overhead_us', 0):.0f} us/tuple + {o.get('word_us', 0):.0f} us/word, counter "
+            f"{o.get('counter_overhead_us', 0):.0f} us/tuple, batches of {replay.get('batch', 1)} / "
+            f"{replay.get('batch_ms', 0):g} ms, "
             f"hop {o.get('hop_delay_ms', 0):.0f} ms, tick phase {o.get('tick_phase_s', 0):.2f} s; from "
             f"{o.get('source') or 'no calibration'})")
 
@@ -77,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         top_k=args.top, out=args.out, capacities=parse_capacities(args.capacities, args.workers),
         partitions=args.partitions, fast=args.engine == "auto", resizes=args.resize,
         aggregators=args.aggregators, spouts=args.spouts, flush_secs=args.flush, max_pending=args.max_pending,
-        message_timeout=args.message_timeout, arrivals=args.arrivals, overheads=overheads(args),
+        message_timeout=args.message_timeout, batch=args.batch, batch_ms=args.batch_ms, arrivals=args.arrivals,
+        overheads=overheads(args),
     )
     from keysplit.sizes import check_workers
 

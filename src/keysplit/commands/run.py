@@ -63,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", choices=SPLITS, default="shuffle",
                    help="how lines reach the routers (sources), as `keysplit simulate --split` deals records: "
                    "round-robin (shuffle, default) or by the first key's hash (key)")
-    add_shared_knobs(p)  # -A, --spouts, --flush, --max-pending, --message-timeout, as keysplit replay
+    add_shared_knobs(p)  # -A, --spouts, --flush, --max-pending, --message-timeout, --batch(-ms), as keysplit replay
     p.add_argument("--rate", type=positive_float, metavar="MSG_PER_S",
                    help="open loop: the spouts emit this many words (messages) per second, line by line, "
                    "--max-pending still a cap (default: closed loop, as fast as max pending allows)")
@@ -154,7 +154,8 @@ def _run(args: argparse.Namespace) -> int:
         cpu_delay_ms=args.cpu_delay, flush_secs=args.flush, max_pending=args.max_pending,
         message_timeout=args.message_timeout, top_k=args.top, timeout=args.timeout, run_id=args.run_id,
         kills=tuple(args.kill), delivery=args.delivery, route=args.route, storm_env=args.env,
-        worker_processes=args.worker_processes, rate=args.rate, split=args.split,
+        worker_processes=args.worker_processes, rate=args.rate, split=args.split, batch=args.batch,
+        batch_ms=args.batch_ms,
     )
     prepared = prepare(opts)  # every check that needs no server, before anything starts
     if args.counts_out:
@@ -258,7 +259,9 @@ def print_summary(s: dict) -> None:
     out.write(f"run {s['run_id']}: grouping {s['grouping']}, dataset {s['dataset']}\n")
     out.write(f"  {s['lines']} lines, {s['messages']} words; S={s['sources']} W={s['workers']} "
               f"A={s['aggregators']} cpu delay {s['cpu_delay_ms']:g} ms, flush {s['flush_secs']:g} s"
-              + (f", rate {s['rate']:g} words/s" if s.get("rate") else "") + "\n")
+              + (f", rate {s['rate']:g} words/s" if s.get("rate") else "")
+              + (f", batches of up to {s['batch']} words or {s['batch_ms']:g} ms" if (s.get("batch") or 1) > 1 else "")
+              + "\n")
     lat = s["latency_ms"]
     out.write(f"throughput: {s['words_per_second']:,.0f} words/s, {s['lines_per_second']:,.0f} lines/s "
               f"over {s['duration_s']:.1f} s\n")

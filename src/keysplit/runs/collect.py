@@ -57,7 +57,9 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
     counted = sum(int(c) for _, c in conn.hscan_iter(keys.counts, count=5000))
     commits = [conn.hgetall(keys.aggregator(i)) for i in range(settings.aggregators)]
     partials = sum(int(c.get("partials", 0)) for c in commits)
-    firsts = [float(t) for t in (conn.hget(keys.counter(i), "first_tuple") for i in range(settings.counter_tasks)) if t]
+    counters = [conn.hmget(keys.counter(i), ("first_tuple", "tuples")) for i in range(settings.counter_tasks)]
+    firsts = [float(t) for t, _ in counters if t]
+    tuples = sum(int(n or 0) for _, n in counters)  # the counters' input tuples: one a word, or one a batch
     return {
         **base,
         "words_per_second": base["messages"] / duration,
@@ -75,6 +77,8 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
         "duplicates_dropped": exactly_once.dropped(conn, keys),
         "top_k": top,
         "duration_s": duration,
+        "counter_tuples": tuples,
+        "words_per_tuple": sum(loads) / tuples if tuples else None,
         # an aggregator's tick per partial count (merge, commit, acks), microseconds: the model's commit_us
         "aggregator_us": 1e6 * sum(float(c.get("busy_s", 0.0)) for c in commits) / partials if partials else None,
         # from the first emit to the first word reaching a counter (spout, router, the hops between): the model's hop
@@ -99,7 +103,7 @@ RECEIVED = {"grouping": "keysplit.grouping", "workers": "keysplit.workers", "spl
             "delivery": "keysplit.delivery", "rate": "keysplit.rate", "sources": "sources",
             "counter_tasks": "counter_tasks", "aggregators": "aggregators", "spouts": "spouts",
             "max_pending": "max_pending", "message_timeout_secs": "message_timeout_secs",
-            "worker_processes": "worker_processes"}
+            "worker_processes": "worker_processes", "batch": "keysplit.batch", "batch_ms": "keysplit.batch_ms"}
 
 
 def what_ran(config: dict[str, Any], received: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list]]:

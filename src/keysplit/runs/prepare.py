@@ -25,6 +25,7 @@ from keysplit.storm.bolts import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
 from keysplit.storm.feed import create_group
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.settings import WordCountSettings
+from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS
 
 #: Records per pipelined XADD batch when loading the feed.
 LOAD_BATCH = 2000
@@ -69,6 +70,8 @@ class RunOptions:
     storm_env: str = "local"  # the config.json env whose options and log settings the components receive
     worker_processes: int = 1  # topology.workers
     rate: float | None = None  # open loop: words/s the spouts emit (max pending still caps); None: closed loop
+    batch: int = DEFAULT_BATCH  # words a router sends a counter in one tuple at most (1: one a word)
+    batch_ms: float = DEFAULT_BATCH_MS  # ... or after this long (storm/router.py)
 
 
 @dataclass
@@ -112,7 +115,7 @@ def prepare(opts: RunOptions) -> Prepared:
         run_id=opts.run_id or new_run_id(opts.grouping), grouping=opts.grouping, spouts=opts.spouts,
         sources=opts.sources, workers=opts.workers, counter_tasks=counter_tasks, aggregators=opts.aggregators,
         cpu_delay_ms=opts.cpu_delay_ms, flush_secs=opts.flush_secs, top_k=opts.top_k, route=opts.route,
-        split=opts.split, rate=opts.rate or 0.0, delivery=opts.delivery,
+        split=opts.split, rate=opts.rate or 0.0, delivery=opts.delivery, batch=opts.batch, batch_ms=opts.batch_ms,
     )
     check_kills(kills, {SPOUT: opts.spouts, ROUTER: opts.sources, COUNTER: counter_tasks,
                         AGGREGATOR: opts.aggregators, TOPK: 1}, opts.worker_processes)

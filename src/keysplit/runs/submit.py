@@ -26,7 +26,8 @@ DIRECT_BROKEN_SINCE = (2, 6, 0)
 #: What the topology file reads from the environment when sparse imports it: the shape (topologies/wordcount.py).
 SHAPE = ("spouts", "sources", "workers", "counter_tasks", "aggregators", "flush_secs")
 #: Settings passed with -o (the rest of the run's record that the components read).
-OPTIONS = ("grouping", "cpu_delay_ms", "top_k", "route", "split", "delivery", "rate", "window", "stats_secs")
+OPTIONS = ("grouping", "cpu_delay_ms", "top_k", "route", "split", "delivery", "rate", "window", "stats_secs", "batch",
+           "batch_ms")
 
 
 @dataclass

@@ -91,6 +91,8 @@ def start_run(
             "worker_processes": opts.worker_processes,
             "rate": opts.rate,
             "delivery": settings.delivery,
+            "batch": settings.batch,
+            "batch_ms": settings.batch_ms,
             "started": started,
         }
         conn.set(keys.config, json.dumps({**base, **settings.conf(), "keysplit.redis_url": ""}))

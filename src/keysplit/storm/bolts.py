@@ -9,12 +9,23 @@ Every word travels with its occurrence ``(line, position)``; with ``keysplit.del
 default) the aggregators commit counts with them so that a replayed line adds nothing twice
 (storm/exactly_once.py). With ``at-least-once`` the fields are still sent (Storm checks a tuple's width
 against its declared fields) and the aggregators add the counts as they come.
+
+With ``keysplit.batch`` B > 1 the router sends the words bound for one counter together, up to B words or
+``keysplit.batch_ms`` after the first, in one tuple on the ``batches`` streams (storm/router.py, ``Batcher``); a
+counter counts a batch word by word, with the CPU delay for each word, and acks the batch tuple once at its tick.
+Its tick then sends its partial counts the same way: one tuple per aggregator on the ``flushes`` stream (the words
+that Storm's fields grouping on the word would send there, their counts and occurrences), not one per word. A
+partial count is anchored to every input tuple that carried its words, and a batch carries words of tens of lines:
+one tuple per partial count would give each of them the roots of every line of its batches (a hot word's count
+covers nearly all lines of the tick), so the acker's work per count grows with the batch size; one tuple per
+aggregator is anchored to each batch once.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections import Counter
 
@@ -25,13 +36,28 @@ from keysplit.storm import quiet_exit
 from keysplit.storm.counting import PartialCounts, Totals, decode_occurrences, encode_occurrences, merge_top
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.router import GroupingChannel, Router, component_tasks
+from keysplit.storm.router import (
+    Batch,
+    Batcher,
+    GroupingChannel,
+    Router,
+    component_tasks,
+    decode_words,
+    encode_words,
+    fields_index,
+    route_value,
+)
 from keysplit.storm.settings import WordCountSettings
 
 #: Component names in the topology (the router needs the counter's to find its task ids).
 SPOUT, ROUTER, COUNTER, AGGREGATOR, TOPK = "feed", "router", "counter", "aggregator", "topk"
-#: The router's streams: (word, route) fields-grouped on route, and (word) emitted directly (keysplit.route).
+#: The router's streams: (word, route) fields-grouped on route, and (word) emitted directly (keysplit.route); with
+#: keysplit.batch > 1, (words, route) and (words) of a batch (storm/router.py).
 WORDS_STREAM, DIRECT_STREAM = "words", "words_direct"
+BATCH_STREAM, BATCH_DIRECT_STREAM = "batches", "batches_direct"
+BATCH_STREAMS = frozenset((BATCH_STREAM, BATCH_DIRECT_STREAM))
+#: The counters' partial counts with batches: one tuple per aggregator at each tick, fields-grouped on route.
+FLUSH_STREAM = "flushes"
 ROUTE_FIELD = "route"
 
 quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
@@ -68,10 +94,20 @@ def record_start(conn, keys: RunKeys, component: str, index: int, conf=None, con
 
 
 class RouterBolt(Bolt):
-    """The paper's source: emits each word of a record to the counter task its grouping chooses."""
+    """The paper's source: emits each word of a record to the counter task its grouping chooses, one tuple a word
+    (``keysplit.batch`` 1) or in batches per counter (storm/router.py, ``Batcher``).
+
+    Batches: pystorm's auto-ack would ack a line when ``process`` returns, while its words may still wait in a batch
+    (and a batch anchored to an acked line kills the worker: ShellBolt's "Anchored onto ... after ack/fail"), so the
+    router acks its lines itself, when the batcher frees them. A batch that is not full leaves ``keysplit.batch_ms``
+    after its first word from a timer thread, under the batcher's lock (as streamparse's old time-based
+    ``BatchingBolt`` did): a multi-lang bolt runs only when a tuple or a heartbeat arrives. The thread only writes
+    (emits without task ids, acks), which pystorm serialises under its writer lock; the main thread alone reads."""
 
     outputs = [Stream(fields=["word", ROUTE_FIELD, "line", "position"], name=WORDS_STREAM),
-               Stream(fields=["word", "line", "position"], name=DIRECT_STREAM, direct=True)]
+               Stream(fields=["word", "line", "position"], name=DIRECT_STREAM, direct=True),
+               Stream(fields=["words", ROUTE_FIELD, "occurrences"], name=BATCH_STREAM),
+               Stream(fields=["words", "occurrences"], name=BATCH_DIRECT_STREAM, direct=True)]
 
     def initialize(self, conf, context):
         settings, keys, index = _setup(self, conf, context)
@@ -93,10 +129,48 @@ class RouterBolt(Bolt):
             channel=GroupingChannel(conn, keys, poll_secs=settings.stats_secs), mode=settings.route,
         )
         self.direct = settings.route == "direct"
+        self.batcher: Batcher | None = None
+        if settings.batch > 1:
+            self.auto_ack = False  # lines are acked when their batches have left (Batcher)
+            self.batcher = Batcher(settings.batch, settings.batch_ms / 1000.0, self._emit_batch, self.ack)
+            self.lock = threading.Condition()
+            threading.Thread(target=self._flusher, name="batch-flusher", daemon=True).start()
+
+    def _emit_batch(self, target: int, batch: Batch) -> None:
+        words, occurrences = encode_words(batch.words), encode_occurrences(batch.occurrences)
+        if self.direct:
+            self.emit([words, occurrences], stream=BATCH_DIRECT_STREAM, direct_task=target, anchors=list(batch.lines),
+                      need_task_ids=False)
+        else:
+            self.emit([words, target, occurrences], stream=BATCH_STREAM, anchors=list(batch.lines),
+                      need_task_ids=False)
+
+    def _flusher(self) -> None:
+        """Send each batch that is not full ``batch_ms`` after its first word (the timer thread)."""
+        batcher, lock = self.batcher, self.lock
+        try:
+            with lock:
+                while True:
+                    due = batcher.next_due()  # type: ignore[union-attr]
+                    wait = None if due is None else due - time.monotonic()
+                    if wait is None or wait > 0:
+                        lock.wait(wait)
+                    else:
+                        batcher.flush_due()  # type: ignore[union-attr]
+        except Exception:  # a flusher that stops would leave lines unacked until they time out
+            self.logger.exception("the batch flusher failed; stopping the task")
+            os._exit(1)
 
     def process(self, tup):
         record, line = tup.values[:2]
         routed = self.router.route(record, self.router.elapsed())
+        if self.batcher is not None:
+            with self.lock:
+                idle = not self.batcher.open
+                self.batcher.add_line(tup.id, line, routed)
+                if idle and self.batcher.open:
+                    self.lock.notify()  # the flusher waits without a deadline while no batch is open
+            return
         if self.direct:
             for position, (word, task) in enumerate(routed):
                 self.emit([word, line, position], stream=DIRECT_STREAM, direct_task=task)
@@ -106,13 +180,14 @@ class RouterBolt(Bolt):
 
 
 class CounterBolt(Bolt):
-    """The paper's worker: partial counts with an optional per-tuple CPU delay, flushed every tick.
+    """The paper's worker: partial counts with an optional per-word CPU delay, flushed every tick.
 
     With ``auto_ack`` off pystorm acks nothing, ticks included, so every ``process_tick`` here acks its tick
-    (the router and top-k bolts keep pystorm's auto-ack, which acks ticks too; acking twice would kill the
-    worker: ShellBolt.handleAck throws on an unknown id)."""
+    (the top-k bolt, and the router without batches, keep pystorm's auto-ack, which acks ticks too; acking twice
+    would kill the worker: ShellBolt.handleAck throws on an unknown id)."""
 
-    outputs = [Stream(fields=["word", "count", "occurrences"])]
+    outputs = [Stream(fields=["word", "count", "occurrences"]),
+               Stream(fields=["words", "counts", "occurrences", ROUTE_FIELD], name=FLUSH_STREAM)]
     auto_ack = False
     auto_anchor = False
 
@@ -120,11 +195,15 @@ class CounterBolt(Bolt):
         settings, self.keys, self.index = _setup(self, conf, context)
         self.conn = client(settings.redis_connect_url())
         record_start(self.conn, self.keys, self.component_name, self.index, conf, context)
+        self.batched = settings.batch > 1  # partial counts in one tuple per aggregator (module docstring)
+        self.aggregators = len(component_tasks(context, AGGREGATOR))
+        self.aggregator_of: dict[str, int] = {}  # word -> the aggregator Storm's fields grouping on it picks
         self.exactly_once = settings.exactly_once
         self.delay = settings.cpu_delay_ms / 1000.0
         self.partial = PartialCounts()
         self.busy = 0.0
         self.reported = 0
+        self.tuples = 0  # input tuples: one a word, or one a batch
         self.last_report = time.time()
         self.first_tuple: float | None = None  # when the first word reached this task (the run's first hop)
 
@@ -132,21 +211,66 @@ class CounterBolt(Bolt):
         if self.first_tuple is None:
             self.first_tuple = time.time()
         started = time.perf_counter()
-        if self.delay:
-            time.sleep(self.delay)  # the paper's CPU delay, as a sleep so many workers fit on few cores
         values = tup.values
-        self.partial.add(values[0], tup.id, (values[-2], values[-1]) if self.exactly_once else None)
+        self.tuples += 1
+        if tup.stream in BATCH_STREAMS:
+            self.count_batch(tup.id, decode_words(values[0]), values[-1], started)
+        else:
+            if self.delay:
+                time.sleep(self.delay)  # the paper's CPU delay, as a sleep so many workers fit on few cores
+            self.partial.add(values[0], tup.id, (values[-2], values[-1]) if self.exactly_once else None)
         self.busy += time.perf_counter() - started
+
+    def count_batch(self, tup_id, words: list[str], occurrences: str, started: float) -> None:
+        """A router's batch, word by word, each with the CPU delay: word k is done no earlier than (k+1) x delay
+        after the batch began. A sleep overshoots (~0.1 ms on a shared machine: timer slack, waiting for a core), and
+        the next word's sleep is shortened by it, so a batch of n words takes n x delay plus one overshoot, not n
+        overshoots (one tuple per word pays one at every word)."""
+        add, delay = self.partial.add, self.delay
+        occ = decode_occurrences(occurrences) if self.exactly_once else None
+        due = started
+        for k, word in enumerate(words):
+            if delay:
+                due += delay
+                pause = due - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+            add(word, tup_id, (occ[2 * k], occ[2 * k + 1]) if occ is not None else None)
 
     def process_tick(self, tup):
         flushed = self.partial.drain()
+        inputs = self.partial.drain_inputs()
         self.report()  # before the acks, so a run that sees every line acked also sees these loads
-        for word, count, covered, occurrences in flushed:
-            self.emit([word, count, encode_occurrences(occurrences)], anchors=covered)
-        for _, _, covered, _ in flushed:
-            for tup_id in covered:
-                self.ack(tup_id)
+        if self.batched:
+            self.emit_flushes(flushed)
+        else:
+            for word, count, covered, occurrences in flushed:
+                self.emit([word, count, encode_occurrences(occurrences)], anchors=covered)
+        for tup_id in inputs:  # each input once, however many words (and counts) it carried
+            self.ack(tup_id)
         self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
+
+    def emit_flushes(self, flushed) -> None:
+        """The partial counts of a tick as one tuple per aggregator: the words (:func:`encode_words`), their counts
+        (``"3,1"``) and occurrences (each word's ``"line,position,..."``, ``;`` between words), and the ``route``
+        that Storm's fields grouping sends to that aggregator, which is the one its fields grouping on each of these
+        words would pick (:func:`~keysplit.storm.router.fields_index`); anchored to every input tuple they cover."""
+        groups: dict[int, tuple[list, list, list, dict]] = {}
+        which = self.aggregator_of
+        for word, count, covered, occurrences in flushed:
+            a = which.get(word)
+            if a is None:
+                a = which[word] = fields_index(word, self.aggregators)
+            group = groups.get(a)
+            if group is None:
+                group = groups[a] = ([], [], [], {})
+            group[0].append(word)
+            group[1].append(str(count))
+            group[2].append(encode_occurrences(occurrences))
+            group[3].update(dict.fromkeys(covered))
+        for a, (words, counts, occurrences, anchors) in groups.items():
+            self.emit([encode_words(words), ",".join(counts), ";".join(occurrences), route_value(a, self.aggregators)],
+                      stream=FLUSH_STREAM, anchors=list(anchors))
 
     def report(self):
         now = time.time()
@@ -161,6 +285,7 @@ class CounterBolt(Bolt):
             pipe.sadd(self.keys.keys(self.index), *new_keys)
         pipe.hset(self.keys.counter(self.index), mapping={
             "processed": self.partial.processed,
+            "tuples": self.tuples,
             "distinct": self.partial.distinct,
             "rate": delta / max(now - self.last_report, 1e-9),
             "busy_s": self.busy,
@@ -191,21 +316,34 @@ class AggregatorBolt(Bolt):
         # candidates with their true counts at this moment; the global merge keeps the largest)
         self.totals = Totals({w: int(c) for w, c in self.conn.hgetall(self.keys.counts).items()})
         self.pending: list = []
+        self.partials = 0  # partial counts since the last commit (one a tuple, or many in a counter's flush)
         self.batch: dict[str, list[int]] = {}  # exactly-once: word -> occurrences since the last commit
 
     def process(self, tup):
-        word, count, occurrences = tup.values
+        if tup.stream == FLUSH_STREAM:  # a counter's partial counts for this aggregator (CounterBolt.emit_flushes)
+            words, counts, occurrences, _ = tup.values
+            words = decode_words(words)
+            for word, count, occ in zip(words, counts.split(","), occurrences.split(";")):
+                self.add(word, count, occ)
+            self.partials += len(words)
+        else:
+            word, count, occurrences = tup.values
+            self.add(word, count, occurrences)
+            self.partials += 1
+        self.pending.append(tup.id)
+
+    def add(self, word: str, count, occurrences: str) -> None:
         if self.dedup is None:
             self.totals.add(word, int(count))
         else:
             self.batch.setdefault(word, []).extend(decode_occurrences(occurrences))
-        self.pending.append(tup.id)
 
     def process_tick(self, tup):
         self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
         if not self.pending:
             return
-        partials, started = len(self.pending), time.perf_counter()
+        partials, started = self.partials, time.perf_counter()
+        self.partials = 0
         self.commit()
         # what the tick cost per partial count (merge, commit, acks): the replay's model calibrates on it
         pipe = self.conn.pipeline(transaction=False)

@@ -47,13 +47,20 @@ def decode_occurrences(text: str) -> list[int]:
 class PartialCounts:
     """A counter task's state between two flushes (aggregation period T).
 
+    A count covers each input tuple that carried one of its words once, however many of its words the tuple
+    carried (a router's batch, storm/router.py): the count's anchors. ``inputs`` are the input tuples since the
+    last flush, each once, in order: what the flush acks (acking an id twice is fatal on Storm).
+
     >>> p = PartialCounts()
     >>> for i, w in enumerate(["a", "b", "a"]):
     ...     p.add(w, f"t{i}", (7, i))
+    >>> p.add("a", "t3", (8, 0)); p.add("a", "t3", (8, 1)); p.add("c", "t3", (8, 2))
     >>> p.drain()
-    [('a', 2, ['t0', 't2'], [7, 0, 7, 2]), ('b', 1, ['t1'], [7, 1])]
-    >>> p.processed, p.distinct, p.drain()
-    (3, 2, [])
+    [('a', 4, ['t0', 't2', 't3'], [7, 0, 7, 2, 8, 0, 8, 1]), ('b', 1, ['t1'], [7, 1]), ('c', 1, ['t3'], [8, 2])]
+    >>> p.drain_inputs()
+    ['t0', 't1', 't2', 't3']
+    >>> p.processed, p.distinct, p.drain(), p.drain_inputs()
+    (6, 3, [], [])
     """
 
     def __init__(self) -> None:
@@ -62,11 +69,16 @@ class PartialCounts:
         self.occurrences: dict[str, list[int]] = {}  # word -> [line, position, line, position, ...]
         self.seen: set[str] = set()  # every word this worker has held: its memory (DistCost)
         self.new_keys: list[str] = []
+        self.inputs: list[Hashable] = []  # the input tuples since the last flush, each once
         self.processed = 0
 
     def add(self, word: str, tup: Hashable, occurrence: tuple[int, int] | None = None) -> None:
         """Count one occurrence of ``word`` carried by input tuple ``tup``; ``occurrence`` is its
-        ``(line, position)`` (exactly-once totals: storm/exactly_once.py)."""
+        ``(line, position)`` (exactly-once totals: storm/exactly_once.py). The words of one tuple are added one
+        after the other, so a tuple that carries a word twice is its last cover already."""
+        inputs = self.inputs
+        if not inputs or inputs[-1] != tup:
+            inputs.append(tup)
         n = self.counts.get(word)
         if n is None:
             self.counts[word] = 1
@@ -77,7 +89,9 @@ class PartialCounts:
                 self.new_keys.append(word)
         else:
             self.counts[word] = n + 1
-            self.covered[word].append(tup)
+            covered = self.covered[word]
+            if covered[-1] != tup:
+                covered.append(tup)
             if occurrence:
                 self.occurrences[word] += occurrence
         self.processed += 1
@@ -88,6 +102,11 @@ class PartialCounts:
         self.counts = {}
         self.covered = {}
         self.occurrences = {}
+        return out
+
+    def drain_inputs(self) -> list[Hashable]:
+        """The input tuples since the last call, each once (to ack after the flush's emits)."""
+        out, self.inputs = self.inputs, []
         return out
 
     def drain_new_keys(self) -> list[str]:

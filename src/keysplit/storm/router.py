@@ -25,6 +25,17 @@ other routers are **followers** that poll the published version at most every ``
 install a newer state, so a key has one worker at every router up to that lag. The leader also writes its
 grouping's ``stats()`` (rebuilds, migration) for the run's summary: after every state change and at most every
 ``poll_secs`` otherwise.
+
+**Batches** (``keysplit.batch`` B > 1, ``keysplit.batch_ms`` T): the router still asks its grouping for every word, in
+stream order (the same decisions as without batches), but a :class:`Batcher` holds the words bound for one counter
+and sends them as one tuple once it holds B of them, or T ms after its first word, whichever comes first. A batch
+is anchored to every line it carries a word of (Storm's multi-anchoring: apache/storm
+``storm-client/src/jvm/org/apache/storm/executor/bolt/BoltOutputCollectorImpl.java`` ``boltEmit`` gives each anchor
+its own edge id, and ``task/ShellBolt.java`` ``handleEmit`` resolves each anchor id among the bolt's pending
+inputs, so every anchor must still be unacked), and a line is acked only once every batch carrying one of its words
+was emitted. Its values are strings (the words joined by the dataset's key separator, which no key contains, and
+the occurrences as :func:`~keysplit.storm.counting.encode_occurrences` writes them) and the route value: what Kryo
+writes between workers.
 """
 
 from __future__ import annotations
@@ -32,9 +43,10 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from keysplit.datasets import decode_record
+from keysplit.datasets.base import KEY_SEPARATOR
 from keysplit.errors import KeysplitError
 from keysplit.groupings import BaseGrouping
 from keysplit.groupings.hosting import prepare_groupings
@@ -62,6 +74,33 @@ def route_value(target_index: int, num_tasks: int) -> int:
     if not 0 <= target_index < num_tasks:
         raise ValueError(f"target index {target_index} is not in [0, {num_tasks})")
     return (target_index - 31) % num_tasks
+
+
+def string_hash(text: str) -> int:
+    """``java.lang.String.hashCode`` (``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 code units, as int32): the hash
+    Storm's fields grouping applies to a string value (the local runner's ``keysplit.local.javahash``, which the
+    components cannot import: the jar holds no runner; ``tests/test_storm_logic.py`` checks they agree).
+
+    >>> string_hash("a"), string_hash("hello"), string_hash("😀")
+    (97, 99162322, 1772899)
+    """
+    h = 0
+    data = text.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def fields_index(word: str, num_tasks: int) -> int:
+    """The index, among the sorted tasks of a component, of the task that Storm's fields grouping on one string
+    field sends ``word`` to: ``floorMod(Arrays.deepHashCode([word]), num_tasks)``, ``deepHashCode([v]) = 31 +
+    v.hashCode()`` (as :func:`route_value`: apache/storm ``utils/TupleUtils.java`` chooseTaskIndex).
+
+    >>> fields_index("a", 2), fields_index("hello", 3)
+    (0, 2)
+    """
+    h = (31 + string_hash(word)) & 0xFFFFFFFF  # int32 arithmetic, as Java's
+    return (h - (1 << 32) if h & 0x80000000 else h) % num_tasks  # Python's % is floored, as Math.floorMod
 
 
 def component_tasks(context: Mapping, component: str) -> list[int]:
@@ -198,3 +237,120 @@ class Router:
         else:
             return
         self.next_sync = clock + self.channel.poll_secs  # type: ignore[union-attr]
+
+
+class Batch:
+    """The words a router holds for one counter: each word, its occurrence ``(line, position)`` flattened, the lines
+    (input tuple ids) it carries words of, in order, and when its first word came (monotonic seconds)."""
+
+    __slots__ = ("lines", "occurrences", "opened", "words")
+
+    def __init__(self, opened: float) -> None:
+        self.words: list[str] = []
+        self.occurrences: list[int] = []
+        self.lines: dict[Hashable, None] = {}
+        self.opened = opened
+
+
+class Batcher:
+    """A router's batches (module docstring): per target, the words routed to it since its last batch left.
+
+    ``emit(target, batch)`` sends a batch (anchored to ``batch.lines``); ``ack(line)`` acks a line once every batch
+    that carries a word of it was emitted. A line's reference count is the batches holding its words, plus one while
+    the line itself is being added, so a batch that fills in the middle of a line does not free it early.
+    ``size`` words at most per batch, ``wait`` seconds at most from its first word (:meth:`flush_due`; the caller
+    calls it when :meth:`next_due` says, from a timer thread: a multi-lang bolt runs only when a tuple arrives).
+
+    >>> sent, acked = [], []
+    >>> b = Batcher(2, 0.05, lambda t, batch: sent.append((t, batch.words, list(batch.lines))), acked.append,
+    ...             clock=lambda: 0.0)
+    >>> b.add_line("L0", 7, [("a", 1), ("b", 2), ("c", 1)])
+    >>> sent, acked
+    ([(1, ['a', 'c'], ['L0'])], [])
+    >>> b.add_line("L1", 8, [("d", 2)])
+    >>> sent[-1], acked
+    ((2, ['b', 'd'], ['L0', 'L1']), ['L0', 'L1'])
+    """
+
+    def __init__(self, size: int, wait: float, emit: Callable[[int, Batch], None], ack: Callable[[Hashable], None],
+                 *, clock: Callable[[], float] = time.monotonic) -> None:
+        if size < 1 or not wait > 0:
+            raise ValueError(f"a batch needs size >= 1 and wait > 0, got {size} and {wait}")
+        self.size = size
+        self.wait = wait
+        self.emit = emit
+        self.ack = ack
+        self.clock = clock
+        self.open: dict[int, Batch] = {}  # target -> its batch; in the order they opened, so the oldest is first
+        self.refs: dict[Hashable, int] = {}  # line -> batches still holding a word of it (+1 while being added)
+        self.batches = 0  # batches emitted
+        self.words = 0  # words emitted in them
+
+    def add_line(self, line_id: Hashable, line: int, routed: Sequence[tuple[str, int]]) -> None:
+        """The words of one line (input tuple ``line_id``, feed line number ``line``), ``(word, target)`` in order:
+        each joins its target's batch, and a batch that reaches ``size`` words is emitted at once."""
+        refs = self.refs
+        refs[line_id] = 1
+        open_, size = self.open, self.size
+        for position, (word, target) in enumerate(routed):
+            batch = open_.get(target)
+            if batch is None:
+                batch = open_[target] = Batch(self.clock())
+            batch.words.append(word)
+            batch.occurrences += (line, position)
+            if line_id not in batch.lines:
+                batch.lines[line_id] = None
+                refs[line_id] += 1
+            if len(batch.words) >= size:
+                self._send(target)
+        self._release(line_id)
+
+    def next_due(self) -> float | None:
+        """When the oldest open batch must leave (monotonic seconds), or None when none is open."""
+        for batch in self.open.values():
+            return batch.opened + self.wait
+        return None
+
+    def flush_due(self, now: float | None = None) -> None:
+        """Emit every batch whose first word is ``wait`` old."""
+        limit = (self.clock() if now is None else now) - self.wait
+        while self.open:
+            target, batch = next(iter(self.open.items()))
+            if batch.opened > limit:
+                break
+            self._send(target)
+
+    def flush_all(self) -> None:
+        while self.open:
+            self._send(next(iter(self.open)))
+
+    def _send(self, target: int) -> None:
+        batch = self.open.pop(target)
+        self.emit(target, batch)  # anchored to lines not acked yet: their references include this batch
+        self.batches += 1
+        self.words += len(batch.words)
+        for line_id in batch.lines:
+            self._release(line_id)
+
+    def _release(self, line_id: Hashable) -> None:
+        left = self.refs[line_id] - 1
+        if left:
+            self.refs[line_id] = left
+        else:
+            del self.refs[line_id]
+            self.ack(line_id)
+
+
+def encode_words(words: Sequence[str]) -> str:
+    """A batch's words as one string tuple value: joined by the dataset's key separator (a tab), which no key
+    contains (``keysplit.datasets.clean_key``).
+
+    >>> encode_words(["a", "b c"]) == "a" + KEY_SEPARATOR + "b c", decode_words(encode_words(["a", "b c"]))
+    (True, ['a', 'b c'])
+    """
+    return KEY_SEPARATOR.join(words)
+
+
+def decode_words(text: str) -> list[str]:
+    """The words :func:`encode_words` joined."""
+    return text.split(KEY_SEPARATOR)

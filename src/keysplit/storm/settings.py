@@ -27,7 +27,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from keysplit.errors import KeysplitError
 from keysplit.storm.exactly_once import DELIVERIES
-from keysplit.stream import SPLITS
+from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS, SPLITS
 
 PREFIX = "keysplit."
 ENV_PREFIX = "KEYSPLIT_"
@@ -59,6 +59,8 @@ class WordCountSettings:
     rate: float = 0.0  # open loop: the spouts emit at most this many words (messages) per second; 0: closed loop
     delivery: str = "exactly-once"  # or at-least-once (Storm's plain acking): storm/exactly_once.py
     window: int = 0  # exactly-once: lines a spout may emit above the lowest incomplete one; 0: 4 x max pending x spouts
+    batch: int = DEFAULT_BATCH  # words a router sends a counter in one tuple at most (1: one per word; storm/router.py)
+    batch_ms: float = DEFAULT_BATCH_MS  # ... or once the first waited this long, whichever comes first (batch > 1)
 
     def __post_init__(self) -> None:
         if self.counter_tasks == 0:
@@ -81,6 +83,10 @@ class WordCountSettings:
             raise KeysplitError("flush and stats periods must be positive")
         if self.delivery not in DELIVERIES:
             raise KeysplitError(f"keysplit.delivery must be one of {', '.join(DELIVERIES)}, got {self.delivery!r}")
+        if self.batch < 1:
+            raise KeysplitError(f"keysplit.batch must be at least 1 (1: one tuple per word), got {self.batch}")
+        if not self.batch_ms > 0:
+            raise KeysplitError(f"keysplit.batch_ms must be positive, got {self.batch_ms}")
         if self.window < 0:
             raise KeysplitError(f"keysplit.window must not be negative, got {self.window}")
         if self.split not in SPLITS:

@@ -3,9 +3,12 @@
 ``feed`` (RedisStreamSpout x P) --fields(route)--> ``router`` (x S) --fields(route) | direct--> ``counter`` (x counter
 tasks) --fields(word)--> ``aggregator`` (x A) --global--> ``topk`` (x 1).
 
-The counter subscribes to both of the router's streams, ``words`` fields-grouped on ``route`` and
-``words_direct`` with direct grouping; the router emits on one of them, chosen by ``keysplit.route`` at run time
-(so ``sparse submit -o keysplit.route=direct`` switches without another topology).
+The counter subscribes to all of the router's streams, ``words`` and ``batches`` fields-grouped on ``route``,
+``words_direct`` and ``batches_direct`` with direct grouping; the router emits on one of them, chosen by
+``keysplit.route`` and ``keysplit.batch`` at run time (so ``sparse submit -o keysplit.route=direct`` or
+``-o keysplit.batch=1`` switches without another topology). The aggregator likewise subscribes to the counters'
+partial counts, one a tuple fields-grouped on ``word`` or, with batches, one tuple per aggregator on ``flushes``
+fields-grouped on ``route``.
 
 A streamparse topology fixes its parallelism when the class is created, so the class is made by
 :func:`wordcount_topology` from a :class:`WordCountSettings`; ``topologies/wordcount.py`` builds it from the
@@ -21,8 +24,11 @@ from streamparse import Grouping, Topology
 
 from keysplit.storm.bolts import (
     AGGREGATOR,
+    BATCH_DIRECT_STREAM,
+    BATCH_STREAM,
     COUNTER,
     DIRECT_STREAM,
+    FLUSH_STREAM,
     ROUTE_FIELD,
     ROUTER,
     SPOUT,
@@ -50,9 +56,12 @@ def wordcount_topology(settings: WordCountSettings, name: str = "WordCount",
     feed = RedisStreamSpout.spec(name=SPOUT, par=settings.spouts)
     router = RouterBolt.spec(name=ROUTER, inputs={feed: Grouping.fields(ROUTE_FIELD)}, par=settings.sources)
     counter = CounterBolt.spec(name=COUNTER, inputs={router[WORDS_STREAM]: Grouping.fields(ROUTE_FIELD),
-                                                     router[DIRECT_STREAM]: Grouping.DIRECT},
+                                                     router[DIRECT_STREAM]: Grouping.DIRECT,
+                                                     router[BATCH_STREAM]: Grouping.fields(ROUTE_FIELD),
+                                                     router[BATCH_DIRECT_STREAM]: Grouping.DIRECT},
                                par=settings.counter_tasks, config=tick)
-    aggregator = AggregatorBolt.spec(name=AGGREGATOR, inputs={counter: Grouping.fields("word")},
+    aggregator = AggregatorBolt.spec(name=AGGREGATOR, inputs={counter: Grouping.fields("word"),
+                                                              counter[FLUSH_STREAM]: Grouping.fields(ROUTE_FIELD)},
                                      par=settings.aggregators, config=tick)
     topk = TopKBolt.spec(name=TOPK, inputs={aggregator: Grouping.GLOBAL}, par=1)
     config = {**DEFAULT_STORM_CONF, **settings.conf(), **(storm_conf or {})}

@@ -60,14 +60,19 @@ def fit_delay(name: str, measured_mean_ms: float, params: TopologyParams, arrays
 
 
 def calibrate(ceiling: dict, ceiling_arrays: tuple, saturation: dict, saturation_arrays: tuple, light: dict,
-              light_arrays: tuple) -> dict:
-    """The model's overheads from three calibration runs of ``keysplit run`` (their ``--json`` summaries) and the
-    routed streams of their datasets (:func:`~keysplit.topology_model.driver.route_dataset`):
+              light_arrays: tuple, single: dict | None = None, single_arrays: tuple | None = None) -> dict:
+    """The model's overheads from three (or four) calibration runs of ``keysplit run`` (their ``--json`` summaries)
+    and the routed streams of their datasets (:func:`~keysplit.topology_model.driver.route_dataset`):
 
     - ``ceiling``: no CPU delay and a max pending high enough that Little's law does not bind (the ceiling
-      ``benchmarks/topology_throughput.py`` measures): ``overhead_us``, the runner's serial time per word, and
+      ``benchmarks/topology_throughput.py`` measures): ``overhead_us``, the runner's serial time per tuple, and
       ``tuple_us`` (the same per-tuple cost for what ticks emit and ack) are fitted so that the model reproduces
       its words/s;
+    - ``single``, when given: the same ceiling with one tuple per word (``--batch 1``) while ``ceiling`` ran with
+      batches: its words/s gives the runner's cost of a word in a tuple of its own, ``word_us + overhead_us``, and
+      the batched ceiling then splits it (``word_us``, what a word costs whatever its tuple: the spout's line, the
+      router's choice; ``overhead_us``, what a tuple costs), the split with which the model reproduces both runs
+      (without it, ``word_us`` is 0: the ceiling's cost is all per tuple);
     - ``light``: no CPU delay, open loop well below the ceiling, so that nothing queues: ``commit_us`` is what
       its aggregators measured per partial count at their ticks (the run's ``aggregator_us``), ``hop_delay_ms``
       what it measured from the first emit to the first word at a counter (``first_hop_ms``: the spout, the
@@ -91,13 +96,22 @@ def calibrate(ceiling: dict, ceiling_arrays: tuple, saturation: dict, saturation
         raise ValueError("the light calibration run must be open loop (keysplit run --rate R)")
     if not saturation.get("cpu_delay_ms"):
         raise ValueError("the saturation calibration run needs a CPU delay")
-    runs = (ceiling, light, saturation)
+    runs = (ceiling, light, saturation) + ((single,) if single is not None else ())
     phase = float(np.mean([float(r.get("tick_phase_s") or 0.0) for r in runs]))
-    base = params_of_run(ceiling, tick_phase_s=phase)
-    per_word = fit_overhead("overhead_us", ceiling["words_per_second"], replace(base, tuple_us=0.0), ceiling_arrays)
+    base = replace(params_of_run(ceiling, tick_phase_s=phase), tuple_us=0.0)
+    word = 0.0
+    if single is not None and single_arrays is not None and base.batch > 1:
+        alone = fit_overhead("overhead_us", single["words_per_second"],
+                             replace(params_of_run(single, tick_phase_s=phase), tuple_us=0.0), single_arrays)
+        # more of it per word and less per tuple makes a batched run slower: bisection finds the split
+        word = _bisect(lambda v: simulate(replace(base, overhead_us=alone - v, word_us=v), *ceiling_arrays)
+                       .words_per_second > ceiling["words_per_second"], alone, 30)
+        per_word = alone - word  # per tuple
+    else:
+        per_word = fit_overhead("overhead_us", ceiling["words_per_second"], base, ceiling_arrays)
     commit = float(light.get("aggregator_us") or per_word)  # a run from before the aggregators measured it
     light_params = params_of_run(light, overhead_us=per_word, tuple_us=per_word, commit_us=commit,
-                                 tick_phase_s=phase)
+                                 tick_phase_s=phase, word_us=word)
     if light.get("first_hop_ms") is not None:
         hop = float(light["first_hop_ms"])
         ack = fit_delay("ack_delay_ms", light["latency_ms"]["mean"], replace(light_params, hop_delay_ms=hop),
@@ -105,20 +119,22 @@ def calibrate(ceiling: dict, ceiling_arrays: tuple, saturation: dict, saturation
     else:
         hop, ack = fit_delay("hop_delay_ms", light["latency_ms"]["mean"], light_params, light_arrays), 0.0
     sat = params_of_run(saturation, overhead_us=per_word, tuple_us=per_word, commit_us=commit, tick_phase_s=phase,
-                        hop_delay_ms=hop, ack_delay_ms=ack)
+                        hop_delay_ms=hop, ack_delay_ms=ack, word_us=word)
     counter = fit_overhead("counter_overhead_us", saturation["words_per_second"], sat, saturation_arrays)
-    return {"overhead_us": per_word, "counter_overhead_us": counter, "tuple_us": per_word, "commit_us": commit,
-            "tick_phase_s": phase, "hop_delay_ms": hop, "ack_delay_ms": ack,
-            "runs": {name: {k: r.get(k) for k in _RUN_FIELDS} for name, r in zip(("ceiling", "light", "saturation"),
-                                                                                 runs)},
+    names = ("ceiling", "light", "saturation", "single")
+    return {"overhead_us": per_word, "word_us": word, "counter_overhead_us": counter, "tuple_us": per_word,
+            "commit_us": commit, "tick_phase_s": phase, "hop_delay_ms": hop, "ack_delay_ms": ack,
+            "runs": {name: {k: r.get(k) for k in _RUN_FIELDS} for name, r in zip(names, runs)},
             "how": "fitted so that the model reproduces the words/s of a `keysplit run` with no CPU delay (runner "
-                   "and protocol per word), the mean latency of one with no CPU delay at a light open-loop rate "
-                   "(ack delay; that run measured the first hop and its aggregators' commit per partial count) and "
-                   "the words/s of one with every counter saturated (counter per word)"}
+                   "and protocol per tuple, and per word when a run with one tuple per word is given too), the mean "
+                   "latency of one with no CPU delay at a light open-loop rate (ack delay; that run measured the "
+                   "first hop and its aggregators' commit per partial count) and the words/s of one with every "
+                   "counter saturated (counter per tuple)"}
 
 
 _RUN_FIELDS = ("run_id", "grouping", "dataset", "workers", "sources", "aggregators", "cpu_delay_ms", "max_pending",
-               "flush_secs", "rate", "words_per_second", "tick_phase_s", "aggregator_us", "first_hop_ms")
+               "flush_secs", "rate", "batch", "batch_ms", "words_per_second", "words_per_tuple", "tick_phase_s",
+               "aggregator_us", "first_hop_ms")
 
 
 def load_calibration(path: str | None) -> dict:

@@ -29,8 +29,10 @@ from keysplit.topology_model.kernel import (
     _I_OLDEST,
     _I_TIMEOUTS,
     _S_ACK,
+    _S_BATCH,
     _S_CAP,
     _S_COMMIT,
+    _S_CTUPLE,
     _S_HOP,
     _S_PHASE,
     _S_RATE,
@@ -39,6 +41,8 @@ from keysplit.topology_model.kernel import (
     _S_TICK,
     _S_TIMEOUT,
     _S_TUPLE,
+    _S_WAIT,
+    _S_WORD,
     stream_kernel,
 )
 from keysplit.topology_model.params import ModelResult, TopologyParams
@@ -62,12 +66,13 @@ def _regrow(arrays: list[np.ndarray], lo: int, hi: int, size: int) -> list[np.nd
 
 def kernel_settings(p: TopologyParams) -> np.ndarray:
     """The kernel's settings (its ``_S_*`` slots) from the parameters: times in seconds."""
-    out = np.zeros(11)
-    out[_S_SERVICE], out[_S_RUNNER], out[_S_TUPLE], out[_S_COMMIT] = (p.service_s, p.overhead_us / 1e6,
+    out = np.zeros(15)
+    out[_S_SERVICE], out[_S_RUNNER], out[_S_TUPLE], out[_S_COMMIT] = (p.cpu_delay_ms / 1000.0, p.overhead_us / 1e6,
                                                                       p.tuple_us / 1e6, p.commit_s)
     out[_S_ACK], out[_S_TICK], out[_S_PHASE] = p.ack_delay_ms / 1000.0, p.tick_secs, p.tick_phase_s
     out[_S_CAP], out[_S_RATE], out[_S_TIMEOUT] = p.max_pending * p.spouts, p.rate or 0.0, p.message_timeout
-    out[_S_HOP] = p.hop_delay_ms / 1000.0
+    out[_S_HOP], out[_S_WORD], out[_S_CTUPLE] = p.hop_delay_ms / 1000.0, p.word_us / 1e6, p.counter_overhead_us / 1e6
+    out[_S_BATCH], out[_S_WAIT] = p.batch, p.batch_ms / 1000.0
     return out
 
 
@@ -91,24 +96,39 @@ class StreamedModel:
         size = 1024 + 4 * (params.workers + params.aggregators)
         self.heap = (np.empty(size), np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
                      np.empty(size, dtype=np.int64))
-        w, a = params.workers, params.aggregators
-        self.counters = (np.full(w, -1, dtype=np.int64), np.full(w, -1, dtype=np.int64), np.zeros(w), np.zeros(w))
+        w, a, b = params.workers, params.aggregators, params.sources * params.workers
+        self.counters = (np.full(w, -1, dtype=np.int64), np.full(w, -1, dtype=np.int64), np.zeros(w), np.zeros(w),
+                         np.zeros(w, dtype=np.int64))
         self.aggs = (np.full(a, -1, dtype=np.int64), np.full(a, -1, dtype=np.int64), np.zeros(a),
                      np.zeros(a, dtype=np.int64))
+        # each router's batch for each counter: chain of its words, their number, the batches it sent
+        self.batches = (np.full(b, -1, dtype=np.int64), np.full(b, -1, dtype=np.int64), np.zeros(b, dtype=np.int64),
+                        np.zeros(b, dtype=np.int64))
         self.stamp = np.zeros(1024, dtype=np.int64)
         ring = _pow2(params.max_pending * params.spouts)
-        # lines: words left to ack, emit time, first word; words: worker, aggregator, key, line, next in chain
-        self.lines = [np.zeros(ring, dtype=np.int64), np.zeros(ring), np.zeros(ring, dtype=np.int64)]
+        # lines: words left to ack, emit time, router, first word; words: worker, aggregator, key, line, next in chain
+        self.lines = [np.zeros(ring, dtype=np.int64), np.zeros(ring), np.zeros(ring, dtype=np.int64),
+                      np.zeros(ring, dtype=np.int64)]
         self.words = [np.zeros(ring * 4, dtype=np.int64) for _ in range(5)]
         self.words_fed = 0
         self.h_count = np.zeros(latency.BINS, dtype=np.int64)
         self.rec_emit = np.full(keep_lines, np.nan)
         self.rec_done = np.full(keep_lines, np.nan)
 
-    def feed(self, lengths: np.ndarray, workers: np.ndarray, aggregators: np.ndarray, key_ids: np.ndarray) -> None:
+    def feed(self, lengths: np.ndarray, workers: np.ndarray, aggregators: np.ndarray, key_ids: np.ndarray,
+             sources: np.ndarray | None = None) -> None:
         """The next lines: ``lengths[i]`` words each (empty lines dropped), their words' workers, aggregators and
-        key ids (ids any integers >= 0 equal for equal keys) in feed order; runs the model as far as they go."""
+        key ids (ids any integers >= 0 equal for equal keys) in feed order, and each line's router (``sources``,
+        as the spout deals them; default: round-robin by line number, ``--split shuffle`` over a dataset with no
+        record without keys); runs the model as far as they go."""
         lengths = np.asarray(lengths, dtype=np.int64)
+        if sources is None:
+            fed = int(self.iv[_I_LINES])
+            sources = np.arange(fed, fed + int((lengths > 0).sum()), dtype=np.int64) % self.params.sources
+        else:
+            sources = np.asarray(sources, dtype=np.int64)[lengths > 0]
+            if len(sources) and (int(sources.min()) < 0 or int(sources.max()) >= self.params.sources):
+                raise ValueError(f"a line's router is outside 0..{self.params.sources - 1}")
         lengths = lengths[lengths > 0]
         m = len(workers)
         if int(lengths.sum()) != m or len(aggregators) != m or len(key_ids) != m:
@@ -119,20 +139,22 @@ class StreamedModel:
         for a in range(0, len(lengths), FEED_LINES):  # the rings hold at most FEED_LINES lines not yet emitted
             b = min(a + FEED_LINES, len(lengths))
             words = slice(int(bounds[a]), int(bounds[b]))
-            self._feed(lengths[a:b], workers[words], aggregators[words], key_ids[words])
+            self._feed(lengths[a:b], workers[words], aggregators[words], key_ids[words], sources[a:b])
 
-    def _feed(self, lengths: np.ndarray, workers: np.ndarray, aggregators: np.ndarray, key_ids: np.ndarray) -> None:
+    def _feed(self, lengths: np.ndarray, workers: np.ndarray, aggregators: np.ndarray, key_ids: np.ndarray,
+              sources: np.ndarray) -> None:
         m = len(workers)
         fed, oldest, k = int(self.iv[_I_LINES]), int(self.iv[_I_OLDEST]), len(lengths)
-        left, _, first = self.lines
+        left = self.lines[0]
         if fed + k - oldest > len(left):
             self.lines = _regrow(self.lines, oldest, fed, fed + k - oldest)
-        left, _, first = self.lines
+        left, _, source, first = self.lines
         low = int(first[oldest & (len(first) - 1)]) if oldest < fed else self.words_fed
         if self.words_fed + m - low > len(self.words[0]):
             self.words = _regrow(self.words, low, self.words_fed, self.words_fed + m - low)
         li = np.arange(fed, fed + k, dtype=np.int64) & (len(left) - 1)
         left[li] = lengths
+        source[li] = sources
         first[li] = self.words_fed + np.cumsum(lengths) - lengths
         wi = np.arange(self.words_fed, self.words_fed + m, dtype=np.int64) & (len(self.words[0]) - 1)
         for ring, values in zip(self.words, (workers, aggregators, key_ids)):
@@ -145,8 +167,9 @@ class StreamedModel:
         self._run(False)
 
     def _run(self, final: bool) -> None:
-        status, self.heap = stream_kernel((self.iv, self.fv), self.heap, self.counters, self.aggs, self.stamp,
-                                          (self.lines[0], self.lines[1]), tuple(self.words), self.h_count,
+        status, self.heap = stream_kernel((self.iv, self.fv), self.heap, self.counters, self.aggs, self.batches,
+                                          self.stamp, (self.lines[0], self.lines[1], self.lines[2]),
+                                          tuple(self.words), self.h_count,
                                           (self.rec_emit, self.rec_done), self.settings, final)
         assert final or status == 0, "the model stopped before the stream's end"
 
@@ -178,12 +201,13 @@ SIMULATE_CHUNK = 1 << 16
 
 
 def simulate(params: TopologyParams, line_start: np.ndarray, workers: np.ndarray, key_ids: np.ndarray,
-             aggregators: np.ndarray | None = None, *, chunk_lines: int = SIMULATE_CHUNK,
-             keep_lines: bool = True) -> ModelResult:
+             aggregators: np.ndarray | None = None, sources: np.ndarray | None = None, *,
+             chunk_lines: int = SIMULATE_CHUNK, keep_lines: bool = True) -> ModelResult:
     """Run the model over a routed stream: ``workers[j]``/``key_ids[j]`` of word j in feed order, lines cut at
-    ``line_start``; ``aggregators[j]`` the aggregator of word j (default: key id mod A). The stream goes to the
-    model ``chunk_lines`` lines at a time; ``keep_lines`` keeps each line's emit and completion time (then the
-    summary's mean and percentiles are exact)."""
+    ``line_start``; ``aggregators[j]`` the aggregator of word j (default: key id mod A); ``sources[i]`` the router
+    of non-empty line i (default: round-robin). The stream goes to the model ``chunk_lines`` lines at a time;
+    ``keep_lines`` keeps each line's emit and completion time (then the summary's mean and percentiles are
+    exact)."""
     workers = np.ascontiguousarray(workers, dtype=np.int64)
     key_ids = np.ascontiguousarray(key_ids, dtype=np.int64)
     line_start = np.ascontiguousarray(line_start, dtype=np.int64)
@@ -195,13 +219,20 @@ def simulate(params: TopologyParams, line_start: np.ndarray, workers: np.ndarray
         aggregators = key_ids % params.aggregators
     aggregators = np.ascontiguousarray(aggregators, dtype=np.int64)
     lengths = np.diff(line_start)
+    if sources is not None:
+        sources = np.asarray(sources, dtype=np.int64)
+        if len(sources) == len(lengths):  # one per line of line_start, empty ones included: keep the non-empty
+            sources = sources[lengths > 0]
     lengths = lengths[lengths > 0]
+    if sources is not None and len(sources) != len(lengths):
+        raise ValueError("sources and line starts disagree on the number of lines")
     bounds = line_starts(lengths)
     model = StreamedModel(params, len(lengths) if keep_lines else 0)
     for a in range(0, len(lengths), max(1, chunk_lines)):
         b = min(a + max(1, chunk_lines), len(lengths))
         words = slice(int(bounds[a]), int(bounds[b]))
-        model.feed(lengths[a:b], workers[words], aggregators[words], key_ids[words])
+        model.feed(lengths[a:b], workers[words], aggregators[words], key_ids[words],
+                   None if sources is None else sources[a:b])
     return model.finish()
 
 
@@ -212,27 +243,33 @@ def aggregator_of(keys: list[str], aggregators: int) -> np.ndarray:
     return np.asarray([fields_index([k], aggregators) for k in keys], dtype=np.int64)
 
 
-def stream_arrays(lengths: np.ndarray, workers: np.ndarray, keys: list[str], aggregators: int) -> tuple:
-    """``(line_start, workers, key ids, aggregator ids)`` for :func:`simulate` from words in feed order."""
+def stream_arrays(lengths: np.ndarray, workers: np.ndarray, keys: list[str], aggregators: int,
+                  sources: np.ndarray | None = None) -> tuple:
+    """``(line_start, workers, key ids, aggregator ids, line sources)`` for :func:`simulate` from words in feed
+    order (``sources`` None: round-robin)."""
     vocab, key_ids = np.unique(np.asarray(keys, dtype=object), return_inverse=True)
     aggs = aggregator_of(vocab.tolist(), aggregators)[key_ids]
-    return line_starts(lengths), np.asarray(workers, dtype=np.int64), key_ids.astype(np.int64), aggs
+    return (line_starts(lengths), np.asarray(workers, dtype=np.int64), key_ids.astype(np.int64), aggs,
+            None if sources is None else np.asarray(sources, dtype=np.int64))
 
 
 def route_dataset(spec: str, grouping: str, workers: int, sources: int, aggregators: int, *,
-                  rate: float | None = None, capacities: list[float] | None = None) -> tuple:
+                  rate: float | None = None, capacities: list[float] | None = None, split: str = "shuffle") -> tuple:
     """Route a dataset with the simulator's groupings in process (no Spark): the model's input arrays.
 
-    Records go to sources as ``keysplit simulate`` deals them; event time is ``sequence / rate``."""
+    Records go to sources as ``keysplit simulate`` deals them (and as the spout deals lines to the routers:
+    ``keysplit.stream.source_of``); event time is ``sequence / rate``."""
     from keysplit.datasets import open_dataset
     from keysplit.groupings.hosting import prepare_groupings, route
-    from keysplit.stream import DEFAULT_RATE
+    from keysplit.stream import DEFAULT_RATE, source_of
 
     dataset = open_dataset(spec)
     groupings = prepare_groupings(grouping, workers, sources, dataset, capacities=capacities)
     chosen, keys = [], []
-    for _, _, key, w in route(dataset, groupings, rate=rate or DEFAULT_RATE):
+    for _, _, key, w in route(dataset, groupings, rate=rate or DEFAULT_RATE, split=split):
         chosen.append(w)
         keys.append(key)
-    lengths = [len(k) for _, k in dataset.records() if k]
-    return stream_arrays(np.asarray(lengths), np.asarray(chosen), keys, aggregators)
+    records = [(i, k) for i, (_, k) in enumerate(dataset.records()) if k]
+    lengths = [len(k) for _, k in records]
+    dealt = [source_of(i, k[0], sources, split) for i, k in records]
+    return stream_arrays(np.asarray(lengths), np.asarray(chosen), keys, aggregators, np.asarray(dealt))

@@ -9,24 +9,31 @@ What the model follows, each a fact of the topology (``keysplit.storm``, ``keysp
   ``pending.size() < maxSpoutPending``); with ``--rate R`` line i is not emitted before ``i / R`` s (open loop,
   max pending still a cap);
 - **the runner** (one thread: the multi-lang runner, routers and protocol) handles the words one after the
-  other, ``overhead_us`` each: the per-tuple overhead measured by a calibration run with no CPU delay, whose
-  throughput is ``1e6 / overhead_us`` words/s (see :func:`~keysplit.topology_model.calibration.calibrate`); a
-  word then reaches its counter ``hop_delay_ms`` later (the hops through the router processes, which on a
-  shared machine wait for a core);
-- **a counter** serves its words first come first served, ``cpu_delay_ms + counter_overhead_us`` each (the sleep
-  and what one tuple costs the counter process); the words it has served wait for its next tick tuple;
+  other, ``word_us`` each, and each tuple it sends to a counter, ``overhead_us`` each: with one tuple per word
+  (``batch`` 1) a word costs ``word_us + overhead_us``, the per-tuple overhead measured by a calibration run with
+  no CPU delay, whose throughput is ``1e6 / (word_us + overhead_us)`` words/s (see
+  :func:`~keysplit.topology_model.calibration.calibrate`); a tuple then reaches its counter ``hop_delay_ms`` later
+  (the hops through the router processes, which on a shared machine wait for a core);
+- **batches** (``batch`` B > 1, ``batch_ms`` T; ``keysplit.storm.router.Batcher``): a line goes to router
+  ``source`` (the spout deals lines to routers), whose words wait in one batch per (router, counter); a batch
+  leaves as one tuple once it holds B words, right after the word that filled it, or T after its first word,
+  whichever comes first; so the runner pays ``overhead_us`` once per batch, and a word waits at most T in it;
+- **a counter** serves its tuples first come first served, ``cpu_delay_ms`` per word plus ``counter_overhead_us``
+  per tuple (the sleep, and what one tuple costs the counter process: reading it, and the sleep's overshoot, which
+  a batch pays once, ``CounterBolt.count_batch``); the words it has served wait for its next tick tuple;
 - **ticks** reach every counter and aggregator at the same instants ``tick_phase + k * T``, ``T`` the tick period
   (``topology.tick.tuple.freq.secs``, whole seconds: ``max(1, round(flush))``, as
   ``WordCountSettings.tick_secs``); a tick enters the task's input queue behind what is already there (the
   local runner appends it, as Storm's executor receive queue does), so a counter with a backlog flushes late;
 - **flush-then-ack**: at its tick a counter emits one partial count per distinct word it served since the last
-  tick (``tuple_us`` each), anchored to the words, and then acks the words (``tuple_us`` each), in that order
-  (``keysplit.storm.bolts.CounterBolt.process_tick``): the partial counts leave before the acks; each goes to
+  tick (``tuple_us`` each), anchored to the words, and then acks its input tuples (``tuple_us`` each), in that
+  order (``keysplit.storm.bolts.CounterBolt.process_tick``): the partial counts leave before the acks; each goes to
   the aggregator of its word (the runner's fields hash), which serves it in ``tuple_us`` and holds it until
-  the aggregator's next tick; that tick's service (``commit_us`` per partial count: merging, the Redis commit,
-  the acks, as the aggregators measure it, see :func:`~keysplit.topology_model.calibration.calibrate`) ends
-  with the ack, and the line is complete ``ack_delay_ms`` later (the top-k bolt, the acker, the spout's ack)
-  once every word of it is acked.
+  the aggregator's next tick; with batches the counter emits one tuple per aggregator its words go to, not one per
+  word (``CounterBolt.emit_flushes``), and the aggregator receives that one; the aggregator's tick (``commit_us``
+  per partial count: merging, the Redis commit, the acks, as the aggregators measure it, see
+  :func:`~keysplit.topology_model.calibration.calibrate`) ends with the ack, and the line is complete
+  ``ack_delay_ms`` later (the top-k bolt, the acker, the spout's ack) once every word of it is acked.
 
 Not modelled: message timeouts re-emitting a line (the lines that would exceed ``message_timeout`` are counted
 in ``timeouts``; a run that replayed lines is outside the model), task restarts, and CPU contention beyond the
@@ -40,16 +47,18 @@ import numpy as np
 from keysplit import latency
 
 #: Event kinds of the simulation.
-_EMIT, _ARRIVE, _TICK, _PARTIAL, _ACK = 0, 1, 2, 3, 4
+_EMIT, _ARRIVE, _TICK, _PARTIAL, _ACK, _FLUSH = 0, 1, 2, 3, 4, 5
 
 #: Slots of the kernel's integer state (``iv``) and float state (``fv``).
 _I_HEAP, _I_SEQ, _I_NEXT_LINE, _I_PENDING, _I_COMPLETED, _I_WAITING, _I_TIMEOUTS, _I_STAMP, _I_NEXT_WORD, \
     _I_LINES, _I_OLDEST, _I_STARTED = range(12)
 _F_RUNNER, _F_FIRST, _F_LAST, _F_SUM, _F_COMP, _F_MAX, _F_MIN = range(7)
-#: Slots of the kernel's settings (``settings``, float64; times in seconds): a counter's time per word, the
-#: runner's, a tuple's in a tick, an aggregator's per partial count, the ack delay, the tick period and phase, the
-#: lines in flight at most, the rate (0: closed loop), the message timeout, the hop to a counter.
-_S_SERVICE, _S_RUNNER, _S_TUPLE, _S_COMMIT, _S_ACK, _S_TICK, _S_PHASE, _S_CAP, _S_RATE, _S_TIMEOUT, _S_HOP = range(11)
+#: Slots of the kernel's settings (``settings``, float64; times in seconds): a counter's time per word (the CPU
+#: delay), the runner's per tuple sent to a counter, a tuple's in a tick, an aggregator's per partial count, the ack
+#: delay, the tick period and phase, the lines in flight at most, the rate (0: closed loop), the message timeout,
+#: the hop to a counter, the runner's per word, a counter's per input tuple, the batch size (words) and wait.
+_S_SERVICE, _S_RUNNER, _S_TUPLE, _S_COMMIT, _S_ACK, _S_TICK, _S_PHASE, _S_CAP, _S_RATE, _S_TIMEOUT, _S_HOP, \
+    _S_WORD, _S_CTUPLE, _S_BATCH, _S_WAIT = range(15)
 
 
 @numba.njit(cache=True)
@@ -104,6 +113,17 @@ def _append(head, tail, nxt, q, j, mask):
 
 
 @numba.njit(cache=True)
+def _send(b_head, b_tail, b_count, b_gen, b, ht, hs, hk, ha, n, seq, t):
+    """Batch ``b`` leaves for its counter: one tuple that arrives at ``t``; the batch starts over, empty."""
+    ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, t, _ARRIVE, b_head[b])
+    b_head[b] = -1
+    b_tail[b] = -1
+    b_count[b] = 0
+    b_gen[b] += 1
+    return ht, hs, hk, ha, n
+
+
+@numba.njit(cache=True)
 def _count(head, nxt, word_key, stamp, stamp_no, mask):
     """Words and distinct keys of the chain starting at ``head`` (``stamp`` marks keys seen with ``stamp_no``)."""
     words = 0
@@ -126,19 +146,24 @@ _bin = numba.njit(cache=True)(latency.bin_of)
 
 
 @numba.njit(cache=True)
-def stream_kernel(state, heap, counters, aggregators, stamp, lines, words, histogram, records, settings, final):
+def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, words, histogram, records, settings,
+                  final):
     """The event loop (see the module docstring) over the lines fed so far, resumable. Times in seconds.
 
     The arguments, grouped by role (tuples of arrays, the arrays updated in place):
 
     - ``state``: ``(iv, fv)``, the loop's integer and float scalars between calls (slots ``_I_*``, ``_F_*``);
     - ``heap``: ``(time, sequence, kind, argument)`` of the pending events, a binary min-heap;
-    - ``counters``: per counter, ``(head, tail, free, busy)``: the chain of words served since its last tick, when
-      it is next free, its busy time; ``aggregators``: per aggregator, ``(head, tail, free, seen)``: the chain of
-      words whose partial counts reached it, when it is next free, a scratch count;
+    - ``counters``: per counter, ``(head, tail, free, busy, tuples)``: the chain of words served since its last
+      tick, when it is next free, its busy time, the input tuples since its last tick; ``aggregators``: per
+      aggregator, ``(head, tail, free, seen)``: the chain of words whose partial counts reached it, when it is next
+      free, a scratch count;
+    - ``batches``: per (router, counter) at ``router * workers + counter``, ``(head, tail, count, generation)``:
+      the chain of words waiting in the router's batch for that counter, how many, and how many batches it sent
+      (a ``_FLUSH`` event names the batch it was set for, so it does nothing once that batch has left);
     - ``stamp``: per key id, the last stamp it was counted under (distinct keys of a chain);
-    - ``lines``: ``(left, emit)``, rings of the lines: words left to ack and emit time of line i at slot
-      ``i & (len - 1)``; ``words``: ``(worker, aggregator, key, line, next)``, rings of the words: word j's at
+    - ``lines``: ``(left, emit, source)``, rings of the lines: words left to ack, emit time and router of line i at
+      slot ``i & (len - 1)``; ``words``: ``(worker, aggregator, key, line, next)``, rings of the words: word j's at
       slot ``j & (len - 1)`` (the caller sizes the rings, powers of two, for the lines and words from the oldest
       line not complete to the last fed);
     - ``histogram``: a completed line's latency count per bin (:mod:`keysplit.latency`, ``latency.BINS`` bins);
@@ -152,9 +177,10 @@ def stream_kernel(state, heap, counters, aggregators, stamp, lines, words, histo
     (the heap's arrays may have grown)."""
     iv, fv = state
     ht, hs, hk, ha = heap
-    c_head, c_tail, c_free, c_busy = counters
+    c_head, c_tail, c_free, c_busy, c_tuples = counters
     a_head, a_tail, a_free, a_seen = aggregators
-    l_left, l_emit = lines
+    b_head, b_tail, b_count, b_gen = batches
+    l_left, l_emit, l_src = lines
     w_worker, w_agg, w_key, w_line, w_nxt = words
     h_count = histogram
     rec_emit, rec_done = records
@@ -162,6 +188,9 @@ def stream_kernel(state, heap, counters, aggregators, stamp, lines, words, histo
     service, runner, tuple_cost = settings[_S_SERVICE], settings[_S_RUNNER], settings[_S_TUPLE]
     commit_cost, ack_delay, tick, phase = settings[_S_COMMIT], settings[_S_ACK], settings[_S_TICK], settings[_S_PHASE]
     cap, rate, timeout, hop = int(settings[_S_CAP]), settings[_S_RATE], settings[_S_TIMEOUT], settings[_S_HOP]
+    word_cost, counter_tuple = settings[_S_WORD], settings[_S_CTUPLE]
+    batch, wait = int(settings[_S_BATCH]), settings[_S_WAIT]
+    n_batches = b_head.shape[0]
     n, seq, next_line, pending = iv[_I_HEAP], iv[_I_SEQ], iv[_I_NEXT_LINE], iv[_I_PENDING]
     completed, emit_waiting, timeouts, stamp_no = iv[_I_COMPLETED], iv[_I_WAITING] != 0, iv[_I_TIMEOUTS], iv[_I_STAMP]
     next_word, lines, oldest = iv[_I_NEXT_WORD], iv[_I_LINES], iv[_I_OLDEST]
@@ -208,21 +237,57 @@ def stream_kernel(state, heap, counters, aggregators, stamp, lines, words, histo
             # spout does not run ahead of it
             runner_free = max(runner_free, now)
             length = l_left[i & lm]
+            base = l_src[i & lm] * n_workers
             for j in range(next_word, next_word + length):
-                runner_free += runner
+                runner_free += word_cost
                 w_line[j & wm] = i
-                ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, runner_free + hop, _ARRIVE, j)
-                seq += 1
+                w_nxt[j & wm] = -1
+                if batch <= 1:  # one tuple per word
+                    runner_free += runner
+                    ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, runner_free + hop, _ARRIVE, j)
+                    seq += 1
+                    continue
+                b = base + w_worker[j & wm]
+                _append(b_head, b_tail, w_nxt, b, j, wm)
+                b_count[b] += 1
+                if b_count[b] == 1:  # the batch opens: it leaves `wait` later unless it fills first
+                    ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, runner_free + wait, _FLUSH,
+                                              b + n_batches * b_gen[b])
+                    seq += 1
+                if b_count[b] >= batch:
+                    runner_free += runner
+                    ht, hs, hk, ha, n = _send(b_head, b_tail, b_count, b_gen, b, ht, hs, hk, ha, n, seq,
+                                              runner_free + hop)
+                    seq += 1
             next_word += length
             ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, max(runner_free, now + tuple_cost), _EMIT, 0)
             seq += 1
         elif kind == _ARRIVE:
+            # a tuple (a word, or a batch: a chain of words) reaches its counter, which serves it word by word
             j = arg
             w = w_worker[j & wm]
+            size = 1
+            last = j
+            while w_nxt[last & wm] >= 0:
+                last = w_nxt[last & wm]
+                size += 1
+            cost = size * service + counter_tuple
             start = max(now, c_free[w])
-            c_free[w] = start + service
-            c_busy[w] += service
-            _append(c_head, c_tail, w_nxt, w, j, wm)
+            c_free[w] = start + cost
+            c_busy[w] += cost
+            c_tuples[w] += 1
+            if c_head[w] < 0:
+                c_head[w] = j
+            else:
+                w_nxt[c_tail[w] & wm] = j
+            c_tail[w] = last
+        elif kind == _FLUSH:
+            b = arg % n_batches
+            if b_gen[b] == arg // n_batches and b_count[b] > 0:  # the batch it was set for has not left yet
+                runner_free = max(runner_free, now) + runner
+                ht, hs, hk, ha, n = _send(b_head, b_tail, b_count, b_gen, b, ht, hs, hk, ha, n, seq,
+                                          runner_free + hop)
+                seq += 1
         elif kind == _TICK:
             # every counter's tick, queued behind its backlog: it flushes the words that arrived before it
             for w in range(n_workers):
@@ -231,11 +296,24 @@ def stream_kernel(state, heap, counters, aggregators, stamp, lines, words, histo
                 c_tail[w] = -1
                 stamp_no += 1
                 words, distinct = _count(head, w_nxt, w_key, stamp, stamp_no, wm)
+                emitted = distinct
+                if batch > 1 and head >= 0:  # one tuple per aggregator its words go to (CounterBolt.emit_flushes)
+                    for a in range(n_aggs):
+                        a_seen[a] = 0
+                    emitted = 0
+                    j = head
+                    while j >= 0:
+                        a = w_agg[j & wm]
+                        if a_seen[a] == 0:
+                            a_seen[a] = 1
+                            emitted += 1
+                        j = w_nxt[j & wm]
                 start = max(now, c_free[w])
-                c_free[w] = start + tuple_cost * (words + distinct)
-                c_busy[w] += tuple_cost * (words + distinct)
-                if head >= 0:  # the partial counts leave as emitted, before the words' acks (CounterBolt)
-                    ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, start + tuple_cost * distinct, _PARTIAL, head)
+                c_free[w] = start + tuple_cost * (c_tuples[w] + emitted)
+                c_busy[w] += tuple_cost * (c_tuples[w] + emitted)
+                c_tuples[w] = 0
+                if head >= 0:  # the partial counts leave as emitted, before the inputs' acks (CounterBolt)
+                    ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, start + tuple_cost * emitted, _PARTIAL, head)
                     seq += 1
             # every aggregator's tick: acks what reached it before the tick (its partial counts, FIFO)
             for a in range(n_aggs):
@@ -269,8 +347,8 @@ def stream_kernel(state, heap, counters, aggregators, stamp, lines, words, histo
                 _append(a_head, a_tail, w_nxt, a, j, wm)
                 j = after
             for a in range(n_aggs):
-                if a_seen[a]:
-                    a_free[a] = max(now, a_free[a]) + tuple_cost * a_seen[a]
+                if a_seen[a]:  # a tuple per partial count, or one for them all with batches
+                    a_free[a] = max(now, a_free[a]) + tuple_cost * (a_seen[a] if batch <= 1 else 1)
         else:  # _ACK: the words of an aggregator's tick are acked; a line whose last word this is completes
             j = arg
             freed = 0

@@ -27,6 +27,8 @@ KNOBS: dict[str, str] = {
     "flush_secs": "--flush",
     "message_timeout_secs": "--message-timeout",
     "rate": "--rate",
+    "batch": "--batch",
+    "batch_ms": "--batch-ms",
 }
 
 #: What `--arrivals` offers the replay.
@@ -35,7 +37,7 @@ ARRIVALS = ("closed", "open", "lindley")
 #: The calibrated quantities a calibration file holds (microseconds, seconds).
 CALIBRATED = ("overhead_us", "counter_overhead_us", "tuple_us", "tick_phase_s", "hop_delay_ms")
 #: Calibrated quantities a file may lack (made before they were measured): the model's default then applies.
-OPTIONAL_CALIBRATED = ("commit_us", "ack_delay_ms")
+OPTIONAL_CALIBRATED = ("commit_us", "ack_delay_ms", "word_us")
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class TopologyParams:
     """The knobs of a run (the names of ``keysplit run`` / ``keysplit replay``) and the calibrated overheads."""
 
     workers: int
+    sources: int = 1  # routers: each holds its own batch per counter
     aggregators: int = 2
     cpu_delay_ms: float = 1.0
     max_pending: int = 1000
@@ -50,8 +53,11 @@ class TopologyParams:
     flush_secs: float = 1.0
     message_timeout: float = 30.0
     rate: float | None = None  # lines/s per topology (open loop); None: closed loop
-    overhead_us: float = 0.0  # the runner's serial per-word cost (calibrated)
-    counter_overhead_us: float = 0.0  # a counter's per-word cost beyond the CPU delay (calibrated)
+    batch: int = 1  # words a router sends a counter in one tuple at most (keysplit.batch; 1: one tuple a word)
+    batch_ms: float = 20.0  # ... or once the first waited this long (keysplit.batch_ms)
+    overhead_us: float = 0.0  # the runner's serial cost per tuple sent to a counter (calibrated)
+    word_us: float = 0.0  # the runner's serial cost per word beyond its tuple's (calibrated with batches)
+    counter_overhead_us: float = 0.0  # a counter's cost per input tuple beyond the CPU delay (calibrated)
     tuple_us: float = 0.0  # cost of one emitted or acked tuple in a counter's tick, or received by an aggregator
     commit_us: float | None = None  # an aggregator's time per partial count at its tick (None: tuple_us)
     ack_delay_ms: float = 0.0  # from an aggregator's ack to the spout's ack of a completed line
@@ -59,17 +65,19 @@ class TopologyParams:
     tick_phase_s: float = 0.0  # time of tick 0 relative to the first emit (ticks at phase + k*T, k >= 1)
 
     def __post_init__(self) -> None:
-        for name in ("workers", "aggregators", "max_pending", "spouts"):
+        for name in ("workers", "sources", "aggregators", "max_pending", "spouts", "batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("cpu_delay_ms", "overhead_us", "counter_overhead_us", "tuple_us", "ack_delay_ms", "hop_delay_ms",
-                     "commit_us"):
+                     "commit_us", "word_us"):
             if (getattr(self, name) or 0.0) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.flush_secs <= 0 or self.message_timeout <= 0:
             raise ValueError("flush_secs and message_timeout must be positive")
         if self.rate is not None and self.rate <= 0:
             raise ValueError(f"rate must be positive, got {self.rate}")
+        if not self.batch_ms > 0:
+            raise ValueError(f"batch_ms must be positive, got {self.batch_ms}")
 
     @property
     def tick_secs(self) -> float:
@@ -83,7 +91,7 @@ class TopologyParams:
 
     @property
     def service_s(self) -> float:
-        """A counter's time per word."""
+        """A counter's time for a tuple of one word."""
         return self.cpu_delay_ms / 1000.0 + self.counter_overhead_us / 1e6
 
 
@@ -158,9 +166,10 @@ def model_params(opts: Any, workers: int | None = None) -> TopologyParams:
     o = getattr(opts, "overheads", None) or {}
     try:
         return TopologyParams(
-            workers=workers or opts.workers, aggregators=opts.aggregators, cpu_delay_ms=opts.cpu_delay_ms,
-            max_pending=opts.max_pending, spouts=opts.spouts, flush_secs=opts.flush_secs,
-            message_timeout=opts.message_timeout, rate=opts.rate if opts.arrivals == "open" else None,
+            workers=workers or opts.workers, sources=opts.sources, aggregators=opts.aggregators,
+            cpu_delay_ms=opts.cpu_delay_ms, max_pending=opts.max_pending, spouts=opts.spouts,
+            flush_secs=opts.flush_secs, message_timeout=opts.message_timeout,
+            rate=opts.rate if opts.arrivals == "open" else None, batch=opts.batch, batch_ms=opts.batch_ms,
             **{k: float(o.get(k, 0.0)) for k in CALIBRATED},
             **{k: float(o[k]) for k in OPTIONAL_CALIBRATED if o.get(k) is not None})
     except ValueError as exc:
@@ -168,9 +177,11 @@ def model_params(opts: Any, workers: int | None = None) -> TopologyParams:
 
 
 def params_of_run(run: dict, **overheads: float) -> TopologyParams:
-    """The model's knobs as a ``keysplit run`` summary records them, with the given overheads."""
+    """The model's knobs as a ``keysplit run`` summary records them, with the given overheads (a run recorded before
+    batches existed sent one tuple per word)."""
     return TopologyParams(
-        workers=int(run["workers"]), aggregators=int(run.get("aggregators") or 2),
+        workers=int(run["workers"]), sources=int(run.get("sources") or 1), aggregators=int(run.get("aggregators") or 2),
+        batch=int(run.get("batch") or 1), batch_ms=float(run.get("batch_ms") or TopologyParams.batch_ms),
         cpu_delay_ms=float(run.get("cpu_delay_ms") or 0.0), max_pending=int(run.get("max_pending") or 1000),
         spouts=int(run.get("spouts") or 1), flush_secs=float(run.get("flush_secs") or 1.0),
         message_timeout=float(run.get("message_timeout_secs") or 30), rate=run.get("rate") or None, **overheads)
