@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from typing import IO
 
 from keysplit.errors import KeysplitError
+from keysplit.processes import process_alive
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
@@ -99,21 +100,6 @@ def atomic_file(path: str | os.PathLike, option: str = "output", mode: str = "w"
         raise
 
 
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def remove_stale(folder: str | os.PathLike, prefix: str) -> list[str]:
     """Remove the folders of ``folder`` named ``<prefix><pid>-...`` that this user owns and whose process no
     longer runs: the temporary folders a ``kill -9`` left behind (a process removes its own on any other end).
@@ -125,7 +111,7 @@ def remove_stale(folder: str | os.PathLike, prefix: str) -> list[str]:
         return removed
     for name in names:
         pid = name[len(prefix):].split("-", 1)[0] if name.startswith(prefix) else ""
-        if not pid.isdigit() or _running(int(pid)):
+        if not pid.isdigit() or process_alive(int(pid)):
             continue
         path = os.path.join(folder, name)
         try:

