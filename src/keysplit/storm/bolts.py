@@ -58,6 +58,8 @@ BATCH_STREAM, BATCH_DIRECT_STREAM = "batches", "batches_direct"
 BATCH_STREAMS = frozenset((BATCH_STREAM, BATCH_DIRECT_STREAM))
 #: The counters' partial counts with batches: one tuple per aggregator at each tick, fields-grouped on route.
 FLUSH_STREAM = "flushes"
+#: Seconds between the ``sync`` messages a counter sends while it works through batches (CounterBolt.count_batch).
+ALIVE_SECS = 1.0
 ROUTE_FIELD = "route"
 
 quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
@@ -204,6 +206,7 @@ class CounterBolt(Bolt):
         self.busy = 0.0
         self.reported = 0
         self.tuples = 0  # input tuples: one a word, or one a batch
+        self.alive = time.perf_counter()  # when this counter last told Storm it is alive (count_batch)
         self.last_report = time.time()
         self.first_tuple: float | None = None  # when the first word reached this task (the run's first hop)
 
@@ -225,16 +228,26 @@ class CounterBolt(Bolt):
         """A router's batch, word by word, each with the CPU delay: word k is done no earlier than (k+1) x delay
         after the batch began. A sleep overshoots (~0.1 ms on a shared machine: timer slack, waiting for a core), and
         the next word's sleep is shortened by it, so a batch of n words takes n x delay plus one overshoot, not n
-        overshoots (one tuple per word pays one at every word)."""
+        overshoots (one tuple per word pays one at every word).
+
+        While it sleeps through batches it sends a ``sync`` every :data:`ALIVE_SECS`: Storm's ShellBolt counts any
+        message from the subprocess as its heartbeat (apache/storm ``storm-client/src/jvm/org/apache/storm/task/
+        ShellBolt.java``, ``BoltReaderRunnable``: ``setHeartbeat()`` for every command, the other commands ignored),
+        and kills one silent for ``topology.subprocess.timeout.secs`` (30 s), while its heartbeat request waits in the
+        pipe behind the tuples written before it. A pipe of 64 KiB holds about 5,000 batched words (13 bytes each,
+        100 one-word tuples), 20 s at 4 ms a word: a hot counter with a backlog would be killed for being busy."""
         add, delay = self.partial.add, self.delay
         occ = decode_occurrences(occurrences) if self.exactly_once else None
         due = started
         for k, word in enumerate(words):
             if delay:
                 due += delay
-                pause = due - time.perf_counter()
-                if pause > 0:
-                    time.sleep(pause)
+                now = time.perf_counter()
+                if due > now:
+                    time.sleep(due - now)
+                if now - self.alive > ALIVE_SECS:
+                    self.alive = now
+                    self.send_message({"command": "sync"})
             add(word, tup_id, (occ[2 * k], occ[2 * k + 1]) if occ is not None else None)
 
     def process_tick(self, tup):
