@@ -33,20 +33,19 @@ from streamparse import Bolt, Stream
 
 from keysplit.redis_client import client
 from keysplit.storm import quiet_exit
-from keysplit.storm.counting import PartialCounts, Totals, decode_occurrences, encode_occurrences, merge_top
+from keysplit.storm.counting import (
+    PartialCounts,
+    Totals,
+    decode_occurrences,
+    decode_words,
+    encode_occurrences,
+    encode_words,
+    flushes,
+    merge_top,
+)
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.router import (
-    Batch,
-    Batcher,
-    GroupingChannel,
-    Router,
-    component_tasks,
-    decode_words,
-    encode_words,
-    fields_index,
-    route_value,
-)
+from keysplit.storm.router import Batch, Batcher, GroupingChannel, Router, component_tasks, fields_index, route_value
 from keysplit.storm.settings import WordCountSettings
 
 #: Component names in the topology (the router needs the counter's to find its task ids).
@@ -264,26 +263,18 @@ class CounterBolt(Bolt):
         self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
 
     def emit_flushes(self, flushed) -> None:
-        """The partial counts of a tick as one tuple per aggregator: the words (:func:`encode_words`), their counts
-        (``"3,1"``) and occurrences (each word's ``"line,position,..."``, ``;`` between words), and the ``route``
-        that Storm's fields grouping sends to that aggregator, which is the one its fields grouping on each of these
-        words would pick (:func:`~keysplit.storm.router.fields_index`); anchored to every input tuple they cover."""
-        groups: dict[int, tuple[list, list, list, dict]] = {}
-        which = self.aggregator_of
-        for word, count, covered, occurrences in flushed:
-            a = which.get(word)
-            if a is None:
-                a = which[word] = fields_index(word, self.aggregators)
-            group = groups.get(a)
-            if group is None:
-                group = groups[a] = ([], [], [], {})
-            group[0].append(word)
-            group[1].append(str(count))
-            group[2].append(encode_occurrences(occurrences))
-            group[3].update(dict.fromkeys(covered))
-        for a, (words, counts, occurrences, anchors) in groups.items():
-            self.emit([encode_words(words), ",".join(counts), ";".join(occurrences), route_value(a, self.aggregators)],
-                      stream=FLUSH_STREAM, anchors=list(anchors))
+        """The partial counts of a tick as one tuple per aggregator (:func:`~keysplit.storm.counting.flushes`) with
+        the ``route`` that Storm's fields grouping sends to that aggregator, the one its fields grouping on each of
+        these words would pick (:func:`~keysplit.storm.router.fields_index`); anchored to every input they cover."""
+        n = self.aggregators
+        for a, (words, counts, occurrences, anchors) in flushes(flushed, self.aggregator_index).items():
+            self.emit([words, counts, occurrences, route_value(a, n)], stream=FLUSH_STREAM, anchors=anchors)
+
+    def aggregator_index(self, word: str) -> int:
+        a = self.aggregator_of.get(word)
+        if a is None:
+            a = self.aggregator_of[word] = fields_index(word, self.aggregators)
+        return a
 
     def report(self):
         now = time.time()
