@@ -9,7 +9,7 @@ acked, exactly-once totals), the two modes of a grouping and delay run back to b
 shared machine hits both alike. Throughput is words / (last ack - first emit), as every run reports it, so the
 flush wait at the end (one to two periods) is part of it: the longer the run, the closer to the rate it sustains.
 
-- D > 0: ``--lines`` lines (default 20,000, 10 words each), max pending ``--max-pending`` (5,000: Little's law,
+- D > 0: ``--lines`` lines (default 30,000, 10 words each), max pending ``--max-pending`` (5,000: Little's law,
   max pending x words per line / latency, stays above W / D at these delays);
 - D = 0, the ceiling: ``--ceiling-lines`` lines (default 100,000, so the final flush wait is a few % of the run) and
   max pending ``--ceiling-max-pending`` (20,000: with batches the runner, not Little's law, must bind);
@@ -43,7 +43,7 @@ def load() -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_topology_args(p, max_pending=5000, lines=20000)
+    add_topology_args(p, max_pending=5000, lines=30000)
     p.add_argument("--delays", default="0,0.5,1,2", help="CPU delays in ms per word (default 0,0.5,1,2)")
     p.add_argument("--ceiling-lines", type=int, default=100_000, help="lines of the D = 0 runs (default 100000)")
     p.add_argument("--ceiling-max-pending", type=int, default=20_000, help="max pending of the D = 0 runs")

@@ -181,10 +181,8 @@ def _replay_into(spark: Any, opts: ReplayOptions, modes: list[str], dataset: Any
         ing, ingest_s, counts_path, counts_info, every, results = _replay_all(spark, opts, modes, source, out, say)
     ing.unpersist()
     sha = ing.sha256  # computed by the executors (keysplit.fingerprint), equal to keysplit run's
-    runs = []
     for r in results:
         r.summary.update(dataset_sha256=sha, counts=counts_path, top_k=counts_info["top_k"])
-        runs.append(r.summary)
     summary = {
         "dataset": {"spec": source.spec, "requested": opts.dataset, "records": ing.records,
                     "messages": ing.messages, "keys": counts_info["keys"],
@@ -194,11 +192,10 @@ def _replay_into(spark: Any, opts: ReplayOptions, modes: list[str], dataset: Any
                    "aggregators": opts.aggregators, "spouts": opts.spouts, "flush_secs": opts.flush_secs,
                    "max_pending": opts.max_pending, "message_timeout_secs": opts.message_timeout,
                    "batch": opts.batch, "batch_ms": opts.batch_ms, "arrivals": opts.arrivals,
-                   "overheads": opts.overheads,
-                   "checkpoint": every, "input_partitions": ing.partitions, "ingest_seconds": ingest_s,
-                   "total_seconds": time.perf_counter() - started, "counts": counts_path,
+                   "overheads": opts.overheads, "checkpoint": every, "input_partitions": ing.partitions,
+                   "ingest_seconds": ingest_s, "total_seconds": time.perf_counter() - started, "counts": counts_path,
                    "timeseries": storage.join(out, "timeseries.parquet")},
-        "runs": runs,
+        "runs": [r.summary for r in results],
     }
     write_timeseries(spark, storage.join(out, "timeseries.parquet"), results)
     return summary

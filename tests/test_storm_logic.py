@@ -16,18 +16,17 @@ from keysplit.groupings import build_grouping
 from keysplit.groupings.hosting import route
 from keysplit.latency import LatencyHistogram
 from keysplit.runs import redis_server
-from keysplit.storm.counting import PartialCounts, Totals, merge_top, top_items
-from keysplit.storm.feed import StreamFeed, create_group, feed_done
-from keysplit.storm.keys import RunKeys
-from keysplit.storm.router import (
-    Batcher,
-    GroupingChannel,
-    Router,
+from keysplit.storm.counting import (
+    PartialCounts,
+    Totals,
     decode_words,
     encode_words,
-    fields_index,
-    string_hash,
+    merge_top,
+    top_items,
 )
+from keysplit.storm.feed import StreamFeed, create_group, feed_done
+from keysplit.storm.keys import RunKeys
+from keysplit.storm.router import Batcher, GroupingChannel, Router, fields_index, string_hash
 from keysplit.storm.settings import WordCountSettings
 
 

@@ -361,3 +361,31 @@ def test_direct_route_matches_the_simulator_and_components_receive_no_redis_pass
         assert conf["pystorm.log.level"] == "info"  # config.json's local env, as sparse submit sends it
     for log in logs.iterdir():
         assert password not in log.read_text(errors="replace"), log.name
+
+
+def test_a_counter_busy_with_batches_stays_alive_past_the_subprocess_timeout(home, redis_url, tmp_path):
+    """A counter working through a backlog of batches answers a heartbeat only when it reaches it in its pipe; it
+    sends `sync` while it sleeps, which Storm's ShellBolt counts as a heartbeat, so it is not killed for being busy.
+    Here 3,000 words at 2 ms reach one counter at once (6 s of work) against a 3 s subprocess timeout."""
+    from keysplit.local import LocalCluster
+    from keysplit.runs.driver import start_run
+    from keysplit.storm.feed import feed_done
+    from keysplit.storm.settings import WordCountSettings
+    from keysplit.storm.topology import wordcount_topology
+
+    path = tmp_path / "busy.txt"
+    path.write_text("".join(" ".join(f"w{(7 * i + j) % 40}" for j in range(10)) + "\n" for i in range(300)))
+    secret = tmp_path / "redis.pass"
+    secret.write_text(split_password(redis_url)[1] + "\n")
+    prepared = prepare(RunOptions("kg", f"text:{path}", sources=1, workers=1, aggregators=1, cpu_delay_ms=2.0,
+                                  max_pending=300, batch=100))
+    conn = redis_server.connect(redis_url)
+    settings, keys, _ = start_run(conn, prepared, redis_url)
+    settings = WordCountSettings.from_conf({"keysplit.redis_password_file": str(secret),
+                                            "keysplit.redis_password_env": ""}, base=settings)
+    conf = {"topology.subprocess.timeout.secs": 3, "topology.max.spout.pending": 300}
+    with LocalCluster(wordcount_topology(settings), conf, cwd=str(ROOT)) as cluster:
+        cluster.start()
+        assert cluster.run_until(lambda: feed_done(conn, keys), 120)
+        assert cluster.summary()["worker_restarts"] == 0 and cluster.summary()["task_deaths"] == 0
+    assert read_counts(conn, keys) == dict(exact_counts(path))

@@ -170,7 +170,8 @@ def resume_run(
     # a run loaded before exactly-once delivery existed has no line numbers in its feed: it stays at least once
     settings = WordCountSettings.from_conf({"keysplit.delivery": "at-least-once", **config, "keysplit.redis_url": url,
                                             "keysplit.redis_password_env": PASSWORD_ENV if password else ""})
-    base = {"delivery": settings.delivery, **{k: v for k, v in config.items() if not k.startswith("keysplit.")}}
+    base = {"delivery": settings.delivery, "batch": settings.batch, "batch_ms": settings.batch_ms,  # what it runs with
+            **{k: v for k, v in config.items() if not k.startswith("keysplit.")}}
     resumes = int(record.get("resumes", 0)) + 1
     return drive(conn, settings, keys, base, deadline=time.monotonic() + timeout,
                  max_pending=int(config["max_pending"]), message_timeout=int(config["message_timeout_secs"]),

@@ -33,20 +33,19 @@ from streamparse import Bolt, Stream
 
 from keysplit.redis_client import client
 from keysplit.storm import quiet_exit
-from keysplit.storm.counting import PartialCounts, Totals, decode_occurrences, encode_occurrences, merge_top
+from keysplit.storm.counting import (
+    PartialCounts,
+    Totals,
+    decode_occurrences,
+    decode_words,
+    encode_occurrences,
+    encode_words,
+    flushes,
+    merge_top,
+)
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.router import (
-    Batch,
-    Batcher,
-    GroupingChannel,
-    Router,
-    component_tasks,
-    decode_words,
-    encode_words,
-    fields_index,
-    route_value,
-)
+from keysplit.storm.router import Batch, Batcher, GroupingChannel, Router, component_tasks, fields_index, route_value
 from keysplit.storm.settings import WordCountSettings
 
 #: Component names in the topology (the router needs the counter's to find its task ids).
@@ -58,6 +57,8 @@ BATCH_STREAM, BATCH_DIRECT_STREAM = "batches", "batches_direct"
 BATCH_STREAMS = frozenset((BATCH_STREAM, BATCH_DIRECT_STREAM))
 #: The counters' partial counts with batches: one tuple per aggregator at each tick, fields-grouped on route.
 FLUSH_STREAM = "flushes"
+#: Seconds between the ``sync`` messages a counter sends while it works through batches (CounterBolt.count_batch).
+ALIVE_SECS = 1.0
 ROUTE_FIELD = "route"
 
 quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
@@ -204,6 +205,7 @@ class CounterBolt(Bolt):
         self.busy = 0.0
         self.reported = 0
         self.tuples = 0  # input tuples: one a word, or one a batch
+        self.alive = time.perf_counter()  # when this counter last told Storm it is alive (count_batch)
         self.last_report = time.time()
         self.first_tuple: float | None = None  # when the first word reached this task (the run's first hop)
 
@@ -225,16 +227,26 @@ class CounterBolt(Bolt):
         """A router's batch, word by word, each with the CPU delay: word k is done no earlier than (k+1) x delay
         after the batch began. A sleep overshoots (~0.1 ms on a shared machine: timer slack, waiting for a core), and
         the next word's sleep is shortened by it, so a batch of n words takes n x delay plus one overshoot, not n
-        overshoots (one tuple per word pays one at every word)."""
+        overshoots (one tuple per word pays one at every word).
+
+        While it sleeps through batches it sends a ``sync`` every :data:`ALIVE_SECS`: Storm's ShellBolt counts any
+        message from the subprocess as its heartbeat (apache/storm ``storm-client/src/jvm/org/apache/storm/task/
+        ShellBolt.java``, ``BoltReaderRunnable``: ``setHeartbeat()`` for every command, the other commands ignored),
+        and kills one silent for ``topology.subprocess.timeout.secs`` (30 s), while its heartbeat request waits in the
+        pipe behind the tuples written before it. A pipe of 64 KiB holds about 5,000 batched words (13 bytes each,
+        100 one-word tuples), 20 s at 4 ms a word: a hot counter with a backlog would be killed for being busy."""
         add, delay = self.partial.add, self.delay
         occ = decode_occurrences(occurrences) if self.exactly_once else None
         due = started
         for k, word in enumerate(words):
             if delay:
                 due += delay
-                pause = due - time.perf_counter()
-                if pause > 0:
-                    time.sleep(pause)
+                now = time.perf_counter()
+                if due > now:
+                    time.sleep(due - now)
+                if now - self.alive > ALIVE_SECS:
+                    self.alive = now
+                    self.send_message({"command": "sync"})
             add(word, tup_id, (occ[2 * k], occ[2 * k + 1]) if occ is not None else None)
 
     def process_tick(self, tup):
@@ -251,26 +263,18 @@ class CounterBolt(Bolt):
         self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
 
     def emit_flushes(self, flushed) -> None:
-        """The partial counts of a tick as one tuple per aggregator: the words (:func:`encode_words`), their counts
-        (``"3,1"``) and occurrences (each word's ``"line,position,..."``, ``;`` between words), and the ``route``
-        that Storm's fields grouping sends to that aggregator, which is the one its fields grouping on each of these
-        words would pick (:func:`~keysplit.storm.router.fields_index`); anchored to every input tuple they cover."""
-        groups: dict[int, tuple[list, list, list, dict]] = {}
-        which = self.aggregator_of
-        for word, count, covered, occurrences in flushed:
-            a = which.get(word)
-            if a is None:
-                a = which[word] = fields_index(word, self.aggregators)
-            group = groups.get(a)
-            if group is None:
-                group = groups[a] = ([], [], [], {})
-            group[0].append(word)
-            group[1].append(str(count))
-            group[2].append(encode_occurrences(occurrences))
-            group[3].update(dict.fromkeys(covered))
-        for a, (words, counts, occurrences, anchors) in groups.items():
-            self.emit([encode_words(words), ",".join(counts), ";".join(occurrences), route_value(a, self.aggregators)],
-                      stream=FLUSH_STREAM, anchors=list(anchors))
+        """The partial counts of a tick as one tuple per aggregator (:func:`~keysplit.storm.counting.flushes`) with
+        the ``route`` that Storm's fields grouping sends to that aggregator, the one its fields grouping on each of
+        these words would pick (:func:`~keysplit.storm.router.fields_index`); anchored to every input they cover."""
+        n = self.aggregators
+        for a, (words, counts, occurrences, anchors) in flushes(flushed, self.aggregator_index).items():
+            self.emit([words, counts, occurrences, route_value(a, n)], stream=FLUSH_STREAM, anchors=anchors)
+
+    def aggregator_index(self, word: str) -> int:
+        a = self.aggregator_of.get(word)
+        if a is None:
+            a = self.aggregator_of[word] = fields_index(word, self.aggregators)
+        return a
 
     def report(self):
         now = time.time()

@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
+
+from keysplit.datasets.base import KEY_SEPARATOR
 
 
 def top_items(counts: dict[str, int], k: int) -> list[list]:
@@ -42,6 +44,45 @@ def encode_occurrences(occurrences: list[int]) -> str:
 def decode_occurrences(text: str) -> list[int]:
     """The list :func:`encode_occurrences` encoded."""
     return [int(v) for v in text.split(",")] if text else []
+
+
+def encode_words(words: Sequence[str]) -> str:
+    """A batch's words as one string tuple value: joined by the dataset's key separator (a tab), which no key
+    contains (``keysplit.datasets.clean_key``).
+
+    >>> encode_words(["a", "b c"]) == "a" + KEY_SEPARATOR + "b c", decode_words(encode_words(["a", "b c"]))
+    (True, ['a', 'b c'])
+    """
+    return KEY_SEPARATOR.join(words)
+
+
+def decode_words(text: str) -> list[str]:
+    """The words :func:`encode_words` joined."""
+    return text.split(KEY_SEPARATOR)
+
+
+def flushes(drained: Iterable[tuple[str, int, list[Hashable], list[int]]], aggregator_of: Callable[[str], int]
+            ) -> dict[int, tuple[str, str, str, list[Hashable]]]:
+    """A counter's partial counts (:meth:`PartialCounts.drain`) as one tuple per aggregator: per aggregator index
+    (``aggregator_of(word)``) its words (:func:`encode_words`), their counts (``"3,1"``) and occurrences (each
+    word's :func:`encode_occurrences`, ``;`` between words), and every input tuple they cover, each once.
+
+    >>> flushes([("a", 2, ["t1", "t2"], [7, 0, 8, 1]), ("b", 1, ["t2"], [8, 0]), ("c", 1, ["t3"], [9, 0])],
+    ...         lambda w: 0 if w < "c" else 1)
+    {0: ('a\\tb', '2,1', '7,0,8,1;8,0', ['t1', 't2']), 1: ('c', '1', '9,0', ['t3'])}
+    """
+    groups: dict[int, tuple[list, list, list, dict]] = {}
+    for word, count, covered, occurrences in drained:
+        a = aggregator_of(word)
+        group = groups.get(a)
+        if group is None:
+            group = groups[a] = ([], [], [], {})
+        group[0].append(word)
+        group[1].append(str(count))
+        group[2].append(encode_occurrences(occurrences))
+        group[3].update(dict.fromkeys(covered))
+    return {a: (encode_words(words), ",".join(counts), ";".join(occ), list(anchors))
+            for a, (words, counts, occ, anchors) in groups.items()}
 
 
 class PartialCounts:

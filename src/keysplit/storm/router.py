@@ -33,9 +33,8 @@ is anchored to every line it carries a word of (Storm's multi-anchoring: apache/
 ``storm-client/src/jvm/org/apache/storm/executor/bolt/BoltOutputCollectorImpl.java`` ``boltEmit`` gives each anchor
 its own edge id, and ``task/ShellBolt.java`` ``handleEmit`` resolves each anchor id among the bolt's pending
 inputs, so every anchor must still be unacked), and a line is acked only once every batch carrying one of its words
-was emitted. Its values are strings (the words joined by the dataset's key separator, which no key contains, and
-the occurrences as :func:`~keysplit.storm.counting.encode_occurrences` writes them) and the route value: what Kryo
-writes between workers.
+was emitted. Its values are strings (:func:`~keysplit.storm.counting.encode_words` and
+:func:`~keysplit.storm.counting.encode_occurrences`) and the route value: what Kryo writes between workers.
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from keysplit.datasets import decode_record
-from keysplit.datasets.base import KEY_SEPARATOR
 from keysplit.errors import KeysplitError
 from keysplit.groupings import BaseGrouping
 from keysplit.groupings.hosting import prepare_groupings
@@ -339,18 +337,3 @@ class Batcher:
         else:
             del self.refs[line_id]
             self.ack(line_id)
-
-
-def encode_words(words: Sequence[str]) -> str:
-    """A batch's words as one string tuple value: joined by the dataset's key separator (a tab), which no key
-    contains (``keysplit.datasets.clean_key``).
-
-    >>> encode_words(["a", "b c"]) == "a" + KEY_SEPARATOR + "b c", decode_words(encode_words(["a", "b c"]))
-    (True, ['a', 'b c'])
-    """
-    return KEY_SEPARATOR.join(words)
-
-
-def decode_words(text: str) -> list[str]:
-    """The words :func:`encode_words` joined."""
-    return text.split(KEY_SEPARATOR)
