@@ -151,6 +151,17 @@ def disk(tmp_path):
         subprocess.run(["umount", "-l", str(root)], check=False)
 
 
+@pytest.fixture
+def home(tmp_path):
+    """A state folder whose server, if a failing test left one, is stopped (or killed) at the end."""
+    path = tmp_path / "home"
+    yield path
+    with contextlib.suppress(Exception):
+        redis_server.stop_server(path, force=True)
+    for pid in servers_in(path / "redis"):
+        os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.every_redis
 def test_a_full_disk_is_one_line_keeps_every_run_and_never_starts_a_second_server(disk, tmp_path):
     home = disk.root / "home"
@@ -218,8 +229,7 @@ def test_a_disk_full_while_the_feed_loads_says_the_run_cannot_be_resumed(disk, t
     assert "--resume" not in result.stderr and servers_in(home / "redis") == [server]
 
 
-def test_two_resumes_of_one_run_at_once_run_it_once(tmp_path):
-    home = tmp_path / "home"
+def test_two_resumes_of_one_run_at_once_run_it_once(home, tmp_path):
     exact = write_text(tmp_path / "t.txt", 1500)
     loaded = keysplit("run", "wordcount", "-g", "pkg", "--dataset", "text:t.txt", "-S", "2", "-W", "3", "-A", "1",
                       "--load-only", "--run-id", "L", home=home, cwd=tmp_path)
@@ -252,8 +262,7 @@ def _temp_of(pid: int) -> list[Path]:
     return sorted(p for prefix in ("keysplit-local-", "keysplit-resources-") for p in base.glob(f"{prefix}{pid}-*"))
 
 
-def test_what_a_runner_killed_with_9_leaves_in_tmp_is_removed_by_the_next_run(tmp_path):
-    home = tmp_path / "home"
+def test_what_a_runner_killed_with_9_leaves_in_tmp_is_removed_by_the_next_run(home, tmp_path):
     write_text(tmp_path / "t.txt", 3000)
     proc = start("run", "wordcount", "-g", "kg", "--dataset", "text:t.txt", "-S", "1", "-W", "2", "-A", "1",
                  "--cpu-delay", "2", "--run-id", "K", home=home, cwd=tmp_path)
@@ -277,8 +286,7 @@ def test_what_a_runner_killed_with_9_leaves_in_tmp_is_removed_by_the_next_run(tm
     redis_server.stop_server(home, force=True)
 
 
-def test_a_run_stopped_while_loading_is_not_offered_a_resume(tmp_path):
-    home = tmp_path / "home"
+def test_a_run_stopped_while_loading_is_not_offered_a_resume(home, tmp_path):
     proc = start("run", "wordcount", "-g", "kg", "--dataset", "zipf:messages=3000000,keys=1000", "--run-id", "L",
                  home=home, cwd=tmp_path)
     try:

@@ -54,15 +54,17 @@ def test_a_server_whose_state_file_was_lost_is_found_again_not_doubled(tmp_path)
 def test_a_server_that_hangs_is_never_replaced_by_a_second_one(tmp_path):
     home = tmp_path / "home"
     server = redis_server.start_server(home)
-    os.kill(server.pid, signal.SIGSTOP)  # alive, holding its files, answering nothing
     try:
-        hung = rf"a redis-server \(pid {server.pid}\) already works in .* does not answer.*\(kill {server.pid}\)"
-        with pytest.raises(KeysplitError, match=hung):
-            redis_server.start_server(home)
+        os.kill(server.pid, signal.SIGSTOP)  # alive, holding its files, answering nothing
+        try:
+            hung = rf"a redis-server \(pid {server.pid}\) already works in .* does not answer.*\(kill {server.pid}\)"
+            with pytest.raises(KeysplitError, match=hung):
+                redis_server.start_server(home)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert redis_server.start_server(home).pid == server.pid  # answering again: the same server
     finally:
-        os.kill(server.pid, signal.SIGCONT)
-    assert redis_server.start_server(home).pid == server.pid  # answering again: the same server
-    redis_server.stop_server(home, force=True)
+        redis_server.stop_server(home, force=True)
 
 
 def test_data_written_by_redis_7_is_refused_by_an_older_redis_not_opened_empty(tmp_path, monkeypatch):

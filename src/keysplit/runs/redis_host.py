@@ -135,15 +135,27 @@ def write_private(path: Path, text: str) -> None:
         raise state_error(path, exc) from None
 
 
-def log_problem(directory: Path) -> str:
-    """What the end of ``redis.log`` says went wrong, for a server that did not come up."""
+def log_size(directory: Path) -> int:
+    """The size of ``redis.log`` now: what a start logs comes after it."""
+    try:
+        return (directory / "redis.log").stat().st_size
+    except OSError:
+        return 0
+
+
+def disk_full_logged(directory: Path, since: int = 0) -> bool:
+    """Whether ``redis.log`` says, after byte ``since`` (its last 4 KiB at most), that the disk is full."""
     try:
         with open(directory / "redis.log", "rb") as fh:
-            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
-            tail = fh.read().decode("utf-8", errors="replace")
+            fh.seek(max(since, fh.seek(0, os.SEEK_END) - 4096))
+            return "No space left on device" in fh.read().decode("utf-8", errors="replace")
     except OSError:
-        tail = ""
-    if "No space left on device" in tail:
+        return False
+
+
+def log_problem(directory: Path, since: int = 0) -> str:
+    """What ``redis.log`` (after byte ``since``) says went wrong, for a server that did not come up."""
+    if disk_full_logged(directory, since):
         return f"disk full at {directory}: redis-server cannot write its files there; free space and run the command " \
                "again"
     return f"redis-server did not come up; see {directory / 'redis.log'}"

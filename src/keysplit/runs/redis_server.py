@@ -53,10 +53,12 @@ from keysplit.runs.redis_host import (
     aof_written,
     bundled_server_binary,
     compact_aof,
+    disk_full_logged,
     find_server_binary,
     has_aof,
     kill_pidfile,
     log_problem,
+    log_size,
     persistence_problem,
     process_alive,
     server_in,
@@ -245,12 +247,13 @@ def _launch(server: ManagedServer, binary: str | None = None) -> ManagedServer:
     pidfile = directory / "redis.pid"
     with contextlib.suppress(FileNotFoundError):
         pidfile.unlink()
+    since = log_size(directory)  # what this start logs comes after
     # umask 077: the server creates dump.rdb and redis.log 0600 (every word and count of every run)
     result = subprocess.run([binary or find_server_binary(), str(directory / "redis.conf")], capture_output=True,
                             text=True, check=False, umask=0o077)
     if result.returncode != 0:
         if "No space left on device" in result.stderr + result.stdout:
-            raise KeysplitError(log_problem(directory))
+            raise KeysplitError(log_problem(directory, since))
         raise KeysplitError(f"redis-server failed to start: {(result.stderr or result.stdout).strip()[:200]}")
     deadline = time.monotonic() + START_SECS
     while True:
@@ -261,9 +264,9 @@ def _launch(server: ManagedServer, binary: str | None = None) -> ManagedServer:
         except redis.BusyLoadingError:  # up, and loading its data: a large data set takes as long as it takes
             deadline = time.monotonic() + START_SECS
         except (redis.RedisError, OSError, ValueError):
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or disk_full_logged(directory, since):  # it exits: no use waiting
                 kill_pidfile(pidfile)
-                raise KeysplitError(log_problem(directory)) from None
+                raise KeysplitError(log_problem(directory, since)) from None
         time.sleep(0.05)
     server = ManagedServer(port=server.port, password=server.password, pid=pid, directory=str(directory))
     try:
