@@ -1,4 +1,4 @@
-"""What ``distinct`` changes (issue 15): PKG's average imbalance with independent hash choices (the paper's
+"""What ``distinct`` changes (docs/groupings/index.md, hash choices): PKG's average imbalance with independent hash choices (the paper's
 ``distinct=false``) and with distinct ones (``distinct=true``, Storm's), over 20 hash functions.
 
 A dataset's keys are fixed, so "20 seeds of the hash" is what varies which keys' choices coincide: hash

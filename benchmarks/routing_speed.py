@@ -40,8 +40,8 @@ from keysplit.simulator import fast, simulate
 
 PKG_VARIANTS = ["pkg:d=4", "pkg:d=8", "pkg:load=global", "pkg:probe=1", "pkg:probe=1,probe_scale=total"]
 FAST_SPECS = ["kg", "sg", "pkg", *PKG_VARIANTS]
-CHOOSE_TARGET = 1e6  # issue 2: reference choose of kg, sg, pkg
-FAST_TARGET = 20e6  # issue 2: the fast path
+CHOOSE_TARGET = 1e6  # docs/benchmarks/index.md: reference choose of kg, sg, pkg
+FAST_TARGET = 20e6  # docs/benchmarks/index.md: the fast path
 BLOCK = 1 << 14
 
 

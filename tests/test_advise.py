@@ -1,4 +1,4 @@
-"""``keysplit advise`` on generated data whose answer is known (issue 14)."""
+"""``keysplit advise`` on generated data whose answer is known (docs/guides/advise.md)."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ def test_fig11_distcost_dkg_close_to_pkg_and_far_below_sg_at_80_percent_skew(at_
 
     The hot key spreads over up to 8 workers and every other key over its 2 candidates, so DKG's DistCost is
     about 2: close to PKG's (whose tail keys stick to the worker beside the two overloaded ones) and KG's 1,
-    far from SG's 10. It is not below 1.5 as the issue hoped: that would need tail keys to stay on one
+    far from SG's 10. It is not below 1.5 as one might hope: that would need tail keys to stay on one
     worker, which DKG's per-message least-loaded choice does not do once the workers are balanced.
     """
     cost = {s: r.dist_cost for s, r in at_80.items()}

@@ -1,4 +1,4 @@
-"""Exactly-once totals (issue 12): no crash, timeout or restart changes a word count.
+"""Exactly-once totals (docs/design/exactly-once.md): no crash, timeout or restart changes a word count.
 
 The claims, first on the pieces (a real Redis, no topology): a commit adds each word occurrence once however
 often it is sent, late or replayed; completed lines are forgotten behind the floor, so the state is bounded by

@@ -1,4 +1,4 @@
-"""FISH (papers/003, the FISH issue's reading): CHK on ring successors, estimated-wait assignment, and the
+"""FISH (docs/groupings/fish.md and our reading in groupings/fish.py): CHK on ring successors, estimated-wait assignment, and the
 paper's claims on a time-evolving (drift) stream, measured against D-Choices, W-Choices, PKG and SG.
 
 Over 400 lines: the paper's claims are kept together, in its order, so that one file reads as the reproduction."""
@@ -267,7 +267,7 @@ def test_resize_keeps_most_keys_on_their_ring_successors():
 
 
 # D-Choices and W-Choices as in the paper's main comparison (Figs. 10, 11): a SpaceSaving sketch that can resolve
-# their threshold theta = 1/(5W), i.e. ceil(1/theta) counters. With the issue's default of 100 counters the sketch
+# their threshold theta = 1/(5W), i.e. ceil(1/theta) counters. With the default of 100 counters the sketch
 # cannot tell hot from cold once theta < 1/100 (W > 20) and W-Choices becomes shuffle grouping: the paper's
 # motivating "W-C100", tested separately below.
 WC, DC = "wchoices:capacity=auto", "dchoices:capacity=auto"

@@ -49,7 +49,7 @@ def test_pkg_splits_a_hot_key_over_its_two_choices():
 
 
 def test_with_distinct_false_a_key_whose_choices_coincide_is_not_split():
-    """The demo's k1 at W=8: its two independent hashes are both worker 7 (issue 15)."""
+    """The demo's k1 at W=8: its two independent hashes are both worker 7 (docs/groupings/index.md, hash choices)."""
     assert choices("k1", 2, 8) == [7, 7]
     [paper] = build_grouping("pkg:distinct=false", 8)
     [storm] = build_grouping("pkg", 8)

@@ -89,7 +89,7 @@ def test_a_state_folder_planted_by_another_user_is_never_followed_nor_touched(tm
     os.chown(theirs, 65534, 65534)
     link = shared / ".keysplit"
     link.symlink_to(theirs)
-    os.lchown(link, 65534, 65534)  # ln -s /tmp/theirs /shared/.keysplit, by that user
+    os.lchown(link, 65534, 65534)  # ln -s /tmp/theirs /srv/team/.keysplit, by that user
     monkeypatch.chdir(shared)
     assert "is a symlink owned by uid 65534" in one_line(capsys, ["runs"])
     os.lchown(link, 0, 0)  # a link of ours, to their folder

@@ -1,4 +1,4 @@
-"""Runs that never corrupt or lose data (issue 11): run ids are names and never reused, outputs never replace
+"""Runs that never corrupt or lose data (docs/guides/local.md, a run's life): run ids are names and never reused, outputs never replace
 inputs and are written whole, SIGTERM/SIGHUP/kill -9 leave nothing behind, an interrupted run can be listed,
 resumed, collected and deleted, a lost Redis is one line, and the state folder is private.
 

@@ -11,7 +11,7 @@ from keysplit.datasets import open_dataset
 from keysplit.groupings import paper_setting as paper
 from keysplit.simulator import simulate
 
-ZF = "zipf:z=1.0,keys=10000,messages=1000000,seed=1"  # the reference dataset
+ZF = "zipf:z=1.0,keys=10000,messages=1000000,seed=1"  # the PKG paper's reference setting (docs/groupings/pkg.md)
 ZF_SMALL = "zipf:z=1.0,keys=10000,messages=200000,seed=1"  # p1 = 0.101, so 2/p1 ~ 20 workers
 
 

@@ -28,7 +28,7 @@ from keysplit.simulator import simulate
 from keysplit.stream import Resize
 from spark_replay.job import ReplayOptions, run_replay
 
-#: The groupings the issue names, plus the global-oracle and probing PKG variants (one partition each).
+#: kg, sg, pkg, dchoices, dkg and fish, plus the global-oracle and probing PKG variants (one partition each).
 GROUPINGS = ["kg", "sg", "pkg", "dchoices", "dkg", "fish", "pkg:load=global", "pkg:probe=0.05"]
 SIMULATED_FIELDS = ("grouping", "workers", "sources", "avg_imbalance_fraction", "final_imbalance_fraction",
                     "load_stddev", "dist_cost", "loads")

@@ -360,7 +360,7 @@ def test_without_a_channel_the_router_keeps_the_in_process_semantics():
 
 def test_replayed_counts_lines_sent_again_not_failures_cancelled_by_a_late_ack(conn):
     """A fail queues a replay; an ack arriving before it is sent cancels it: nothing was re-sent, so nothing
-    is counted (issue 11: "replayed lines" counted lines that were never sent again)."""
+    is counted (a bug once fixed: "replayed lines" counted lines that were never sent again)."""
     keys = RunKeys("feed-late-ack")
     _fill(conn, keys, 3)
     feed = StreamFeed(conn, keys, "spout-0")

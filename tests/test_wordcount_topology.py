@@ -1,6 +1,6 @@
 """The word-count / top-k topology run for real: subprocesses over Storm's multi-lang protocol, a real Redis.
 
-Claims (issue 5): final totals equal an exact count of the dataset for every grouping, with several
+Claims (docs/guides/local.md): final totals equal an exact count of the dataset for every grouping, with several
 sources, workers and aggregators; a counter killed with SIGKILL mid-run loses no word and the report says
 how many lines were replayed; user mistakes fail with one line before anything starts; the streamparse
 project builds the same topology for `sparse submit`.

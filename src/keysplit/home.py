@@ -2,7 +2,7 @@
 calibrations, task logs. It holds every word and count of every run, so it is private to its user.
 
 A state folder, or any folder keysplit keeps in it, is used only when it belongs to the user running keysplit:
-a symlink planted there by another local user (``ln -s /tmp/theirs /shared/.keysplit``) or a folder owned by
+a symlink planted there by another local user (``ln -s /tmp/theirs /srv/team/.keysplit``) or a folder owned by
 someone else is refused with one line, never followed, chmod-ed or written into (keysplit often runs as root,
 which the kernel would let write anywhere)."""
 

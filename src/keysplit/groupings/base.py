@@ -1,4 +1,4 @@
-"""The Grouping protocol (DESIGN.md) and the small base class most groupings share.
+"""The Grouping protocol (docs/design/index.md) and the small base class most groupings share.
 
 A grouping instance lives at one source (an upstream task). ``prepare`` tells it how many workers and
 sources there are and which source it is; ``choose`` returns the worker index for one message and

@@ -19,7 +19,7 @@ memory. That is the FISH paper's motivating W-C100 ("similar to SG", its Fig. 3)
 the sketch to the threshold, c = ceil(1/theta), which is the reading behind FISH's main comparison (Fig. 10,
 11), where W-C's memory stays close to key grouping's.
 
-Decisions where the issue/paper is silent:
+Decisions where the paper is silent (docs/groupings/choices.md):
 
 - The head is tracked incrementally: after each update the routed key's own membership (count > theta*n) is
   compared with the stored head set; when it differs (a key joined or left) the whole head set, p_H, p_1,

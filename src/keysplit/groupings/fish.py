@@ -1,7 +1,7 @@
 """FISH: epoch-based recent hot keys, hot-key classification and heuristic worker assignment.
 
-The paper (``papers/003``, "Efficient Time-Evolving Stream Processing at Scale") lost its symbols in our
-copy; the formulas below are the FISH issue's reading, each with the algorithm line it implements.
+The paper ("Efficient Time-Evolving Stream Processing at Scale") lost its symbols in our copy; the formulas
+below are our reading (docs/groupings/fish.md), each with the algorithm line it implements.
 
 *Which workers are candidates* (the assignment creator):
 

@@ -3,7 +3,7 @@
 router --fields(route) or direct--> counter --fields(word)--> aggregator --global--> topk (the router's two
 streams and ``keysplit.route``: storm/router.py). Counters and aggregators hold
 their input tuples until the tick that flushes what those tuples contributed, then emit anchored to them
-and ack them (DESIGN.md, data flow): a crash anywhere loses nothing, the spout replays the line.
+and ack them (docs/design/exactly-once.md): a crash anywhere loses nothing, the spout replays the line.
 
 Every word travels with its occurrence ``(line, position)``; with ``keysplit.delivery=exactly-once`` (the
 default) the aggregators commit counts with them so that a replayed line adds nothing twice

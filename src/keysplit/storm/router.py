@@ -13,7 +13,7 @@ for small numbers: ``ClassCastException``). ``fields`` (the default, every relea
 stream fields-grouped on ``route``, with ``route`` chosen by :func:`route_value` so that Storm's own fields
 grouping delivers the word to the chosen task.
 
-Event time ``now`` in Storm is the wall clock (DESIGN.md), measured from the router's start
+Event time ``now`` in Storm is the wall clock (docs/design/routing.md), measured from the router's start
 (:meth:`Router.elapsed`) so that it begins near 0 as the simulator's ``sequence / rate`` does: groupings with
 periods (PKG's probe interval, FISH's epochs, Gedik's windows) count their periods from 0, and a Unix time
 of ~1.8e9 s would make them catch up through hundreds of millions of periods at the first message.
@@ -195,7 +195,7 @@ class Router:
 
     def route(self, encoded_record: str, now: float) -> list[tuple[str, int]]:
         """``(word, target)`` for every word of the record, the target being the counter task id (direct mode)
-        or the ``route`` value that reaches it (fields mode); ``now`` is wall-clock time (DESIGN.md)."""
+        or the ``route`` value that reaches it (fields mode); ``now`` is wall-clock time (docs/design/routing.md)."""
         _, words = decode_record(encoded_record)
         if self.role == "follower":
             self.sync()
