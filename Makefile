@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-other-redis lint bench install clean
+.PHONY: demo test test-other-redis lint bench install clean docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,3 +53,7 @@ bench: $(BUILT)
 
 clean:
 	rm -rf $(VENV) .keysplit build src/*.egg-info src/keysplit/simulator/_kernels_aot*.so
+
+# The manual: mkdocs into site/, strict (a broken link, a missing page or a page left out of the nav fails).
+docs: $(BUILT)
+	$(BIN)/mkdocs build --strict --site-dir site

@@ -1,4 +1,4 @@
-"""Does the replay's topology model agree with measured runs? (target: docs/guides/compare.md; prints a table, never a test)
+"""Does the replay's topology model agree with measured runs? (docs/guides/compare.md; a table, never a test)
 
 Each cell is one ``keysplit run wordcount --json`` (measured) next to the model's prediction for the same knobs
 (``keysplit.topology_model``: the same kernel ``keysplit replay --arrivals closed|open`` runs in Spark, fed

@@ -1,5 +1,5 @@
-"""What ``distinct`` changes (docs/groupings/index.md, hash choices): PKG's average imbalance with independent hash choices (the paper's
-``distinct=false``) and with distinct ones (``distinct=true``, Storm's), over 20 hash functions.
+"""What ``distinct`` changes (docs/groupings/index.md): PKG's average imbalance with independent hash choices
+(the paper's ``distinct=false``) and with distinct ones (``distinct=true``, Storm's), over 20 hash functions.
 
 A dataset's keys are fixed, so "20 seeds of the hash" is what varies which keys' choices coincide: hash
 function family ``s`` is murmur3 with seeds ``BASE_SEED + 1000*s + i`` (s = 0 is keysplit's own). For each

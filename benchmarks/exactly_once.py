@@ -3,7 +3,7 @@ at-least-once path on the same data and settings, and the peak Redis memory of t
 
 Baseline: ``--delivery at-least-once`` (Storm's plain acking, aggregators ``HINCRBY``), measured in the same
 process, alternating with the exactly-once runs (``--repeat`` pairs per CPU delay; the medians are compared),
-so the machine's noise falls on both. Target (docs/design/exactly-once.md): a cost of at most 15% at CPU delay 0 and 1 ms.
+so the machine's noise falls on both. Target (docs/design/exactly-once.md): cost of at most 15% at CPU delay 0 and 1 ms.
 
 Memory: the peak of ``dedup_peak_bytes`` (sampled every 0.2 s by the runner) for the stream and for a stream
 ``--longer`` times as long with the same settings: bounded by the lines in flight, it must not grow with the

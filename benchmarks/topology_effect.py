@@ -22,7 +22,7 @@ but 2% of KG's at 4 ms, so short runs understate the balanced groupings against 
 default batches (``--batch 1`` for one tuple per word).
 
     .venv/bin/python benchmarks/topology_effect.py [--delays 1,2,4] [--lines 20000] [--workers 8] \\
-        [--max-pending 2500] [--batch N --batch-ms MS] [--out docs/topology_effect.png] [--json]
+        [--max-pending 2500] [--batch N --batch-ms MS] [--out docs/img/topology_effect.png] [--json]
 """
 
 from __future__ import annotations
@@ -84,30 +84,36 @@ def run_once(grouping: str, delay: float, path: Path, args: argparse.Namespace, 
     return json.loads(result.stdout)
 
 
-def plot(rows: list[dict], out: Path, title: str) -> None:
-    import matplotlib
+def effect_figure(rows: list[dict], title: str):
+    """Throughput and mean latency against the CPU delay, one line per grouping (its own color, line style and
+    marker), the legend right of the panels."""
+    from keysplit.plots import legend_outside, pyplot, series_style
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for grouping, marker in (("pkg", "o"), ("sg", "s"), ("kg", "^")):
+    plt = pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for index, grouping in enumerate(("pkg", "sg", "kg")):
         mine = sorted((r for r in rows if r["grouping"].split(":")[0] == grouping), key=lambda r: r["cpu_delay_ms"])
         if not mine:
             continue
         delays = [r["cpu_delay_ms"] for r in mine]
-        ax1.plot(delays, [r["words_per_second"] for r in mine], marker=marker, label=grouping.upper())
-        ax2.plot(delays, [r["latency_ms"]["mean"] / 1000.0 for r in mine], marker=marker, label=grouping.upper())
+        style = series_style(index)
+        ax1.plot(delays, [r["words_per_second"] for r in mine], label=grouping.upper(), **style)
+        ax2.plot(delays, [r["latency_ms"]["mean"] / 1000.0 for r in mine], label=grouping.upper(), **style)
     ax1.set(xlabel="CPU delay per word (ms)", ylabel="throughput (words/s)", title="throughput (cf. Fig. 10a)")
     ax2.set(xlabel="CPU delay per word (ms)", ylabel="mean complete latency (s)", title="latency (cf. Table 3)")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
-        ax.legend()
         ax.set_ylim(bottom=0)
+    legend_outside(ax2)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    return fig
+
+
+def plot(rows: list[dict], out: Path, title: str) -> None:
+    from keysplit.plots import save_figure
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    save_figure(effect_figure(rows, title), str(out))
 
 
 def delay_of(summary: dict) -> float:
@@ -143,7 +149,7 @@ def main() -> int:
     add_topology_args(p, max_pending=2500, lines=20000)
     p.add_argument("--message-timeout", type=int, default=120,
                    help="topology.message.timeout.secs (default 120: at 4 ms kg's hot counter holds a line ~35 s)")
-    p.add_argument("--out", default=str(ROOT / "docs" / "topology_effect.png"), help="PNG plot ('' for none)")
+    p.add_argument("--out", default=str(ROOT / "docs" / "img" / "topology_effect.png"), help="PNG plot ('' for none)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     delays = [float(d) for d in args.delays.split(",")]

@@ -1,4 +1,4 @@
-"""The numba fast path makes exactly the reference decisions (docs/design/routing.md: one routing code, proven by a differential test).
+"""The numba fast path makes exactly the reference decisions (docs/design/routing.md).
 
 Every test routes the same stream twice, through the reference ``Grouping.choose`` loop of ``simulate`` and
 through ``keysplit.simulator.fast``, and demands the same worker for every message and the same ``RunResult`` (every

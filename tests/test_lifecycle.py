@@ -1,5 +1,5 @@
-"""Runs that never corrupt or lose data (docs/guides/local.md, a run's life): run ids are names and never reused, outputs never replace
-inputs and are written whole, SIGTERM/SIGHUP/kill -9 leave nothing behind, an interrupted run can be listed,
+"""Runs that never corrupt or lose data (docs/guides/local.md): run ids are names and never reused, outputs never
+replace inputs and are written whole, SIGTERM/SIGHUP/kill -9 leave nothing behind, an interrupted run can be listed,
 resumed, collected and deleted, a lost Redis is one line, and the state folder is private.
 
 Everything here is real: `keysplit` in subprocesses, a real redis-server, real task processes, real signals.

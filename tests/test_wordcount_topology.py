@@ -370,7 +370,7 @@ def test_a_counter_busy_with_batches_stays_alive_past_the_subprocess_timeout(hom
     sends `sync` while it sleeps, which Storm's ShellBolt counts as a heartbeat, so it is not killed for being busy.
     Here 3,000 words at 2 ms reach one counter at once (6 s of work) against a 3 s subprocess timeout."""
     from keysplit.local import LocalCluster
-    from keysplit.runs.driver import start_run
+    from keysplit.runs.wordcount import start_run
     from keysplit.storm.feed import feed_done
     from keysplit.storm.settings import WordCountSettings
     from keysplit.storm.topology import wordcount_topology

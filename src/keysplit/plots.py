@@ -44,25 +44,51 @@ def check_plot_path(path: str, option: str = "--plot") -> None:
         raise SpecError(f"{option} {path}: directory {parent} does not exist")
 
 
-def imbalance_over_time(runs: Sequence, path: str, title: str = "") -> str:
+#: Ten colors and four line styles that change together: series i and j share both only when i = j mod 20, so
+#: twelve groupings (kg and gedik, sg and salt had the same blue and orange on matplotlib's 10-color cycle) stay
+#: apart by line style at least; markers add a third cue for lines with few points.
+COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
+          "tab:olive", "tab:cyan")
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
+
+def series_style(index: int) -> dict:
+    """Color, line style and marker of the ``index``-th series of a figure; unique (color, style) for 20."""
+    return {"color": COLORS[index % len(COLORS)], "linestyle": LINESTYLES[index % len(LINESTYLES)],
+            "marker": MARKERS[index % len(MARKERS)]}
+
+
+def legend_outside(ax, **kwargs) -> None:
+    """The legend right of the axes, never over the data; ``save_figure``'s tight layout makes room for it."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8, **kwargs)
+
+
+def imbalance_figure(runs: Sequence, title: str = ""):
     """The running average of I(t_j)/t_j up to t, for each run: the PKG paper's Fig. 5 view ("fraction of
     average imbalance through time"). Its last point is the run's ``avg_imbalance_fraction``. The y axis is
     logarithmic down to 1e-6 and linear below, so a perfectly balanced run (exactly 0) still shows."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for run in runs:
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for index, run in enumerate(runs):
         xs, ys, total = run.series_t, [], 0.0
         for j, (t, value) in enumerate(zip(xs, run.series_imbalance), start=1):
             total += value / t
             ys.append(total / j)
-        ax.plot(xs, ys, label=f"{run.grouping} (W={run.workers})")
+        ax.plot(xs, ys, label=f"{run.grouping} (W={run.workers})", markevery=max(1, len(xs) // 8),
+                markersize=4, **series_style(index))
     ax.set_yscale("symlog", linthresh=1e-6)
-    ax.set_xlabel("messages t")
-    ax.set_ylabel("average imbalance fraction")
+    ax.set_xlabel("messages routed, t (count)")
+    ax.set_ylabel("average imbalance fraction\n(max − mean load, per message)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    legend_outside(ax)
+    return fig
+
+
+def imbalance_over_time(runs: Sequence, path: str, title: str = "") -> str:
+    """:func:`imbalance_figure` written to ``path`` (``keysplit simulate --plot``)."""
+    return save_figure(imbalance_figure(runs, title), path)
 
 
 def save_figure(fig, path: str) -> str:

@@ -95,10 +95,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def draw(advice, path: str, title: str) -> None:
+def advice_figure(advice, title: str):
     """One row per W: each candidate's sample imbalance (log scale), dist_cost and aggregation cost; the
-    recommendation in green, ruled-out candidates in grey."""
-    from keysplit.plots import pyplot
+    recommendation in green, ruled-out candidates in grey (named in the legend, right of the panels)."""
+    from matplotlib.patches import Patch
+
+    from keysplit.plots import legend_outside, pyplot
 
     plt = pyplot()
     fig, axes = plt.subplots(len(advice), 3, figsize=(15, 3.2 * len(advice)), squeeze=False)
@@ -108,15 +110,24 @@ def draw(advice, path: str, title: str) -> None:
                   for c in a.candidates]
         row[0].barh(names, [max(c.imbalance, 1e-9) for c in a.candidates], color=colors)
         row[0].set_xscale("log")
-        row[0].set_xlabel("avg imbalance fraction (sample)")
+        row[0].set_xlabel("avg imbalance fraction on the sample\n(max − mean load, per message)")
         row[0].set_title(f"W={a.workers}: recommended {a.recommended}")
         row[1].barh(names, [c.dist_cost for c in a.candidates], color=colors)
-        row[1].set_xlabel("dist_cost (memory relative to KG)")
+        row[1].set_xlabel("dist_cost (memory relative to KG, ×)")
         row[2].barh(names, [c.aggregation for c in a.candidates], color=colors)
-        row[2].set_xlabel("partial counts per key per flush")
+        row[2].set_xlabel("aggregation cost (partial counts per key per flush)")
         for ax in row:
+            ax.set_ylabel("candidate (grouping spec)")
             ax.invert_yaxis()
+        legend_outside(row[2], handles=[Patch(color="tab:green", label="recommended"),
+                                        Patch(color="tab:blue", label="candidate"),
+                                        Patch(color="tab:gray", label="ruled out (note)")])
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig
+
+
+def draw(advice, path: str, title: str) -> None:
+    """:func:`advice_figure` written to ``path`` (``keysplit advise --plot``), whole or not at all."""
+    from keysplit.plots import save_figure
+
+    save_figure(advice_figure(advice, title), path)

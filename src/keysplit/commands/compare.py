@@ -57,7 +57,7 @@ def _pair(a, b, fmt, ratio=None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from keysplit.runs.redis_server import session
-    from spark_replay import compare
+    from spark_replay import compare, compare_plots
 
     compare.load_replay(args.replay)  # a missing replay fails before Redis starts
     # and so does an output directory that cannot be created (after the replay check: the default is in it)
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     with session(redis_url(args)) as (conn, _url):  # a managed server started here is saved and stopped after
         result = compare.compare(conn, args.run, args.replay)
     path = compare.write(result, out)
-    plots = [] if args.no_plots else compare.plot(result, args.replay, out)
+    plots = [] if args.no_plots else compare_plots.plot(result, args.replay, out)
     if args.json:
         print_json(result)
         return 0

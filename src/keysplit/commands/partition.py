@@ -26,7 +26,7 @@ from keysplit.partitioning.experiment import (
 )
 from keysplit.partitioning.resources import Resources
 from keysplit.partitioning.utility import utility
-from keysplit.plots import check_plot_path, pyplot, save_figure
+from keysplit.plots import check_plot_path, legend_outside, pyplot, save_figure, series_style
 
 
 def approach_list(text: str) -> tuple[str, ...]:
@@ -141,26 +141,30 @@ def print_tables(result: ExperimentResult) -> None:
     print_table(rows, columns)
 
 
-def plot(result: ExperimentResult, path: str) -> str:
-    """Two panels against N: relative migration cost m (log scale) and relative load imbalance b; returns
-    the path written."""
+def partition_figure(result: ExperimentResult):
+    """Two panels against N: relative migration cost m (log scale) and relative load imbalance b."""
     plt = pyplot()
     cfg = result.config
-    fig, (ax_m, ax_b) = plt.subplots(1, 2, figsize=(10, 4))
-    markers = dict(zip(APPROACHES, "osv^D"))
-    for a in cfg.approaches:
+    fig, (ax_m, ax_b) = plt.subplots(1, 2, figsize=(11, 4))
+    for index, a in enumerate(cfg.approaches):
         rows = [r for r in result.rows if r.approach == a]
+        style = series_style(APPROACHES.index(a) if a in APPROACHES else index)
         ax_m.plot([r.workers for r in rows if r.m is not None], [r.m for r in rows if r.m is not None],
-                  marker=markers[a], label=a)
-        ax_b.plot([r.workers for r in rows], [r.b for r in rows], marker=markers[a], label=a)
+                  label=a, **style)
+        ax_b.plot([r.workers for r in rows], [r.b for r in rows], label=a, **style)
     ax_m.set_yscale("log")
-    ax_m.set_xlabel("number of channels N")
-    ax_m.set_ylabel("relative migration cost m")
-    ax_b.set_xlabel("number of channels N")
-    ax_b.set_ylabel("relative load imbalance b")
+    ax_m.set_xlabel("number of channels N (count)")
+    ax_m.set_ylabel("relative migration cost m (×, 1 = ideal)")
+    ax_b.set_xlabel("number of channels N (count)")
+    ax_b.set_ylabel("relative load imbalance b (×, ≤ 1 meets α)")
     for ax in (ax_m, ax_b):
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.grid(alpha=0.3)
-    ax_b.legend()
+    legend_outside(ax_b)
     fig.suptitle(f"Zipf z={cfg.z:g}, |D|={cfg.domain:,}, {cfg.resources}, alpha={cfg.alpha:g}, sigma={cfg.sigma:g}")
-    return save_figure(fig, path)
+    return fig
+
+
+def plot(result: ExperimentResult, path: str) -> str:
+    """:func:`partition_figure` written to ``path``; returns the path written."""
+    return save_figure(partition_figure(result), path)
