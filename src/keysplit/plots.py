@@ -50,7 +50,7 @@ def check_plot_path(path: str, option: str = "--plot") -> None:
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
           "tab:olive", "tab:cyan")
 LINESTYLES = ("-", "--", ":", "-.")
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")  # 12: the twelve groupings differ here too
 
 
 def series_style(index: int) -> dict:
