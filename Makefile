@@ -56,4 +56,4 @@ clean:
 
 # The manual: mkdocs into site/, strict (a broken link, a missing page or a page left out of the nav fails).
 docs: $(BUILT)
-	$(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site

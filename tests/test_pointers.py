@@ -37,3 +37,12 @@ def test_the_pattern_catches_each_kind_of_outside_pointer():
     for line in ["see DESIGN" + ".md", "(issue" + " 12)", "papers" + "/003", "/work/shared" + "/DESIGN"]:
         assert OUTSIDE.search(line), line
     assert not OUTSIDE.search("docs/design/exactly-once.md")
+
+
+def test_every_page_the_code_cites_exists():
+    cited = set()
+    for top in CHECKED:
+        for path in (ROOT / top).rglob("*.py"):
+            cited.update(re.findall(r"docs/[\w/.-]+?\.md", path.read_text(encoding="utf-8", errors="replace")))
+    assert len(cited) >= 5
+    assert [page for page in sorted(cited) if not (ROOT / page).is_file()] == []
