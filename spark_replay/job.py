@@ -133,7 +133,7 @@ def validate(opts: ReplayOptions) -> list[str]:
 
 
 def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] | None = None) -> dict:
-    """Replay ``opts.dataset`` through every grouping; write and return the summary (see the README)."""
+    """Replay ``opts.dataset`` through every grouping; write and return the summary (docs/guides/replay.md)."""
     say = progress or (lambda _msg: None)
     modes = validate(opts)
     dataset = open_for_spark(spark, opts.dataset)

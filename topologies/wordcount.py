@@ -1,8 +1,8 @@
 """Word count / top-k with a skew-aware grouping: the topology `sparse submit -n wordcount` deploys.
 
 The shape (parallelism, flush period T) is read from the environment when sparse imports this file; the
-components read the rest from the topology configuration, which `-o` overrides at submit time (README, "On a
-cluster", has the whole sequence):
+components read the rest from the topology configuration, which `-o` overrides at submit time (docs/guides/cluster.md
+has the whole sequence):
 
     keysplit jar --out _build/wordcount.jar
     KEYSPLIT_SOURCES=5 KEYSPLIT_WORKERS=10 KEYSPLIT_AGGREGATORS=2 KEYSPLIT_FLUSH_SECS=1 \\

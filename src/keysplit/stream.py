@@ -21,7 +21,7 @@ from keysplit.hashing import BASE_SEED
 DEFAULT_RATE = 10_000.0
 SPLITS = ("shuffle", "key")
 #: How a topology's router sends words to a counter by default (``keysplit.batch``, ``keysplit.batch_ms``; the replay
-#: models the same): up to this many in one tuple, or once the first of them waited this many ms (README, "Batches").
+#: models the same): up to this many in one tuple, or once the first waited this many ms (docs/design/batches.md).
 DEFAULT_BATCH = 100
 DEFAULT_BATCH_MS = 20.0
 #: Seed of the hash that deals records to sources under ``split="key"`` (distinct from routing seeds).
