@@ -5,6 +5,7 @@ parameter tables come from their classes; the README stays an entrance."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,10 @@ def test_the_readme_is_an_entrance():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 120
     assert "make demo" in readme and "make test" in readme and "make docs" in readme
+
+
+def test_the_readmes_links_lead_to_pages_that_exist():
+    readme = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    assert len(links) >= 15
+    assert [link for link in links if not (ROOT / link).is_file()] == []
