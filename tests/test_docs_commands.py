@@ -167,3 +167,11 @@ def test_every_shown_example_prints_what_the_page_shows(where, command, output, 
         else:
             shown = line in printed
         assert shown, f"{where}: {command!r} no longer prints {line!r}; it printed {printed[:5]}"
+
+
+def test_every_benchmark_script_the_pages_name_exists():
+    named = set()
+    for page in PAGES:
+        named.update(re.findall(r"benchmarks/[\w-]+\.py", page.read_text(encoding="utf-8")))
+    assert len(named) >= 8
+    assert [script for script in sorted(named) if not (ROOT / script).is_file()] == []
