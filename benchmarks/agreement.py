@@ -93,7 +93,8 @@ def main() -> int:
     seen = [measure(g, args.delay, path, args) for g in CALIBRATION_GROUPINGS]
     profile = calibrate([r["run_id"] for r in seen])
     print(f"calibrated on {', '.join(r['run_id'] for r in seen)}: " + ", ".join(
-        f"{k} {v:.3g}" for k, v in profile["fitted"].items()), file=sys.stderr)
+        f"{k} {v:.3g}" for k, v in profile["fitted"].items()) + "; the runs' first hop (ms) "
+        + ", ".join(f"{r['first_hop_ms']:.1f}" for r in profile["runs"]), file=sys.stderr)
     rows = []
     for delay in (args.delay, 2 * args.delay):
         for grouping in args.groupings.split(","):

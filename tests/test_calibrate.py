@@ -134,3 +134,38 @@ def test_storm_terms_come_from_a_collected_runs_configuration():
     assert local.runtime == "local" and local.crossing == 0.0 and local.return_ms() == 0.0
     no_ackers = ClusterTerms.of_run({"configuration": "x", "storm": {"topology.acker.executors": 0}})
     assert "acker" in no_ackers.problem()
+
+
+def test_the_fit_reproduces_model_made_runs_and_predicts_one_it_did_not_see(tmp_path):
+    """Runs the model itself made with known costs (a counter cost and a return delay big enough to move them
+    beyond the fit's 3% dead zone): the fit reproduces both and predicts a third, of another grouping at twice the
+    delay, within 4%; costs that change nothing would have stayed at 0."""
+    from keysplit.topology_model import route_dataset, simulate
+    from keysplit.topology_model.params import TopologyParams
+    from keysplit.topology_model.profile import fit, observed, params_for, predict, ratios, reproduction
+
+    path = tmp_path / "z.txt"
+    assert main(["datasets", "generate", "zipf:z=1.1,keys=300,messages=6000,seed=3", "--out", str(path),
+                 "--words-per-line", "10"]) == 0
+    spec = f"text:{path}"
+    truth = dict(overhead_us=300.0, tuple_us=300.0, counter_overhead_us=20_000.0, ack_delay_ms=400.0,
+                 hop_delay_ms=10.0, commit_us=50.0, tick_phase_s=0.0)
+
+    def made(grouping: str, delay: float) -> tuple[dict, tuple]:
+        arrays = route_dataset(spec, grouping, 4, 2, 2)
+        s = simulate(TopologyParams(workers=4, sources=2, aggregators=2, cpu_delay_ms=delay, max_pending=2000,
+                                    batch=100, batch_ms=20, **truth), *arrays).summary()
+        return {"run_id": grouping, "grouping": grouping, "dataset": spec, "workers": 4, "sources": 2,
+                "aggregators": 2, "cpu_delay_ms": delay, "max_pending": 2000, "flush_secs": 1.0, "batch": 100,
+                "batch_ms": 20, "words_per_second": s["throughput_estimate"], "replayed": 0,
+                "latency_ms": {"p50": s["latency_p50_ms"], "p99": s["latency_p99_ms"]}, "first_hop_ms": 10.0,
+                "aggregator_us": 50.0, "tick_phase_s": 0.0, "worker_processes": 2}, arrays
+
+    (kg, kga), (sg, sga), (pkg, pkga) = made("kg", 2.0), made("sg", 2.0), made("pkg", 4.0)
+    result = fit([kg, sg], [kga, sga])
+    assert result["fitted"]["counter_tuple_us"] > 0 and result["fitted"]["return_ms"] > 0
+    profile = {"fitted": result["fitted"], "measured": result["measured"]}
+    for row in reproduction([kg, sg], [kga, sga], profile):
+        assert all(abs(v - 1) <= 0.04 for v in row["ratio"].values()), row
+    held_out = ratios(predict(params_for(pkg, profile), pkga), observed(pkg))
+    assert all(abs(v - 1) <= 0.04 for v in held_out.values()), held_out
