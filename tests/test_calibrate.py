@@ -5,26 +5,19 @@ line. The runs are small (3,000 words, two worker processes): tens of seconds in
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
+import test_wordcount_topology
+from test_cli import one_line_error
 
 from keysplit.cli import main
-from keysplit.runs import redis_server
 from keysplit.topology_model.profile import FITTED
 from keysplit.topology_model.storm_terms import ClusterTerms
 
+#: A KEYSPLIT_HOME of this module's own, whose managed Redis the runs use (stopped after the module).
+home = test_wordcount_topology.home
 W, S, A = 4, 2, 2
 KNOBS = ["-W", str(W), "-S", str(S), "-A", str(A), "--max-pending", "200", "--flush", "1"]
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    path = tmp_path_factory.mktemp("keysplit-home")
-    os.environ["KEYSPLIT_HOME"] = str(path)
-    yield path
-    redis_server.stop_server(path)
-    os.environ.pop("KEYSPLIT_HOME", None)
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +40,6 @@ def runs(dataset):
                                     ("cal-sg0", "sg", 0.0)):
         run_topology(run_id, grouping, dataset, delay)
     return dataset
-
-
-def one_line_error(capsys, *argv: str) -> str:
-    assert main(list(argv)) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("keysplit: error: ") and err.count("\n") == 1, err
-    return err
 
 
 def test_calibrate_stores_a_profile_that_reproduces_its_runs(runs, home, capsys):
