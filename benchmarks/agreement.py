@@ -87,7 +87,7 @@ def main() -> int:
     p.add_argument("--reuse", action="store_true", help="use the measured runs kept from an earlier invocation")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    from keysplit.topology_model.profile import arrays_of_run, params_for, predict, ratios, within
+    from keysplit.topology_model.profile import arrays_of_run, describe, params_for, predict, ratios, within
 
     path = text_file(DEMO)
     seen = [measure(g, args.delay, path, args) for g in CALIBRATION_GROUPINGS]
@@ -113,12 +113,9 @@ def main() -> int:
         json.dump({"dataset": DEMO, "profile": profile, "rows": rows, "worst_held_out": worst}, sys.stdout, indent=2)
         print()
         return 0
-    f, m = profile["fitted"], profile["measured"]
     print(f"{DEMO} (10 words a line), W={args.workers} S={args.sources} A={args.aggregators}, flush 1 s, max pending "
           f"{args.max_pending}, {args.processes} worker processes, default batches; profile {PROFILE} from kg and sg "
-          f"at {args.delay:g} ms: tuple {f['tuple_us']:.0f} us, counter {f['counter_tuple_us']:.0f} us a tuple, "
-          f"return {f['return_ms']:.1f} ms (fitted); first hop {m['hop_ms']:.1f} ms, commit {m['commit_us']:.0f} us, "
-          f"tick phase {m['tick_phase_s']:.3f} s (measured)\n")
+          f"at {args.delay:g} ms: {describe(profile)}\n")
     print("| grouping | CPU delay (ms) | seen by the fit | words/s measured / predicted (ratio) "
           "| p50 ms measured / predicted (ratio) | p99 ms measured / predicted (ratio) | within target |")
     print("|---|---:|---|---:|---:|---:|---|")

@@ -88,12 +88,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(profile | {"path": path})
         return 0
-    f, m = profile["fitted"], profile["measured"]
+    from keysplit.topology_model.profile import describe
+
     print(f"calibration {args.name} from {len(runs)} runs ({profile['terms']['runtime']}, "
-          f"{profile['terms']['worker_processes']} worker processes): tuple {f['tuple_us']:.0f} us, counter "
-          f"{f['counter_tuple_us']:.0f} us a tuple beyond the delay, return {f['return_ms']:.1f} ms (fitted); "
-          f"first hop {m['hop_ms']:.1f} ms, commit {m['commit_us']:.0f} us a partial count, tick phase "
-          f"{m['tick_phase_s']:.3f} s (measured)")
+          f"{profile['terms']['worker_processes']} worker processes): {describe(profile)}")
     def cell(row: dict, key: str) -> str:
         return f"{row['measured'][key]:,.0f} / {row['predicted'][key]:,.0f} ({row['ratio'][key]:.2f})"
 

@@ -174,6 +174,14 @@ def reproduction(runs: list[dict], arrays: list[tuple], profile: dict) -> list[d
     return rows
 
 
+def describe(profile: dict) -> str:
+    """The profile's values in one phrase (what ``keysplit calibrate`` and the agreement benchmark print)."""
+    f, m = profile["fitted"], profile["measured"]
+    return (f"tuple {f['tuple_us']:.0f} us, counter {f['counter_tuple_us']:.0f} us a tuple beyond the delay, return "
+            f"{f['return_ms']:.1f} ms (fitted); first hop {m['hop_ms']:.1f} ms, commit {m['commit_us']:.0f} us a "
+            f"partial count, tick phase {m['tick_phase_s']:.3f} s (measured)")
+
+
 def run_record(run: dict) -> dict:
     """What a profile keeps of one of its runs: its id, its knobs, what it measured, its runtime's terms."""
     return {k: run.get(k) for k in RUN_FIELDS} | {"terms": ClusterTerms.of_run(run).as_dict()}
