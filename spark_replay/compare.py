@@ -231,7 +231,15 @@ def compare(conn: Any, run_ids: Sequence[str], replay_dir: str) -> dict:
         check_same_knobs(run, replay)
     exact = replay_counts(replay)
     rows = [compare_one(run, counts, replay, exact) for run, counts in loaded]
-    return {"replay": os.path.abspath(replay_dir), "dataset": replay["dataset"], "rows": rows}
+    return {"replay": os.path.abspath(replay_dir), "dataset": replay["dataset"], "rows": rows,
+            "calibration": calibration_of(replay)}
+
+
+def calibration_of(replay: dict) -> str | None:
+    """Which calibration the replay's model used: a profile's name (``keysplit calibrate``), else its file, else
+    None (uncalibrated: every overhead 0)."""
+    o = replay["replay"].get("overheads") or {}
+    return o.get("profile") or o.get("source") or None
 
 
 def write(result: dict, out: str) -> str:

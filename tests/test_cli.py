@@ -96,7 +96,7 @@ def test_simulate_draws_the_imbalance_plot(tmp_path):
 
 
 def test_the_demo_runs_end_to_end(tmp_path):
-    """`make demo` verbatim: corpus, simulation, three topology runs, Spark replay and comparison."""
+    """`make demo` verbatim: corpus, simulation, three topology runs, calibration, Spark replay and comparison."""
     out = tmp_path / "demo"
     result = subprocess.run([*KEYSPLIT, "demo", "--out", str(out)], capture_output=True, text=True, timeout=900,
                             env={**os.environ, "KEYSPLIT_HOME": str(tmp_path / "home")})
@@ -108,6 +108,12 @@ def test_the_demo_runs_end_to_end(tmp_path):
     assert all(row["loads_equal"] for row in comparison["rows"])
     assert all(row["final_imbalance_fraction"]["run"] == pytest.approx(row["final_imbalance_fraction"]["replay"])
                for row in comparison["rows"])
+    # the replay used the profile the demo fitted to its kg and sg runs, and agrees with all three (pkg held out)
+    assert comparison["calibration"] == "demo"
+    for row in comparison["rows"]:
+        r = row["ratio"]
+        assert abs(r["throughput"] - 1) <= 0.15 and abs(r["latency_p50_ms"] - 1) <= 0.25 \
+            and abs(r["latency_p99_ms"] - 1) <= 0.25, (row["grouping"], r)
     assert {p.name for p in (out / "compare").glob("*.png")} == {"throughput_latency.png", "loads.png",
                                                                   "imbalance.png", "agreement.png"}
     assert (out / "simulate.png").stat().st_size > 10_000

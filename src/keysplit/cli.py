@@ -28,6 +28,7 @@ COMMANDS = (
     "runs",
     "replay",
     "compare",
+    "calibrate",
     "partition",
     "rebalance",
     "execution",
@@ -50,6 +51,8 @@ SUMMARIES = {
                "estimate"),
     "compare": ("compare", "put measured topology runs next to a replay's estimates (throughput, latency, "
                 "balance, counts)"),
+    "calibrate": ("calibrate", "fit the topology model's costs to measured runs stored in Redis and store a named "
+                  "profile"),
     "partition": ("partition-experiment", "Gedik's §5 experiment: b and m of scan/redist/readj vs uniform and "
                   "consistent hashing, N = 1..10"),
     "rebalance": ("rebalance", "measure the key state that moves when a worker is added or removed mid-stream"),

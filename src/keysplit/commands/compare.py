@@ -87,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
     } for r in result["rows"]]
     print(f"dataset {result['dataset']['spec']} (sha256 {result['dataset']['sha256'][:12]}): run | replay "
           "(replay / run)")
+    print(f"calibration: {result.get('calibration') or 'uncalibrated'} (the replay model's costs; `keysplit "
+          "calibrate` makes a profile, `keysplit replay --calibration NAME` uses it)")
     if result["rows"]:  # every row's knobs agree with the replay's (compare refuses otherwise): print the first's
         print("knobs: " + ", ".join(f"{k['option']} {k['run'] if k['run'] is not None else k['replay']}"
                                     for k in result["rows"][0]["knobs"]))

@@ -46,10 +46,10 @@ def add_topology_options(p: argparse.ArgumentParser) -> None:
                    help="closed (default): the topology model with the spouts kept at --max-pending, as "
                    "`keysplit run` runs; open: the same model with the spouts emitting --rate words/s (`keysplit "
                    "run --rate`); lindley: the earlier open-loop estimate, one D/D/1 queue per worker at --rate")
-    p.add_argument("--calibration", metavar="FILE",
-                   help="the model's overheads (default $KEYSPLIT_HOME/calibration.json, i.e. "
-                   ".keysplit/calibration.json, when it exists, else none; "
-                   "written by `python benchmarks/agreement.py --calibrate`)")
+    p.add_argument("--calibration", metavar="NAME|FILE",
+                   help="the model's costs: a profile made by `keysplit calibrate --name NAME` "
+                   "($KEYSPLIT_HOME/calibrations/NAME.json), or a calibration file (default "
+                   "$KEYSPLIT_HOME/calibration.json when it exists, else none)")
     p.add_argument("--overhead-us", type=non_negative_float, metavar="US",
                    help="runner and protocol time per tuple sent to a counter (a word with --batch 1), microseconds "
                    "(overrides the calibration)")

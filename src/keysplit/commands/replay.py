@@ -66,7 +66,7 @@ def model_line(replay: dict) -> str:
             f"{o.get('counter_overhead_us', 0):.0f} us/tuple, batches of {replay.get('batch', 1)} / "
             f"{replay.get('batch_ms', 0):g} ms, "
             f"hop {o.get('hop_delay_ms', 0):.0f} ms, tick phase {o.get('tick_phase_s', 0):.2f} s; from "
-            f"{o.get('source') or 'no calibration'})")
+            f"{'profile ' + o['profile'] if o.get('profile') else o.get('source') or 'no calibration'})")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -122,6 +122,8 @@ def what_ran(config: dict[str, Any], received: dict[str, Any]) -> tuple[dict[str
     for key, value in received.items():
         if key.startswith("keysplit.") and key != "keysplit.run_id":
             ran[key] = value
+    if received.get("storm"):  # Storm's settings of the costs between components (topology_model.storm_terms)
+        ran["storm"] = received["storm"]
     differs: dict[str, list] = {}
     for field, key in RECEIVED.items():
         value = received.get(key)

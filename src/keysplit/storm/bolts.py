@@ -46,7 +46,7 @@ from keysplit.storm.counting import (
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.router import Batch, Batcher, GroupingChannel, Router, component_tasks, fields_index, route_value
-from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.settings import STORM_COST_SETTINGS, WordCountSettings
 
 #: Component names in the topology (the router needs the counter's to find its task ids).
 SPOUT, ROUTER, COUNTER, AGGREGATOR, TOPK = "feed", "router", "counter", "aggregator", "topk"
@@ -81,7 +81,8 @@ def received_configuration(conf, context) -> dict:
     return {**keep, "sources": tasks[ROUTER], "counter_tasks": tasks[COUNTER], "aggregators": tasks[AGGREGATOR],
             "spouts": tasks[SPOUT], "max_pending": conf.get("topology.max.spout.pending"),
             "message_timeout_secs": conf.get("topology.message.timeout.secs"),
-            "worker_processes": conf.get("topology.workers")}
+            "worker_processes": conf.get("topology.workers"),
+            "storm": {k: conf[k] for k in STORM_COST_SETTINGS if conf.get(k) is not None}}
 
 
 def record_start(conn, keys: RunKeys, component: str, index: int, conf=None, context=None) -> None:

@@ -30,6 +30,12 @@ from keysplit.storm.exactly_once import DELIVERIES
 from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS, SPLITS
 
 PREFIX = "keysplit."
+#: Storm's settings of the costs between components (executor batching and flushing, ackers) that the components
+#: record as they received them, so that a cluster run's summary carries them to `keysplit calibrate`
+#: (``keysplit.topology_model.storm_terms``); the flush interval under its Storm 2.8 and its Storm 2.0 names.
+STORM_COST_SETTINGS = ("topology.producer.batch.size", "topology.transfer.batch.size",
+                       "topology.batch.flush.interval.millis", "topology.flush.tuple.freq.millis",
+                       "topology.acker.executors")
 ENV_PREFIX = "KEYSPLIT_"
 #: The environment variable ``keysplit run`` gives its components the managed Redis password in.
 PASSWORD_ENV = "KEYSPLIT_REDIS_PASSWORD"

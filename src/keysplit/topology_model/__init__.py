@@ -4,7 +4,11 @@ and ``--arrivals open`` estimates), in layers that import downwards only:
 - :mod:`~keysplit.topology_model.params`: the knobs, the calibrated overheads and a run's result;
 - :mod:`~keysplit.topology_model.kernel`: the numba event loop (what the model follows, and what it does not);
 - :mod:`~keysplit.topology_model.driver`: the stream fed to it (:func:`simulate`, :class:`StreamedModel`);
-- :mod:`~keysplit.topology_model.calibration`: the overheads fitted to measured runs.
+- :mod:`~keysplit.topology_model.storm_terms`: the costs between components that a run's configuration gives (Storm's
+  executor batching, ackers, worker JVMs);
+- :mod:`~keysplit.topology_model.profile`: the few costs it does not give, fitted to stored runs (`keysplit calibrate`);
+- :mod:`~keysplit.topology_model.calibration`: the calibration files and profiles the replay reads, and the older
+  four-run calibration.
 
 The Spark task that feeds it a replay's routed stream is ``spark_replay.model_task``. The parameters load at
 once (numpy only: the command line reads ``KNOBS``); the rest, which needs numba, on first use.
@@ -29,7 +33,8 @@ from keysplit.topology_model.params import (
 _LAZY = {
     "driver": ("StreamedModel", "aggregator_of", "line_starts", "route_dataset", "simulate", "stream_arrays"),
     "calibration": ("CALIBRATION_NAME", "calibrate", "default_calibration", "fit_delay", "fit_overhead",
-                    "load_calibration", "overheads"),
+                    "load_calibration", "overheads", "profile_path", "save_profile"),
+    "profile": ("arrays_of_run", "check_fittable", "fit", "params_for", "predict", "reproduction"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 

@@ -6,6 +6,7 @@ reads (:func:`load_calibration`, :func:`overheads`).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -137,11 +138,58 @@ _RUN_FIELDS = ("run_id", "grouping", "dataset", "workers", "sources", "aggregato
                "aggregator_us", "first_hop_ms")
 
 
-def load_calibration(path: str | None) -> dict:
-    """A calibration file's overheads; ``path`` None reads :func:`default_calibration` if it exists, else zeros."""
+#: A profile's name (``keysplit calibrate --name``): it names a file in the state folder, so never a path.
+PROFILE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+#: Where ``keysplit calibrate`` stores its profiles, in the state folder.
+PROFILES = "calibrations"
+
+
+def check_profile_name(name: str) -> str:
+    if not PROFILE_NAME.fullmatch(name) or name in (".", ".."):
+        raise KeysplitError(f"bad calibration name {name[:60]!r}: use 1 to 64 letters, digits, '.', '_' or '-'")
+    return name
+
+
+def profile_path(name: str) -> str:
+    """The file of the profile ``name``: ``$KEYSPLIT_HOME/calibrations/NAME.json``."""
+    from keysplit.home import keysplit_home
+
+    return str(keysplit_home() / PROFILES / f"{check_profile_name(name)}.json")
+
+
+def save_profile(profile: dict) -> str:
+    """Write ``profile`` (with its ``name``) atomically to :func:`profile_path`; the path."""
     import json
 
-    target = path or default_calibration()
+    from keysplit.home import private_dir
+    from keysplit.outputs import atomic_file
+
+    path = profile_path(profile["name"])
+    private_dir(os.path.dirname(path))
+    with atomic_file(path, "the calibration profile") as fh:
+        json.dump(profile, fh, indent=2)
+        fh.write("\n")
+    return path
+
+
+def resolve(calibration: str) -> str:
+    """``--calibration``'s file: a stored profile's when it names one (a name, no ``/``), else the path given."""
+    if PROFILE_NAME.fullmatch(calibration) and not calibration.endswith(".json") and calibration not in (".", ".."):
+        path = profile_path(calibration)
+        if not os.path.exists(path):
+            raise KeysplitError(f"no calibration profile {calibration!r} (no {path}); make it with `keysplit "
+                                f"calibrate --run ID,ID --name {calibration}`")
+        return path
+    return calibration
+
+
+def load_calibration(path: str | None) -> dict:
+    """A calibration file's overheads (``path``: a file, or the name of a profile of ``keysplit calibrate``);
+    ``path`` None reads :func:`default_calibration` if it exists, else zeros. A profile's name comes back as
+    ``profile``."""
+    import json
+
+    target = resolve(path) if path else default_calibration()
     if path is None and not os.path.exists(target):
         return {name: 0.0 for name in CALIBRATED} | {"source": None}
     try:
@@ -152,7 +200,8 @@ def load_calibration(path: str | None) -> dict:
     if not isinstance(data, dict) or any(not isinstance(data.get(k), (int, float)) for k in CALIBRATED):
         raise KeysplitError(f"{target} is not a keysplit calibration (needs numbers {', '.join(CALIBRATED)})")
     optional = {k: float(data[k]) for k in OPTIONAL_CALIBRATED if isinstance(data.get(k), (int, float))}
-    return {k: float(data[k]) for k in CALIBRATED} | optional | {"source": os.path.abspath(target)}
+    named = {"profile": data["name"]} if isinstance(data.get("name"), str) else {}
+    return {k: float(data[k]) for k in CALIBRATED} | optional | {"source": os.path.abspath(target)} | named
 
 
 def overheads(calibration: str | None, overhead_us: float | None = None, counter_overhead_us: float | None = None,
