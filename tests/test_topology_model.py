@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from keysplit.topology_model import TopologyParams, fit_overhead, line_starts, simulate
+from keysplit.topology_model import TopologyParams, line_starts, simulate
 
 
 def stream(lines: int, words_per_line: int, workers: int, keys: int = 50, seed: int = 1) -> tuple:
@@ -107,17 +107,6 @@ def test_a_hot_worker_and_the_overheads_slow_the_run_down():
     assert simulate(slower, starts, spread, keys).words_per_second < even.words_per_second
 
 
-def test_fitting_an_overhead_recovers_it():
-    starts, workers, keys = stream(20000, 5, 4)  # 12 s of runner time: the ticks quantise the duration by < 10%
-    p = TopologyParams(workers=4, cpu_delay_ms=0.0, max_pending=5000, overhead_us=120.0)
-    measured = simulate(p, starts, workers, keys).words_per_second
-    fitted = fit_overhead("overhead_us", measured, TopologyParams(workers=4, cpu_delay_ms=0.0, max_pending=5000),
-                          (starts, workers, keys))
-    assert simulate(TopologyParams(workers=4, cpu_delay_ms=0.0, max_pending=5000, overhead_us=fitted),
-                    starts, workers, keys).words_per_second == pytest.approx(measured, rel=1e-3)
-    assert fitted == pytest.approx(120.0, rel=0.1)
-
-
 def test_bad_parameters_and_inputs_are_refused():
     with pytest.raises(ValueError, match="workers"):
         TopologyParams(workers=0)
@@ -141,44 +130,6 @@ def test_run_rate_is_a_setting_of_the_topology_and_checked_before_it_starts(tmp_
     assert prepare(RunOptions("kg", f"text:{path}", sources=1, workers=2)).settings.rate == 0.0  # closed loop
     with pytest.raises(KeysplitError, match="--rate must be positive"):
         prepare(RunOptions("kg", f"text:{path}", sources=1, workers=2, rate=0.0))
-
-
-def test_calibration_recovers_the_overheads_of_runs_the_model_made():
-    # Three "runs" made by the model with known overheads, summarised as `keysplit run --json` summarises them:
-    # calibrate takes the light run's measured hop and commit as they are, and fits the rest so that the model
-    # reproduces the light run's mean latency and the saturation run's words/s. (The ceiling's runner cost is
-    # fitted with no tick costs, then used as the tick tuples' cost too, so the calibrated model runs that run a
-    # little slower than measured: a known limit, not asserted either way.)
-    from keysplit.topology_model import CALIBRATED, OPTIONAL_CALIBRATED, calibrate, params_of_run
-
-    truth = {"overhead_us": 60.0, "tuple_us": 60.0, "commit_us": 80.0, "hop_delay_ms": 8.0, "ack_delay_ms": 50.0,
-             "counter_overhead_us": 150.0, "tick_phase_s": -0.3}
-
-    def run(lines: int, cpu_delay_ms: float, rate: float | None) -> tuple[dict, tuple]:
-        arrays = stream(lines, 5, 4, keys=200)
-        p = TopologyParams(workers=4, aggregators=2, cpu_delay_ms=cpu_delay_ms, max_pending=5000, rate=rate, **truth)
-        r = simulate(p, *arrays)
-        summary = {"workers": 4, "aggregators": 2, "cpu_delay_ms": cpu_delay_ms, "max_pending": 5000,
-                   "flush_secs": 1.0, "rate": rate, "words_per_second": r.words_per_second,
-                   "latency_ms": {"mean": float(r.latency_ms.mean())}, "tick_phase_s": truth["tick_phase_s"],
-                   "aggregator_us": truth["commit_us"], "first_hop_ms": truth["hop_delay_ms"]}
-        return summary, arrays
-
-    ceiling, light, saturation = run(20000, 0.0, None), run(2000, 0.0, 2000.0), run(3000, 2.0, None)
-    cal = calibrate(*ceiling, *saturation, *light)
-    assert cal["hop_delay_ms"] == truth["hop_delay_ms"] and cal["commit_us"] == truth["commit_us"]  # measured
-    assert cal["tick_phase_s"] == pytest.approx(truth["tick_phase_s"])
-    fitted = {k: cal[k] for k in CALIBRATED + OPTIONAL_CALIBRATED}
-
-    def again(summary_arrays: tuple[dict, tuple]):
-        summary, arrays = summary_arrays
-        return summary, simulate(params_of_run(summary, **fitted), *arrays)
-
-    summary, model = again(saturation)
-    assert model.words_per_second == pytest.approx(summary["words_per_second"], rel=0.02)
-    summary, model = again(light)
-    assert model.latency_ms.mean() == pytest.approx(summary["latency_ms"]["mean"], rel=0.02)
-    assert 0 < cal["ack_delay_ms"] < 2 * truth["ack_delay_ms"]  # the rest of the trip, after the aggregators
 
 
 # -- batches (keysplit.batch / keysplit.batch_ms: storm/router.py Batcher) -----------------------------------
@@ -256,35 +207,3 @@ def test_batches_wait_across_the_chunks_the_stream_is_fed_in(chunk):
     cut = simulate(p, starts, workers, keys, chunk_lines=chunk)
     assert np.array_equal(cut.emit, whole.emit) and np.array_equal(cut.done, whole.done)
     assert whole.summary() == cut.summary()
-
-
-def test_calibration_splits_the_runner_cost_into_per_word_and_per_tuple_with_a_single_tuple_run():
-    from keysplit.topology_model import calibrate, params_of_run
-
-    # the runs' other costs are 0 here, as in the fits of the runner's costs (the first test above shows what the
-    # tick costs, the hop and the ack delay do to them)
-    truth = {"overhead_us": 60.0, "word_us": 15.0, "tuple_us": 0.0, "commit_us": 0.0, "hop_delay_ms": 0.0,
-             "ack_delay_ms": 0.0, "counter_overhead_us": 150.0, "tick_phase_s": -0.3}
-
-    def run(lines: int, cpu_delay_ms: float, rate: float | None, batch: int) -> tuple[dict, tuple]:
-        # every line may be in flight: the runner, not Little's law, bounds the ceilings
-        arrays = stream(lines, 5, 4, keys=200)
-        p = TopologyParams(workers=4, sources=2, aggregators=2, cpu_delay_ms=cpu_delay_ms, max_pending=lines,
-                           rate=rate, batch=batch, batch_ms=20.0, **truth)
-        r = simulate(p, *arrays)
-        summary = {"workers": 4, "sources": 2, "aggregators": 2, "cpu_delay_ms": cpu_delay_ms, "max_pending": lines,
-                   "flush_secs": 1.0, "rate": rate, "batch": batch, "batch_ms": 20.0,
-                   "words_per_second": r.words_per_second, "latency_ms": {"mean": float(r.latency_ms.mean())},
-                   "tick_phase_s": truth["tick_phase_s"], "aggregator_us": truth["commit_us"],
-                   "first_hop_ms": truth["hop_delay_ms"]}
-        return summary, arrays
-
-    ceiling, single = run(150000, 0.0, None, 50), run(60000, 0.0, None, 1)  # 12 s and 22 s of runner time
-    light, saturation = run(2000, 0.0, 2000.0, 50), run(3000, 2.0, None, 50)
-    cal = calibrate(*ceiling, *saturation, *light, *single)
-    assert cal["word_us"] + cal["overhead_us"] == pytest.approx(75.0, rel=0.1)  # what a word alone in a tuple costs
-    assert cal["word_us"] == pytest.approx(15.0, rel=0.25)
-    for summary, arrays in (ceiling, single):
-        model = simulate(params_of_run(summary, **{k: cal[k] for k in ("overhead_us", "word_us", "tick_phase_s")}),
-                         *arrays)
-        assert model.words_per_second == pytest.approx(summary["words_per_second"], rel=0.03)

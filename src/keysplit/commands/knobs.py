@@ -48,8 +48,7 @@ def add_topology_options(p: argparse.ArgumentParser) -> None:
                    "run --rate`); lindley: the earlier open-loop estimate, one D/D/1 queue per worker at --rate")
     p.add_argument("--calibration", metavar="NAME|FILE",
                    help="the model's costs: a profile made by `keysplit calibrate --name NAME` "
-                   "($KEYSPLIT_HOME/calibrations/NAME.json), or a calibration file (default "
-                   "$KEYSPLIT_HOME/calibration.json when it exists, else none)")
+                   "($KEYSPLIT_HOME/calibrations/NAME.json), or a profile's file (default: none, every overhead 0)")
     p.add_argument("--overhead-us", type=non_negative_float, metavar="US",
                    help="runner and protocol time per tuple sent to a counter (a word with --batch 1), microseconds "
                    "(overrides the calibration)")

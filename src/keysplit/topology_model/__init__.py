@@ -32,8 +32,7 @@ from keysplit.topology_model.params import (
 
 _LAZY = {
     "driver": ("StreamedModel", "aggregator_of", "line_starts", "route_dataset", "simulate", "stream_arrays"),
-    "calibration": ("CALIBRATION_NAME", "calibrate", "default_calibration", "fit_delay", "fit_overhead",
-                    "load_calibration", "overheads", "profile_path", "save_profile"),
+    "calibration": ("load_calibration", "overheads", "profile_path", "save_profile"),
     "profile": ("arrays_of_run", "check_fittable", "fit", "params_for", "predict", "reproduction"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
