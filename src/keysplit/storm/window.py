@@ -1,0 +1,104 @@
+"""The spout's adaptive window: how many lines one spout task keeps in flight, adapted to the message timeout.
+
+Why. Storm's spout executor calls ``nextTuple`` whenever fewer than ``topology.max.spout.pending`` trees are
+pending (apache/storm ``storm-client/src/jvm/org/apache/storm/executor/spout/SpoutExecutor.java``:
+``reachedMaxSpoutPending``), a ShellSpout forwards each call to the Python spout as a ``next`` command
+(``storm-client/src/jvm/org/apache/storm/spout/ShellSpout.java`` ``nextTuple``), and a tree still pending after
+the message timeout is failed back to the spout when the executor's pending map rotates on its tick (the same
+``SpoutExecutor.tupleActionFn``, ``pending.rotate()``). Nothing else bounds what is in flight. When the topology
+cannot complete max-pending lines within the timeout, every line times out, is replayed behind the stale copies of
+itself still queued in the bolts, and times out again: Storm's timeout meltdown (issue 25, point 7).
+
+The spout is ours, so it bounds itself: Storm keeps calling ``nextTuple`` below max pending, and the spout emits
+nothing while its own window is full. The window follows TCP's congestion rule (AIMD):
+
+- it starts at max pending, so a run that never times out behaves exactly as before;
+- a timeout (a ``fail`` of a line emitted at least a message timeout ago) multiplies it by ``decrease``, taken
+  from the lines actually in flight when that is fewer (a window above the load would never bite). Only a
+  timeout of a line emitted after the last cut cuts again: the lines of one wave time out together, and those
+  sent under the old window say nothing about the new one (TCP's one cut per round trip);
+- each ack adds ``increase / window`` lines (``increase`` lines per window of acks: additive increase) at or
+  above the threshold, and a whole line below it (the window doubles per round trip: TCP's slow start). The
+  threshold is the window a cut left when lines were being acked since the cut before (the load the topology
+  was completing); cuts with no ack between them leave it alone: they come while the bolts drain the stale
+  copies of a wave that all timed out (each replay waits behind them and times out too), so they say how long
+  that backlog is, not what the topology completes. Without slow start the window climbs back from such
+  over-cuts by one line per round trip (a round trip here is the flush period or more: minutes per hundred
+  lines);
+- it stays within ``[minimum, max pending]``.
+
+``decrease = 1`` turns the rule off (Storm's fixed max pending). The same module ships in the jar, so a cluster
+run adapts the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WindowPolicy:
+    """The AIMD rule's parameters (``keysplit.aimd_increase``, ``keysplit.aimd_decrease``, ``keysplit.aimd_min``)."""
+
+    increase: float = 1.0  # lines added per window of acks
+    decrease: float = 0.5  # the factor a timeout multiplies the window by (1: never cut)
+    minimum: int = 1  # the window never goes below this many lines
+
+
+class AdaptiveWindow:
+    """One spout task's window. ``limit`` is ``topology.max.spout.pending`` (None: unlimited, as in Storm)."""
+
+    def __init__(self, policy: WindowPolicy, limit: int | None) -> None:
+        self.policy = policy
+        self.limit = float(limit) if limit else math.inf
+        self.size = self.limit  # start at max pending: without timeouts, nothing changes
+        self.threshold = self.limit  # slow start below it, additive increase at or above
+        self.acks_since_cut = 0
+        self.lowest = self.size
+        self.cuts = 0
+        self.last_cut = -math.inf  # when the window was last cut (the clock the caller's emit times use)
+
+    def allows(self, in_flight: int) -> bool:
+        """Whether one more line may be emitted with ``in_flight`` lines out."""
+        return in_flight < max(self.policy.minimum, math.floor(self.size))
+
+    def on_ack(self) -> None:
+        """A line completed: grow by a line below the threshold, by ``increase`` lines per window of acks above."""
+        self.acks_since_cut += 1
+        if self.size < self.limit:
+            step = 1.0 if self.size < self.threshold else self.policy.increase / self.size
+            self.size = min(self.limit, self.size + step)
+
+    def on_timeout(self, sent_at: float, in_flight: int, now: float) -> bool:
+        """A line emitted at ``sent_at`` timed out with ``in_flight`` lines out: cut the window once per round;
+        True if it was cut."""
+        if sent_at < self.last_cut or self.policy.decrease >= 1.0:
+            return False  # sent under the window before the last cut: that cut already answered it
+        self.size = max(float(self.policy.minimum), min(self.size, float(in_flight)) * self.policy.decrease)
+        self.lowest = min(self.lowest, self.size)
+        if self.acks_since_cut:  # the topology completed lines at the window just cut: no higher than this
+            self.threshold = self.size
+        self.acks_since_cut = 0
+        self.last_cut = now
+        self.cuts += 1
+        return True
+
+    def restore(self, window: int, lowest: int, cuts: int) -> None:
+        """Go on from what an earlier process of this spout task reached (its :meth:`metrics`): a restarted spout
+        that started again at max pending would time out its first wave again."""
+        if window > 0:
+            self.size = self.threshold = min(self.limit, float(window))
+        if lowest > 0:
+            self.lowest = min(self.lowest, float(lowest))
+        self.cuts = cuts
+
+    @property
+    def lines(self) -> int | None:
+        """The window in whole lines (None: unlimited and never cut)."""
+        return None if math.isinf(self.size) else max(self.policy.minimum, math.floor(self.size))
+
+    def metrics(self) -> dict[str, int]:
+        """What the spout writes to its metrics hash (-1 for unlimited)."""
+        lowest = -1 if math.isinf(self.lowest) else max(self.policy.minimum, math.floor(self.lowest))
+        return {"window": -1 if self.lines is None else self.lines, "window_min": lowest, "window_cuts": self.cuts}
