@@ -60,6 +60,8 @@ RUNNER_DEFAULTS: dict[str, Any] = {
     "keysplit.local.restart.delay.secs": 0.5,
     # seconds a task may take to answer the handshake
     "keysplit.local.startup.timeout.secs": 60.0,
+    # starts a worker gets while the topology starts (a task of it dying before its handshake relaunches it)
+    "keysplit.local.startup.attempts": 3,
     # back-pressure: spouts get no "next" while some bolt task has more queued input tuples than this
     "keysplit.local.queue.high": 20000,
     # "next" commands a spout may have outstanding (pipelined in one write; Storm calls nextTuple in a loop)

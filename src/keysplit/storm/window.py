@@ -25,6 +25,9 @@ nothing while its own window is full. The window follows TCP's congestion rule (
   that backlog is, not what the topology completes. Without slow start the window climbs back from such
   over-cuts by one line per round trip (a round trip here is the flush period or more: minutes per hundred
   lines);
+- it grows only while at least half of it is in use (an ack leaving that many lines out): a window the spout
+  does not fill says nothing about a larger one (RFC 7661's rule for TCP's window when the sender has too little
+  to send), so the last lines of a run, or a spout that has little to read, do not inflate it;
 - it stays within ``[minimum, max pending]``.
 
 ``decrease = 1`` turns the rule off (Storm's fixed max pending). The same module ships in the jar, so a cluster
@@ -61,12 +64,13 @@ class AdaptiveWindow:
 
     def allows(self, in_flight: int) -> bool:
         """Whether one more line may be emitted with ``in_flight`` lines out."""
-        return in_flight < max(self.policy.minimum, math.floor(self.size))
+        return math.isinf(self.size) or in_flight < max(self.policy.minimum, math.floor(self.size))
 
-    def on_ack(self) -> None:
-        """A line completed: grow by a line below the threshold, by ``increase`` lines per window of acks above."""
+    def on_ack(self, in_flight: int) -> None:
+        """A line completed, leaving ``in_flight`` lines out: grow by a line below the threshold, by ``increase``
+        lines per window of acks above, if at least half the window was in use."""
         self.acks_since_cut += 1
-        if self.size < self.limit:
+        if self.size < self.limit and in_flight + 1 >= self.size / 2:
             step = 1.0 if self.size < self.threshold else self.policy.increase / self.size
             self.size = min(self.limit, self.size + step)
 
