@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from test_exactly_once import _assert_exact, _feed, _run, home, redis_url  # noqa: F401  (fixtures)
 from test_wordcount_topology import write_text
@@ -143,3 +144,24 @@ def test_a_run_that_would_time_out_every_line_settles_and_ends_exact(redis_url, 
     (spout,) = summary["spout_windows"]
     assert spout["window"] == summary["window"] and 0 < spout["window_min"] <= spout["window"] < 600
     assert summary["duration_s"] < 60
+
+
+# -- the topology model follows the rule ----------------------------------------------------------------------
+
+def test_the_model_of_a_saturated_closed_loop_settles_below_the_timeout():
+    from test_topology_model import stream
+
+    from keysplit.topology_model import TopologyParams, simulate
+
+    # 2 counters at 3 ms a word serve ~130 lines of 5 words a second: 5,000 lines in flight wait ~38 s (a counter
+    # flushes at a tick queued behind its backlog, so the whole first wave completes at once, late)
+    p = TopologyParams(workers=2, aggregators=1, cpu_delay_ms=3.0, max_pending=5000, message_timeout=3.0)
+    r = simulate(p, *stream(12000, 5, 2))
+    window, lowest, cuts = r.window
+    assert cuts >= 2 and lowest <= window < 1000
+    assert r.summary()["window"] == window
+    # the model replays nothing, so the first wave stays late; the lines sent under the settled window are not
+    assert np.percentile(r.latency_ms[:5000], 50) > 3000 > np.percentile(r.latency_ms[-1000:], 99)
+    # a loop that never times out keeps max pending, as before the rule
+    calm = simulate(TopologyParams(workers=4, aggregators=2, cpu_delay_ms=2.0, max_pending=200), *stream(6000, 5, 4))
+    assert calm.window == (200, 200, 0)
