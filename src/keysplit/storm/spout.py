@@ -29,7 +29,7 @@ class RedisStreamSpout(Spout):
     (words before it) / R as the replay's ``sequence / rate`` says; a spout that fell behind catches up at once,
     still capped by ``topology.max.spout.pending``.
 
-Within max pending, the spout keeps at most its adaptive window of lines out: additive increase on acks,
+Closed loop, within max pending, the spout keeps at most its adaptive window of lines out: additive increase on acks,
 multiplicative decrease on timeouts (storm/window.py), so a topology that cannot complete max pending lines within
 the message timeout settles at a window it can complete instead of timing out every line again and again.
 
@@ -54,8 +54,9 @@ the message timeout settles at a window it can complete instead of timing out ev
             dedup=Dedup(conn, keys) if settings.exactly_once else None,
             window=settings.window_lines(max_pending),
             # Storm calls nextTuple below max pending whatever we do; this window keeps the lines out within what
-            # completes before the message timeout (storm/window.py)
-            flow=AdaptiveWindow(settings.window_policy, int(max_pending) if max_pending else None),
+            # completes before the message timeout (storm/window.py); open loop, the rate paces the emits instead
+            flow=None if settings.rate else AdaptiveWindow(settings.window_policy,
+                                                           int(max_pending) if max_pending else None, timeout),
             timeout_secs=timeout,
         )
         self.feed.restore()

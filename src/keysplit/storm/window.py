@@ -28,10 +28,21 @@ nothing while its own window is full. The window follows TCP's congestion rule (
 - it grows only while at least half of it is in use (an ack leaving that many lines out): a window the spout
   does not fill says nothing about a larger one (RFC 7661's rule for TCP's window when the sender has too little
   to send), so the last lines of a run, or a spout that has little to read, do not inflate it;
+- a cut never goes below the lines acked within the last message timeout: by Little's law the topology keeps
+  that many lines in flight within the timeout, so a smaller window cannot be what stops the timeouts. In a
+  meltdown nothing is acked, and nothing holds the cut;
 - it stays within ``[minimum, max pending]``.
 
 ``decrease = 1`` turns the rule off (Storm's fixed max pending). The same module ships in the jar, so a cluster
 run adapts the same way.
+
+Closed loop only (the spout's choice, storm/spout.py): with ``keysplit.rate`` the user's schedule paces the
+emits, and a window cut below it turns that schedule into bursts at the instants the ticks complete lines. Where
+the flush period, not the load, makes lines time out (a line times out or not by where in the period it was
+emitted), those bursts all land at the same bad phase and every line times out for ever: the open-loop run of
+``tests/test_exactly_once.py`` (2 s ticks, 3 s timeout, 400 words/s) collapsed to a window of one line and 223 of
+its 300 lines in 100 s, where Storm's fixed max pending spreads the replays over the period and ends. In closed
+loop the emits follow the acks anyway, so the window changes only how much is queued.
 """
 
 from __future__ import annotations
@@ -49,11 +60,38 @@ class WindowPolicy:
     minimum: int = 1  # the window never goes below this many lines
 
 
-class AdaptiveWindow:
-    """One spout task's window. ``limit`` is ``topology.max.spout.pending`` (None: unlimited, as in Storm)."""
+#: Buckets of the count of recent acks (the last message timeout, to within a sixteenth of it).
+ACK_BUCKETS = 16
 
-    def __init__(self, policy: WindowPolicy, limit: int | None) -> None:
+
+class RecentCount:
+    """Events (acks) of the last ``span`` seconds, counted in :data:`ACK_BUCKETS` buckets (constant
+    memory)."""
+
+    def __init__(self, span: float) -> None:
+        self.width = span / ACK_BUCKETS
+        self.counts = [0] * ACK_BUCKETS
+        self.periods = [-ACK_BUCKETS] * ACK_BUCKETS  # which period (time // width) each bucket counts
+
+    def add(self, now: float) -> None:
+        period = int(now // self.width)
+        slot = period % ACK_BUCKETS
+        if self.periods[slot] != period:
+            self.periods[slot], self.counts[slot] = period, 0
+        self.counts[slot] += 1
+
+    def total(self, now: float) -> int:
+        period = int(now // self.width)
+        return sum(n for n, p in zip(self.counts, self.periods) if period - p < ACK_BUCKETS)
+
+
+class AdaptiveWindow:
+    """One spout task's window. ``limit`` is ``topology.max.spout.pending`` (None: unlimited, as in Storm);
+    ``timeout_secs`` is the message timeout (the span of the recent acks that bound a cut)."""
+
+    def __init__(self, policy: WindowPolicy, limit: int | None, timeout_secs: float = 30.0) -> None:
         self.policy = policy
+        self.recent = RecentCount(timeout_secs)  # acks
         self.limit = float(limit) if limit else math.inf
         self.size = self.limit  # start at max pending: without timeouts, nothing changes
         self.threshold = self.limit  # slow start below it, additive increase at or above
@@ -66,10 +104,11 @@ class AdaptiveWindow:
         """Whether one more line may be emitted with ``in_flight`` lines out."""
         return math.isinf(self.size) or in_flight < max(self.policy.minimum, math.floor(self.size))
 
-    def on_ack(self, in_flight: int) -> None:
-        """A line completed, leaving ``in_flight`` lines out: grow by a line below the threshold, by ``increase``
-        lines per window of acks above, if at least half the window was in use."""
+    def on_ack(self, in_flight: int, now: float) -> None:
+        """A line completed at ``now``, leaving ``in_flight`` lines out: grow by a line below the threshold, by
+        ``increase`` lines per window of acks above, if at least half the window was in use."""
         self.acks_since_cut += 1
+        self.recent.add(now)
         if self.size < self.limit and in_flight + 1 >= self.size / 2:
             step = 1.0 if self.size < self.threshold else self.policy.increase / self.size
             self.size = min(self.limit, self.size + step)
@@ -79,7 +118,11 @@ class AdaptiveWindow:
         True if it was cut."""
         if sent_at < self.last_cut or self.policy.decrease >= 1.0:
             return False  # sent under the window before the last cut: that cut already answered it
-        self.size = max(float(self.policy.minimum), min(self.size, float(in_flight)) * self.policy.decrease)
+        size = max(float(self.policy.minimum), float(self.recent.total(now)),
+                   min(self.size, float(in_flight)) * self.policy.decrease)
+        if size >= self.size:
+            return False  # the lines acked within the last timeout hold it: a smaller window would not help
+        self.size = size
         self.lowest = min(self.lowest, self.size)
         if self.acks_since_cut:  # the topology completed lines at the window just cut: no higher than this
             self.threshold = self.size

@@ -17,6 +17,7 @@ import numpy as np
 
 from keysplit import latency
 from keysplit.latency import LatencyHistogram
+from keysplit.storm.window import WindowPolicy
 from keysplit.topology_model.kernel import (
     _F_COMP,
     _F_FIRST,
@@ -94,7 +95,9 @@ class StreamedModel:
         self.fv[_F_MAX] = -math.inf
         self.fv[_F_MIN] = math.inf
         self.settings = kernel_settings(params)
-        self.window = new_window(params.max_pending, params.spouts)  # the spouts' AIMD window (storm/window.py)
+        # the spouts' AIMD window (storm/window.py); open loop they keep max pending, as the spout does
+        self.window = new_window(params.max_pending, params.spouts, params.message_timeout,
+                                 WindowPolicy(decrease=1.0) if params.rate else None)
         size = 1024 + 4 * (params.workers + params.aggregators)
         self.heap = (np.empty(size), np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
                      np.empty(size, dtype=np.int64))
