@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 from test_exactly_once import _assert_exact, _feed, _run, home, redis_url  # noqa: F401  (fixtures)
+from test_hostile_input import one_line
 from test_wordcount_topology import write_text
 
 from keysplit.errors import KeysplitError
@@ -101,6 +102,12 @@ def test_the_policy_settings_are_checked_with_one_line():
         with pytest.raises(KeysplitError, match=f"keysplit.{field} must be {words}"):
             WordCountSettings(**{field: value})
     assert WordCountSettings.from_conf({"keysplit.aimd_decrease": "0.8"}).window_policy == WindowPolicy(1.0, 0.8, 1)
+
+
+def test_keysplit_run_refuses_a_bad_policy_with_one_line_before_it_starts(capsys):
+    err = one_line(capsys, ["run", "wordcount", "-g", "pkg", "--dataset", "zipf:messages=10", "--aimd-decrease",
+                            "1.5", "--redis", "redis://127.0.0.1:1/0"])
+    assert "keysplit.aimd_decrease must be in (0, 1] (1: never cut), got 1.5" in err
 
 
 # -- the spout's feed, against a real Redis -------------------------------------------------------------------
