@@ -66,7 +66,7 @@ class Supervisor:
         c = self.c
         deadline = now + float(c.conf["keysplit.local.startup.timeout.secs"])
         relaunch: dict[int, float] = {}  # worker -> when it starts again (a task of it died during start-up)
-        attempts: dict[int, int] = {}  # worker -> starts so far beyond the first
+        attempts: dict[int, int] = {}  # worker -> its starts that a task of it died in before its handshake
         # a task that answered the handshake and then died has started (Storm's ShellBolt.prepare returned):
         # its death is an ordinary one, handled by started() once every task has started
         while relaunch or not all(t.ready or t.answered for t in c.tasks.values()):
