@@ -26,7 +26,9 @@ sys.path.insert(0, str(TESTS))
 from local_components.comps import NumberSpout  # noqa: E402
 from local_components.missing import UnimportableBolt  # noqa: E402
 from local_components.slow_start import SlowStartBolt  # noqa: E402
+from test_exactly_once import _assert_exact, _run, home, redis_url  # noqa: E402, F401  (fixtures)
 from test_local_runner import acked, assert_all_acked_once  # noqa: E402
+from test_wordcount_topology import write_text  # noqa: E402
 
 
 def _kill_when_started(marker: Path) -> threading.Thread:
@@ -85,3 +87,24 @@ def test_a_task_that_never_starts_fails_the_run_after_its_attempts_with_one_line
     assert "\n" not in message and "'broken'" in message and "(2 starts, keysplit.local.startup.attempts)" in message
     assert "No module named 'keysplit_no_such_dependency'" in message
     assert cluster.summary()["worker_restarts"] == 1
+
+
+def test_keysplit_run_with_a_counter_killed_during_start_up_ends_exact(redis_url, tmp_path):  # noqa: F811
+    # --kill counter@start: SIGKILL of the counter's process right after it was spawned, before its handshake,
+    # through keysplit run's own fault injection (runs/faults.py); the run used to abort here
+    path = tmp_path / "lines.txt"
+    write_text(path, 200, seed=11)
+    conn, summary = _run(redis_url, path, ["counter@start"], worker_processes=2)
+    _assert_exact(conn, summary, path, ["counter@start"])
+    assert summary["kills"] == [{"target": "counter:0", "fraction": "start", "acked": 0}]
+    assert summary["worker_restarts"] == 1 and summary["task_deaths"] == 1
+
+
+def test_a_start_up_kill_names_a_task_or_a_worker():
+    from keysplit.errors import KeysplitError
+    from keysplit.runs.faults import AT_START, parse_kill
+
+    assert parse_kill("router:1@start") == parse_kill("router:1@start ") and parse_kill("worker@start").index == 0
+    assert parse_kill("router:1@start").fraction == AT_START
+    with pytest.raises(KeysplitError, match="only a task or a worker can be killed during start-up"):
+        parse_kill("redis@start")

@@ -82,8 +82,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kill", action="append", default=[], metavar="COMPONENT[:INDEX]@FRACTION",
                    help="fault injection, repeatable: kill -9 a task (feed, router, counter, aggregator, topk; task "
                    "INDEX, default 0), a worker process (worker:INDEX) or the managed Redis server (redis; restarted "
-                   "a second later from its append-only file) once FRACTION of the lines is acked, "
-                   "e.g. --kill counter@0.3 --kill redis@0.6")
+                   "a second later from its append-only file) once FRACTION of the lines is acked, or a task or "
+                   "worker during start-up with @start (its worker is relaunched), "
+                   "e.g. --kill counter@0.3 --kill redis@0.6 --kill router@start")
     p.add_argument("--delivery", choices=DELIVERIES, default=DELIVERIES[0],
                    help="exactly-once (default): every word counted once whatever crashes, timeouts or replays "
                    "happen; at-least-once: Storm's plain acking, a replayed line may be counted twice in part")
@@ -302,7 +303,8 @@ def print_summary(s: dict) -> None:
     print_table([{"rank": i + 1, "word": w, "count": c} for i, (w, c) in enumerate(s["top_k"])],
                 [("rank", "rank", str), ("word", "word", str), ("count", "count", str)])
     if s.get("kills"):
-        out.write("\nkills: " + ", ".join(f"{k['target']} at {k['acked']} lines acked" for k in s["kills"]) + "\n")
+        out.write("\nkills: " + ", ".join(f"{k['target']} during start-up" if k.get("fraction") == "start" else
+                                         f"{k['target']} at {k['acked']} lines acked" for k in s["kills"]) + "\n")
     if s.get("dedup_peak_bytes") is not None:
         out.write(f"exactly-once state in Redis: peak {s['dedup_peak_bytes'] / 1024:,.0f} KiB "
                   f"({s['dedup_peak_marks']:,} committed words of lines in flight)\n")

@@ -110,8 +110,10 @@ class LocalCluster:
     """
 
     def __init__(self, topology_class: Any, conf: dict | None = None, *, cwd: str, python: str = sys.executable,
-                 log_dir: str | None = None, env: dict | None = None, resources: str | None = None) -> None:
+                 log_dir: str | None = None, env: dict | None = None, resources: str | None = None,
+                 on_starting: Callable[[LocalCluster], None] | None = None) -> None:
         self.topology_class = topology_class
+        self.on_starting = on_starting  # called between the events of start-up (fault injection: runs/faults.py)
         self.components = read_topology(topology_class, python)
         name = getattr(topology_class, "__name__", "topology")
         base = {**STORM_DEFAULTS, **RUNNER_DEFAULTS, "topology.name": name}

@@ -84,6 +84,8 @@ class Supervisor:
                     for task in (t for t in c.tasks.values() if t.worker == worker):
                         task.restarts += 1
                         self.spawn(task, now)
+            if c.on_starting is not None:
+                c.on_starting(c)
             if now > deadline:
                 slow = [f"{t.name}[{t.index}]" for t in c.tasks.values() if not t.ready]
                 raise TopologyError(f"tasks {slow} did not answer the multi-lang handshake within "
