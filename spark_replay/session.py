@@ -154,6 +154,7 @@ def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_M
             conf.setMaster(master)
     else:
         require_java()
+        start_secs()  # a bad KEYSPLIT_SPARK_START_SECS is refused before the JVM starts
         check_master(master or DEFAULT_MASTER)
         conf.setMaster(master or DEFAULT_MASTER).set("spark.driver.memory", driver_memory)
         if (master or DEFAULT_MASTER).startswith("local"):
@@ -234,7 +235,24 @@ WORKER_MODULES = ("keysplit", "spark_replay", "numpy", "numba", "mmh3", "pyarrow
 
 #: Seconds the first task may wait for an executor: a master that never grants one (no free worker, workers
 #: that cannot reach this driver, a master that is not one) otherwise keeps the replay waiting for ever.
+#: ``KEYSPLIT_SPARK_START_SECS`` sets another bound (a busy cluster may need longer; the tests wait seconds).
 START_SECS = 120.0
+START_ENV = "KEYSPLIT_SPARK_START_SECS"
+
+
+def start_secs() -> float:
+    """The first task's bound: ``$KEYSPLIT_SPARK_START_SECS`` if set (a positive number of seconds), else
+    :data:`START_SECS`."""
+    text = os.environ.get(START_ENV, "").strip()
+    if not text:
+        return START_SECS
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise KeysplitError(f"{START_ENV}={text!r}: expected a positive number of seconds (default {START_SECS:g})")
+    return value
 
 
 def _collect_within(sc: Any, rdd: Any, seconds: float) -> list:
@@ -306,7 +324,7 @@ def check_workers(sc: Any) -> None:
 
     python = os.environ.get("PYSPARK_PYTHON", sys.executable)
     try:
-        [[executable, missing]] = _collect_within(sc, sc.parallelize([0], 1).map(probe), START_SECS)
+        [[executable, missing]] = _collect_within(sc, sc.parallelize([0], 1).map(probe), start_secs())
     except Exception as exc:
         problem = worker_problem(str(exc), python, sc.master)
         if problem is None:

@@ -82,8 +82,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kill", action="append", default=[], metavar="COMPONENT[:INDEX]@FRACTION",
                    help="fault injection, repeatable: kill -9 a task (feed, router, counter, aggregator, topk; task "
                    "INDEX, default 0), a worker process (worker:INDEX) or the managed Redis server (redis; restarted "
-                   "a second later from its append-only file) once FRACTION of the lines is acked, "
-                   "e.g. --kill counter@0.3 --kill redis@0.6")
+                   "a second later from its append-only file) once FRACTION of the lines is acked, or a task or "
+                   "worker during start-up with @start (its worker is relaunched), "
+                   "e.g. --kill counter@0.3 --kill redis@0.6 --kill router@start")
     p.add_argument("--delivery", choices=DELIVERIES, default=DELIVERIES[0],
                    help="exactly-once (default): every word counted once whatever crashes, timeouts or replays "
                    "happen; at-least-once: Storm's plain acking, a replayed line may be counted twice in part")
@@ -96,6 +97,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worker-processes", type=positive_int, default=1, metavar="N",
                    help="topology.workers: worker processes the tasks are spread over; a task that dies takes "
                    "its worker's other tasks down with it, as on Storm (default 1)")
+    p.add_argument("--aimd-increase", type=positive_float, default=1.0, metavar="N",
+                   help="keysplit.aimd_increase: lines each spout's in-flight window grows by per window of acks "
+                   "(default 1)")
+    p.add_argument("--aimd-decrease", type=positive_float, default=0.5, metavar="F",
+                   help="keysplit.aimd_decrease: the factor a message timeout cuts that window by, in (0, 1]; 1 "
+                   "keeps Storm's fixed --max-pending (default 0.5)")
+    p.add_argument("--aimd-min", type=positive_int, default=1, metavar="N",
+                   help="keysplit.aimd_min: the fewest lines a spout keeps in flight (default 1)")
     p.add_argument("--load-only", action="store_true",
                    help="only load the dataset into the run's feed and print the run id (with --json: the id, lines, "
                    "messages and Redis URL), for `sparse submit`")
@@ -155,7 +164,7 @@ def _run(args: argparse.Namespace) -> int:
         message_timeout=args.message_timeout, top_k=args.top, timeout=args.timeout, run_id=args.run_id,
         kills=tuple(args.kill), delivery=args.delivery, route=args.route, storm_env=args.env,
         worker_processes=args.worker_processes, rate=args.rate, split=args.split, batch=args.batch,
-        batch_ms=args.batch_ms,
+        batch_ms=args.batch_ms, aimd=(args.aimd_increase, args.aimd_decrease, args.aimd_min),
     )
     prepared = prepare(opts)  # every check that needs no server, before anything starts
     if args.counts_out:
@@ -276,6 +285,8 @@ def print_summary(s: dict) -> None:
         out.write(f"replayed lines: {s['replayed']}  worker restarts: {s.get('worker_restarts', 0)}  task deaths: "
                   f"{s.get('task_deaths', 0)}  task restarts: {s.get('restarts', 0)}  unacked inputs: "
                   f"{s.get('unacked_inputs', 0)}{resumed}\n")
+    if s.get("window_cuts"):
+        out.write(window_line(s) + "\n")
     out.write(totals_line(s) + "\n")
     out.write(f"imbalance I(m)/m: {s['final_imbalance_fraction']:.4f}  load std-dev: {s['load_stddev']:.2f}%  "
               f"dist_cost (memory vs KG): {s['dist_cost']:.2f}\n")
@@ -292,7 +303,8 @@ def print_summary(s: dict) -> None:
     print_table([{"rank": i + 1, "word": w, "count": c} for i, (w, c) in enumerate(s["top_k"])],
                 [("rank", "rank", str), ("word", "word", str), ("count", "count", str)])
     if s.get("kills"):
-        out.write("\nkills: " + ", ".join(f"{k['target']} at {k['acked']} lines acked" for k in s["kills"]) + "\n")
+        out.write("\nkills: " + ", ".join(f"{k['target']} during start-up" if k.get("fraction") == "start" else
+                                         f"{k['target']} at {k['acked']} lines acked" for k in s["kills"]) + "\n")
     if s.get("dedup_peak_bytes") is not None:
         out.write(f"exactly-once state in Redis: peak {s['dedup_peak_bytes'] / 1024:,.0f} KiB "
                   f"({s['dedup_peak_marks']:,} committed words of lines in flight)\n")
@@ -315,6 +327,17 @@ def totals_line(s: dict) -> str:
             "counted twice, in part)")
 
 
+def window_line(s: dict) -> str:
+    """Where the spouts' adaptive windows settled (storm/window.py), when timeouts cut them."""
+    per = ", ".join("unlimited" if w["window"] < 0 else str(w["window"]) for w in s["spout_windows"])
+    total = "unlimited" if s["window"] is None else f"{s['window']:,} lines"
+    return (f"in-flight window: settled at {total} (per spout: {per}; --max-pending {s['max_pending']}), "
+            f"cut {s['window_cuts']} time(s) by message timeouts")
+
+
 def timeout_note(s: dict) -> str:
     return (f"{s['timed_out']} line(s) were not acked within the message timeout of {s['message_timeout_secs']} s "
-            "and were replayed: raise --message-timeout (topology.message.timeout.secs) or lower --max-pending")
+            "and were replayed"
+            + (f"; the spouts cut their in-flight window to {s['window']:,} lines"
+               if s.get("window_cuts") and s.get("window") else "")
+            + ": raise --message-timeout (topology.message.timeout.secs) or lower --max-pending")

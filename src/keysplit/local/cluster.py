@@ -60,6 +60,8 @@ RUNNER_DEFAULTS: dict[str, Any] = {
     "keysplit.local.restart.delay.secs": 0.5,
     # seconds a task may take to answer the handshake
     "keysplit.local.startup.timeout.secs": 60.0,
+    # starts a worker gets while the topology starts (a task of it dying before its handshake relaunches it)
+    "keysplit.local.startup.attempts": 3,
     # back-pressure: spouts get no "next" while some bolt task has more queued input tuples than this
     "keysplit.local.queue.high": 20000,
     # "next" commands a spout may have outstanding (pipelined in one write; Storm calls nextTuple in a loop)
@@ -108,8 +110,10 @@ class LocalCluster:
     """
 
     def __init__(self, topology_class: Any, conf: dict | None = None, *, cwd: str, python: str = sys.executable,
-                 log_dir: str | None = None, env: dict | None = None, resources: str | None = None) -> None:
+                 log_dir: str | None = None, env: dict | None = None, resources: str | None = None,
+                 on_starting: Callable[[LocalCluster], None] | None = None) -> None:
         self.topology_class = topology_class
+        self.on_starting = on_starting  # called between the events of start-up (fault injection: runs/faults.py)
         self.components = read_topology(topology_class, python)
         name = getattr(topology_class, "__name__", "topology")
         base = {**STORM_DEFAULTS, **RUNNER_DEFAULTS, "topology.name": name}

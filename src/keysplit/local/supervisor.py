@@ -10,8 +10,14 @@ supervisor restarts the worker, i.e. all its tasks, after ``keysplit.local.resta
 per-task restart mode: Storm has none, and a mode that keeps the other tasks' state would hide exactly the
 losses a topology must survive.
 
-A task that fails before answering the multi-lang handshake is a start-up failure (:class:`TopologyError`
-with its stderr); a task that keeps dying after ``keysplit.local.max.restarts`` restarts is a crash loop.
+A task that dies before answering the multi-lang handshake while the topology starts (a crash, an OOM kill, a
+``kill -9``) takes its worker down, and the supervisor launches the worker again, as Storm's does: a slot whose
+worker does not come up within the first-heartbeat timeout is killed and relaunched (apache/storm
+``storm-server/src/main/java/org/apache/storm/daemon/supervisor/Slot.java`` ``handleWaitingForWorkerStart``:
+``killContainerFor(KillReason.HB_TIMEOUT, ...)``, then ``KILL_AND_RELAUNCH``). Storm retries forever; here a
+worker gets ``keysplit.local.startup.attempts`` starts, then the run fails with one line naming the task and its
+last stderr line (:class:`TopologyError`), so a component that cannot start at all (a missing module) is still
+reported in seconds. A task that keeps dying after ``keysplit.local.max.restarts`` restarts is a crash loop.
 """
 
 from __future__ import annotations
@@ -59,17 +65,49 @@ class Supervisor:
         fails to start or is too slow."""
         c = self.c
         deadline = now + float(c.conf["keysplit.local.startup.timeout.secs"])
+        relaunch: dict[int, float] = {}  # worker -> when it starts again (a task of it died during start-up)
+        attempts: dict[int, int] = {}  # worker -> its starts that a task of it died in before its handshake
         # a task that answered the handshake and then died has started (Storm's ShellBolt.prepare returned):
         # its death is an ordinary one, handled by started() once every task has started
-        while not all(t.ready or t.answered for t in c.tasks.values()):
+        while relaunch or not all(t.ready or t.answered for t in c.tasks.values()):
+            now = time.monotonic()
             for task in c.tasks.values():
-                if not task.alive and not task.answered:
-                    raise self.startup_failure(task)
-            if time.monotonic() > deadline:
+                if not task.alive and not task.answered and task.worker not in relaunch:
+                    attempts[task.worker] = attempts.get(task.worker, 0) + 1
+                    if attempts[task.worker] >= int(c.conf["keysplit.local.startup.attempts"]):
+                        raise self.startup_failure(task, attempts[task.worker])
+                    relaunch[task.worker] = now + self.startup_down(task)
+            for worker, at in sorted(relaunch.items()):
+                if now >= at:
+                    del relaunch[worker]
+                    c.worker_restarts += 1
+                    for task in (t for t in c.tasks.values() if t.worker == worker):
+                        task.restarts += 1
+                        self.spawn(task, now)
+            if c.on_starting is not None:
+                c.on_starting(c)
+            if now > deadline:
                 slow = [f"{t.name}[{t.index}]" for t in c.tasks.values() if not t.ready]
                 raise TopologyError(f"tasks {slow} did not answer the multi-lang handshake within "
                                     f"{c.conf['keysplit.local.startup.timeout.secs']} s")
             c._step(0.05, starting=True)
+
+    def startup_down(self, task: TaskProcess) -> float:
+        """``task`` died before its handshake while the topology starts: take its worker down (the others of it
+        start again too, as a relaunched JVM's would); the seconds until the supervisor launches it again."""
+        c = self.c
+        task.deaths += 1
+        code = task.proc.poll() if task.proc else None
+        log.warning("task %s[%d] (id %d, pid %s, worker %d) died during start-up with code %s; relaunching its "
+                    "worker in %.1f s (as Storm's supervisor relaunches a worker that did not come up)", task.name,
+                    task.index, task.task_id, task.pid, task.worker, code, c.conf["keysplit.local.restart.delay.secs"])
+        for other in c.tasks.values():
+            if other.worker == task.worker:
+                if other.running:
+                    self.unregister(other)
+                    other.close(kill=True)
+                other.answered = False  # it answers again after the relaunch
+        return float(c.conf["keysplit.local.restart.delay.secs"])
 
     def started(self, now: float) -> None:
         """Every task has started: the deaths during start-up (after a handshake) become ordinary deaths."""
@@ -98,13 +136,14 @@ class Supervisor:
     def stderr_note(self, task: TaskProcess) -> str:
         return f" (stderr: {task.stderr_path})" if self.c.log_dir is not None else ""
 
-    def startup_failure(self, task: TaskProcess) -> TopologyError:
+    def startup_failure(self, task: TaskProcess, attempts: int) -> TopologyError:
         code = task.proc.poll() if task.proc else None
         tail = task.stderr_tail()
         last = tail.strip().splitlines()[-1] if tail.strip() else "no output on stderr"
         log.error("task %s[%d] failed to start; its stderr ends with:\n%s", task.name, task.index, tail)
+        tries = f" ({attempts} starts, keysplit.local.startup.attempts)" if attempts > 1 else ""
         return TopologyError(f"component {task.name!r} ({task.component.class_path}) task {task.task_id} exited "
-                             f"during startup with code {code}: {last}{self.stderr_note(task)}", tail)
+                             f"during startup with code {code}{tries}: {last}{self.stderr_note(task)}", tail)
 
     def die(self, task: TaskProcess, reason: str) -> None:
         """A fatal error in Storm's ShellBolt/ShellSpout for this task: its worker halts (``System.exit``)."""

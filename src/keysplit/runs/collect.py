@@ -25,8 +25,10 @@ log = logging.getLogger("keysplit.run")
 
 
 def spout_metrics(conn: redis.Redis, keys: RunKeys, spouts: int) -> dict[str, Any]:
-    """The spouts' metrics merged: latency histogram, acked, replayed, first emit, last ack."""
+    """The spouts' metrics merged: latency histogram, acked, replayed, first emit, last ack, and each spout's adaptive
+    window (storm/window.py: the lines it settled at, its lowest, its cuts; -1 unlimited)."""
     histogram = LatencyHistogram()
+    windows: list[dict[str, int]] = []
     acked = replayed = 0
     first, last = float("inf"), 0.0
     for i in range(spouts):
@@ -36,10 +38,12 @@ def spout_metrics(conn: redis.Redis, keys: RunKeys, spouts: int) -> dict[str, An
         histogram.merge(LatencyHistogram.from_json(m["histogram"]))
         acked += int(m["acked"])
         replayed += int(m["replayed"])
+        if "window" in m:  # spouts older than the adaptive window did not write it
+            windows.append({k: int(m[k]) for k in ("window", "window_min", "window_cuts")})
         if float(m["first_emit"]):
             first = min(first, float(m["first_emit"]))
         last = max(last, float(m["last_ack"]))
-    return {"histogram": histogram, "acked": acked, "replayed": replayed,
+    return {"histogram": histogram, "acked": acked, "replayed": replayed, "windows": windows,
             "first_emit": first if first != float("inf") else 0.0, "last_ack": last}
 
 
@@ -72,6 +76,7 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
         "final_imbalance_fraction": imbalance_fraction(loads),
         "load_stddev": load_stddev(loads),
         "replayed": spouts["replayed"],
+        **window_summary(spouts["windows"]),
         "counted": counted,
         "complete_lines": exactly_once.floor(conn, keys),
         "duplicates_dropped": exactly_once.dropped(conn, keys),
@@ -85,6 +90,15 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
         "first_hop_ms": 1000 * (min(firsts) - spouts["first_emit"]) if firsts and spouts["first_emit"] else None,
         **({"grouping_stats": json.loads(grouping_stats)} if grouping_stats else {}),
     }
+
+
+def window_summary(windows: list[dict[str, int]]) -> dict[str, Any]:
+    """The summary's fields of the spouts' adaptive windows: per spout, and overall (their sum: the lines the
+    spouts together keep in flight; None when one is unlimited)."""
+    if not windows:
+        return {}
+    total = None if any(w["window"] < 0 for w in windows) else sum(w["window"] for w in windows)
+    return {"spout_windows": windows, "window": total, "window_cuts": sum(w["window_cuts"] for w in windows)}
 
 
 def stored_run(conn: redis.Redis, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -7,6 +7,10 @@ once a fraction of the lines is acked, as a crash on a cluster would.
 - ``redis``: SIGKILL of the managed Redis server, restarted :data:`REDIS_DOWN_SECS` later on the same port from
   its append-only file; the components' clients reconnect meanwhile (``redis_server.client``).
 
+``COMPONENT[:INDEX]@start`` kills the task (or every task of the worker) while the topology starts, before it
+answers its handshake: the supervisor relaunches its worker (local/supervisor.py), as Storm's does for a worker
+that does not come up.
+
 A kill of a task that is down at that moment (its worker is restarting) waits until the task runs again, and
 kills fire one at a time (the runner polls every 0.2 s), so each is a crash of its own. A kill due as the last
 lines are acked still fires, and the run ends only once the killed tasks are back (:meth:`Injector.recovering`).
@@ -26,6 +30,8 @@ from keysplit.storm.bolts import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
 #: What ``--kill`` accepts; the task kinds are the topology's component names.
 TASK_KINDS = (SPOUT, ROUTER, COUNTER, AGGREGATOR, TOPK)
 KINDS = (*TASK_KINDS, "worker", "redis")
+#: The FRACTION of a kill during start-up (``@start``): before any line, sorted first.
+AT_START = -1.0
 #: Seconds a killed Redis stays down before it is restarted (shorter than the clients' reconnect budget).
 REDIS_DOWN_SECS = 1.0
 
@@ -46,7 +52,8 @@ class Kill:
 
 
 def parse_kill(text: str) -> Kill:
-    """``COMPONENT[:INDEX]@FRACTION``, e.g. ``counter@0.5``, ``router:2@0.25``, ``redis@0.4``.
+    """``COMPONENT[:INDEX]@FRACTION``, e.g. ``counter@0.5``, ``router:2@0.25``, ``redis@0.4``; FRACTION ``start``
+    for a task or worker: during start-up.
 
     >>> parse_kill("counter:1@0.5")
     Kill(kind='counter', index=1, fraction=0.5)
@@ -56,6 +63,10 @@ def parse_kill(text: str) -> Kill:
     usage = f"--kill {text!r}: expected COMPONENT[:INDEX]@FRACTION with COMPONENT one of {', '.join(KINDS)}"
     if not at or kind not in KINDS or (colon and not index.isdigit()) or (colon and kind == "redis"):
         raise KeysplitError(usage)
+    if frac.strip() == "start":
+        if kind == "redis":
+            raise KeysplitError(f"--kill {text!r}: only a task or a worker can be killed during start-up")
+        return Kill(kind, int(index) if colon else 0, AT_START)
     try:
         fraction = float(frac)
     except ValueError:
@@ -113,6 +124,26 @@ class Injector:
         self.redis_back_at = None
         log.warning("redis restarted (pid %d) from its append-only file", self.redis.pid)
         return False
+
+    def fire_at_start(self, cluster: Any) -> None:
+        """Fire the ``@start`` kills whose targets have a process that has not answered its handshake yet (the
+        local runner calls this between the events of its start-up)."""
+        while self.kills and self.kills[0].fraction == AT_START:
+            kill = self.kills[0]
+            if kill.kind == "worker":
+                tasks = [t for t in cluster.tasks.values() if t.worker == kill.index]
+            else:
+                tasks = [cluster.tasks[cluster.task_ids(kill.kind)[kill.index]]]
+            if not all(t.running and not t.answered for t in tasks):
+                return  # not spawned yet, or already answered: try again at the next event
+            if kill.kind == "worker":
+                pids = cluster.kill_worker(kill.index)
+            else:
+                pids = [cluster.kill_task(kill.kind, kill.index)]
+            log.warning("--kill %s@start: killed %s (pid %s) during start-up", kill.target, kill.target,
+                        ",".join(map(str, pids)))
+            self.fired.append({"target": kill.target, "fraction": "start", "acked": 0})
+            self.kills.pop(0)
 
     def fire_due(self, cluster: Any, acked: int, lines: int) -> None:
         """Fire the next kill if its fraction of ``lines`` is acked and its target runs now. One kill per call:

@@ -72,6 +72,7 @@ class RunOptions:
     rate: float | None = None  # open loop: words/s the spouts emit (max pending still caps); None: closed loop
     batch: int = DEFAULT_BATCH  # words a router sends a counter in one tuple at most (1: one a word)
     batch_ms: float = DEFAULT_BATCH_MS  # ... or after this long (storm/router.py)
+    aimd: tuple[float, float, int] = (1.0, 0.5, 1)  # the spouts' adaptive window: increase, decrease, min
 
 
 @dataclass
@@ -116,6 +117,7 @@ def prepare(opts: RunOptions) -> Prepared:
         sources=opts.sources, workers=opts.workers, counter_tasks=counter_tasks, aggregators=opts.aggregators,
         cpu_delay_ms=opts.cpu_delay_ms, flush_secs=opts.flush_secs, top_k=opts.top_k, route=opts.route,
         split=opts.split, rate=opts.rate or 0.0, delivery=opts.delivery, batch=opts.batch, batch_ms=opts.batch_ms,
+        aimd_increase=opts.aimd[0], aimd_decrease=opts.aimd[1], aimd_min=opts.aimd[2],
     )
     check_kills(kills, {SPOUT: opts.spouts, ROUTER: opts.sources, COUNTER: counter_tasks,
                         AGGREGATOR: opts.aggregators, TOPK: 1}, opts.worker_processes)

@@ -27,7 +27,7 @@ DIRECT_BROKEN_SINCE = (2, 6, 0)
 SHAPE = ("spouts", "sources", "workers", "counter_tasks", "aggregators", "flush_secs")
 #: Settings passed with -o (the rest of the run's record that the components read).
 OPTIONS = ("grouping", "cpu_delay_ms", "top_k", "route", "split", "delivery", "rate", "window", "stats_secs", "batch",
-           "batch_ms")
+           "batch_ms", "aimd_increase", "aimd_decrease", "aimd_min")
 
 
 @dataclass

@@ -289,7 +289,8 @@ def drive(
             remove_stale(tempfile.gettempdir(), prefix)
         with tempfile.TemporaryDirectory(prefix=f"keysplit-resources-{os.getpid()}-") as tmp, \
                 LocalCluster(topology, conf, cwd=os.getcwd(), python=python, log_dir=str(log_dir), env=worker_env,
-                             resources=str(build_resources(os.path.join(tmp, "resources")))) as cluster:
+                             resources=str(build_resources(os.path.join(tmp, "resources"))),
+                             on_starting=injector.fire_at_start) as cluster:
             cluster.start()
             # wall-clock time of tick 0: the runner sends every tick at started_at + k * T (monotonic clock)
             ticks_at = time.time() - (time.monotonic() - cluster.started_at)

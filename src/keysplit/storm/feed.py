@@ -20,6 +20,11 @@ With a :class:`~keysplit.storm.exactly_once.Dedup` (exactly-once totals) an ack 
 floor (the lowest incomplete line). A fresh line is emitted only below ``floor + window``, so the marks Redis
 keeps never cover more than ``window`` lines, however long the stream.
 
+With a :class:`~keysplit.storm.window.AdaptiveWindow` (``flow``) the spout keeps at most that window's lines out
+(replays included: a line failed and not yet sent again is not out), and tells it each ack and each timeout (a
+fail of a line emitted at least ``timeout_secs`` ago): the rule against Storm's timeout meltdown
+(storm/window.py).
+
 Every Redis call may be retried by the client after a lost connection; a retried ``XREADGROUP ... >`` may have
 delivered entries whose reply was lost, so an idle spout re-reads its own pending list every second and emits
 what it holds there and does not know of.
@@ -38,6 +43,7 @@ from keysplit.latency import SPOUT_BITS, LatencyHistogram
 from keysplit.storm import exactly_once
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import FEED_GROUP, RunKeys
+from keysplit.storm.window import AdaptiveWindow
 
 #: Seconds between re-reads of an idle spout's own pending list (entries a lost XREADGROUP reply delivered).
 PENDING_REREAD_SECS = 1.0
@@ -62,6 +68,8 @@ class StreamFeed:
         clock: Callable[[], float] = time.time,
         dedup: Dedup | None = None,
         window: int = 0,
+        flow: AdaptiveWindow | None = None,
+        timeout_secs: float = 30.0,
     ) -> None:
         self.conn = conn
         self.stream = keys.feed
@@ -74,6 +82,8 @@ class StreamFeed:
         self.keys = keys
         self.dedup = dedup
         self.window = window if dedup is not None else 0
+        self.flow = flow
+        self.timeout_secs = timeout_secs
         self.floor = 0  # the lowest incomplete line, as last read (exactly-once)
         self._next_floor_read = 0.0
         # entry id -> (encoded record, last emit time, line number in the feed)
@@ -102,6 +112,8 @@ class StreamFeed:
         now = self.clock()
         if self.ack_buffer and now - self._last_ack_flush >= self.ack_flush_secs:
             self.flush_acks()
+        if self.flow is not None and not self.flow.allows(self.out):
+            return None  # the adaptive window is full: Storm calls again, and we emit nothing (storm/window.py)
         while self.replays:
             entry_id = self.replays.popleft()
             self._queued.discard(entry_id)
@@ -132,6 +144,11 @@ class StreamFeed:
                 self.first_emit = now
             return entry_id, record, line, source
         return None
+
+    @property
+    def out(self) -> int:
+        """Lines emitted and neither acked nor failed (a failed line waiting to be sent again is not out)."""
+        return len(self.in_flight) - len(self._queued)
 
     def _in_window(self, line: int, now: float) -> bool:
         """Whether ``line`` is below ``floor + window`` (reading the floor again at most every FLOOR_POLL_SECS)."""
@@ -204,6 +221,8 @@ class StreamFeed:
         self.histogram.record((now - item[1]) * 1000.0)
         self.acked += 1
         self.last_ack = now
+        if self.flow is not None:
+            self.flow.on_ack(self.out, now)
         self.ack_buffer.append(entry_id)
         if self.dedup is not None:
             self.completed.append((item[2], len(decode_record(item[0])[1])))
@@ -211,8 +230,15 @@ class StreamFeed:
             self.flush_acks()
 
     def fail(self, entry_id: str) -> None:
-        """The tuple tree of ``entry_id`` failed or timed out: emit it again."""
+        """The tuple tree of ``entry_id`` failed or timed out: emit it again (and, if it timed out, cut the
+        adaptive window)."""
         if entry_id in self.in_flight and entry_id not in self._queued:
+            sent = self.in_flight[entry_id][1]
+            now = self.clock()
+            # Storm fails a tree for a timeout no earlier than the timeout after its emit (SpoutExecutor's rotating
+            # pending map); the bolts here never fail a tuple themselves, but an older fail is what a timeout is
+            if self.flow is not None and now - sent >= self.timeout_secs:
+                self.flow.on_timeout(sent, self.out, now)
             self.replays.append(entry_id)
             self._queued.add(entry_id)
 
@@ -246,6 +272,8 @@ class StreamFeed:
         self.replayed = int(old["replayed"])
         self.first_emit = float(old["first_emit"])
         self.last_ack = float(old["last_ack"])
+        if self.flow is not None and "window" in old:  # a restarted spout goes on at the window it had reached
+            self.flow.restore(int(old["window"]), int(old["window_min"]), int(old["window_cuts"]))
 
     def metrics(self) -> dict[str, str | int | float]:
         """What the spout writes to ``...:spout:<i>``."""
@@ -257,6 +285,7 @@ class StreamFeed:
             "first_emit": self.first_emit,
             "last_ack": self.last_ack,
             "histogram": self.histogram.to_json(),
+            **(self.flow.metrics() if self.flow is not None else {}),
         }
 
 

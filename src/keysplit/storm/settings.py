@@ -27,6 +27,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from keysplit.errors import KeysplitError
 from keysplit.storm.exactly_once import DELIVERIES
+from keysplit.storm.window import WindowPolicy
 from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS, SPLITS
 
 PREFIX = "keysplit."
@@ -65,6 +66,11 @@ class WordCountSettings:
     rate: float = 0.0  # open loop: the spouts emit at most this many words (messages) per second; 0: closed loop
     delivery: str = "exactly-once"  # or at-least-once (Storm's plain acking): storm/exactly_once.py
     window: int = 0  # exactly-once: lines a spout may emit above the lowest incomplete one; 0: 4 x max pending x spouts
+    # the spouts' adaptive window against timeout meltdown (storm/window.py): lines added per window of acks, the
+    # factor a timeout cuts it by (1: never, Storm's fixed max pending), the fewest lines it keeps in flight
+    aimd_increase: float = 1.0
+    aimd_decrease: float = 0.5
+    aimd_min: int = 1
     batch: int = DEFAULT_BATCH  # words a router sends a counter in one tuple at most (1: one per word; storm/router.py)
     batch_ms: float = DEFAULT_BATCH_MS  # ... or once the first waited this long, whichever comes first (batch > 1)
 
@@ -95,6 +101,12 @@ class WordCountSettings:
             raise KeysplitError(f"keysplit.batch_ms must be positive, got {self.batch_ms}")
         if self.window < 0:
             raise KeysplitError(f"keysplit.window must not be negative, got {self.window}")
+        if not self.aimd_increase > 0:
+            raise KeysplitError(f"keysplit.aimd_increase must be positive, got {self.aimd_increase}")
+        if not 0 < self.aimd_decrease <= 1:
+            raise KeysplitError(f"keysplit.aimd_decrease must be in (0, 1] (1: never cut), got {self.aimd_decrease}")
+        if self.aimd_min < 1:
+            raise KeysplitError(f"keysplit.aimd_min must be at least 1, got {self.aimd_min}")
         if self.split not in SPLITS:
             raise KeysplitError(f"keysplit.split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         if self.route not in ("fields", "direct"):
@@ -139,6 +151,11 @@ class WordCountSettings:
         """The spouts' exactly-once window: ``window``, else 4 x max spout pending x spouts (20,000 lines a spout
         when max pending is unlimited)."""
         return self.window or 4 * (max_pending or 5000) * self.spouts
+
+    @property
+    def window_policy(self) -> WindowPolicy:
+        """The spouts' AIMD rule (storm/window.py)."""
+        return WindowPolicy(self.aimd_increase, self.aimd_decrease, self.aimd_min)
 
     @property
     def tick_secs(self) -> int:

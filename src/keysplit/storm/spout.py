@@ -15,6 +15,7 @@ from keysplit.storm.feed import StreamFeed
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.router import component_tasks, route_value
 from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.window import AdaptiveWindow
 
 quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
 
@@ -28,6 +29,10 @@ class RedisStreamSpout(Spout):
     (words before it) / R as the replay's ``sequence / rate`` says; a spout that fell behind catches up at once,
     still capped by ``topology.max.spout.pending``.
 
+Closed loop, within max pending, the spout keeps at most its adaptive window of lines out: additive increase on acks,
+multiplicative decrease on timeouts (storm/window.py), so a topology that cannot complete max pending lines within
+the message timeout settles at a window it can complete instead of timing out every line again and again.
+
     Each line goes to the router the simulator deals its record to (``keysplit.stream.source_of``, stored with
     the line when the feed was loaded): the spout emits its ``route`` value and the routers subscribe with a
     fields grouping on it, the trick the counters' stream uses (storm/router.py ``route_value``). Lines of a feed
@@ -40,13 +45,19 @@ class RedisStreamSpout(Spout):
         keys = RunKeys(settings.run_id)
         index = component_tasks(context, self.component_name).index(int(self.task_id))
         timeout = float(conf.get("topology.message.timeout.secs", 30))
+        max_pending = conf.get("topology.max.spout.pending")
         conn = client(settings.redis_connect_url())
         record_start(conn, keys, self.component_name, index, conf, context)
         self.feed = StreamFeed(
             conn, keys, f"spout-{index}",
             orphan_idle_ms=int(3 * timeout * 1000), metrics_key=keys.spout(index),
             dedup=Dedup(conn, keys) if settings.exactly_once else None,
-            window=settings.window_lines(conf.get("topology.max.spout.pending")),
+            window=settings.window_lines(max_pending),
+            # Storm calls nextTuple below max pending whatever we do; this window keeps the lines out within what
+            # completes before the message timeout (storm/window.py); open loop, the rate paces the emits instead
+            flow=None if settings.rate else AdaptiveWindow(settings.window_policy,
+                                                           int(max_pending) if max_pending else None, timeout),
+            timeout_secs=timeout,
         )
         self.feed.restore()
         self.routers = len(component_tasks(context, ROUTER))

@@ -17,6 +17,7 @@ import numpy as np
 
 from keysplit import latency
 from keysplit.latency import LatencyHistogram
+from keysplit.storm.window import WindowPolicy
 from keysplit.topology_model.kernel import (
     _F_COMP,
     _F_FIRST,
@@ -46,6 +47,7 @@ from keysplit.topology_model.kernel import (
     stream_kernel,
 )
 from keysplit.topology_model.params import ModelResult, TopologyParams
+from keysplit.topology_model.window import W_CUTS, W_LOWEST, new_window, window_lines
 
 
 def _pow2(n: int) -> int:
@@ -93,6 +95,9 @@ class StreamedModel:
         self.fv[_F_MAX] = -math.inf
         self.fv[_F_MIN] = math.inf
         self.settings = kernel_settings(params)
+        # the spouts' AIMD window (storm/window.py); open loop they keep max pending, as the spout does
+        self.window = new_window(params.max_pending, params.spouts, params.message_timeout,
+                                 WindowPolicy(decrease=1.0) if params.rate else None)
         size = 1024 + 4 * (params.workers + params.aggregators)
         self.heap = (np.empty(size), np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
                      np.empty(size, dtype=np.int64))
@@ -167,8 +172,8 @@ class StreamedModel:
         self._run(False)
 
     def _run(self, final: bool) -> None:
-        status, self.heap = stream_kernel((self.iv, self.fv), self.heap, self.counters, self.aggs, self.batches,
-                                          self.stamp, (self.lines[0], self.lines[1], self.lines[2]),
+        status, self.heap = stream_kernel((self.iv, self.fv, self.window), self.heap, self.counters, self.aggs,
+                                          self.batches, self.stamp, (self.lines[0], self.lines[1], self.lines[2]),
                                           tuple(self.words), self.h_count,
                                           (self.rec_emit, self.rec_done), self.settings, final)
         assert final or status == 0, "the model stopped before the stream's end"
@@ -186,7 +191,8 @@ class StreamedModel:
         kept = len(self.rec_emit) >= lines
         return ModelResult(self.words_fed, lines, float(self.fv[_F_FIRST]), float(self.fv[_F_LAST]),
                            self.counters[3], int(self.iv[_I_TIMEOUTS]), lat, self.params,
-                           self.rec_emit[:lines] if kept else None, self.rec_done[:lines] if kept else None)
+                           self.rec_emit[:lines] if kept else None, self.rec_done[:lines] if kept else None,
+                           window=(window_lines(self.window), int(self.window[W_LOWEST]), int(self.window[W_CUTS])))
 
 
 def line_starts(words_per_line: np.ndarray) -> np.ndarray:

@@ -3,8 +3,9 @@ runs it (the replay's ``--arrivals closed`` and ``--arrivals open`` estimates).
 
 What the model follows, each a fact of the topology (``keysplit.storm``, ``keysplit.local``):
 
-- **the spout** emits a line (a record with all its words) whenever fewer than ``max_pending`` x ``spouts`` lines
-  are in flight (``topology.max.spout.pending``, Storm's back-pressure: apache/storm
+- **the spout** emits a line (a record with all its words) whenever fewer than its adaptive window of lines are
+  in flight (the spout's rule, :mod:`keysplit.topology_model.window`), at most ``max_pending`` x ``spouts``
+  (``topology.max.spout.pending``, Storm's back-pressure: apache/storm
   ``storm-client/src/jvm/org/apache/storm/executor/spout/SpoutExecutor.java`` calls ``nextTuple`` only while
   ``pending.size() < maxSpoutPending``); with ``--rate R`` line i is not emitted before ``i / R`` s (open loop,
   max pending still a cap);
@@ -45,6 +46,7 @@ import numba
 import numpy as np
 
 from keysplit import latency
+from keysplit.topology_model.window import on_complete, window_lines
 
 #: Event kinds of the simulation.
 _EMIT, _ARRIVE, _TICK, _PARTIAL, _ACK, _FLUSH = 0, 1, 2, 3, 4, 5
@@ -152,7 +154,8 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
 
     The arguments, grouped by role (tuples of arrays, the arrays updated in place):
 
-    - ``state``: ``(iv, fv)``, the loop's integer and float scalars between calls (slots ``_I_*``, ``_F_*``);
+    - ``state``: ``(iv, fv, window)``, the loop's integer and float scalars between calls (slots ``_I_*``,
+      ``_F_*``) and the spouts' window (:mod:`keysplit.topology_model.window`);
     - ``heap``: ``(time, sequence, kind, argument)`` of the pending events, a binary min-heap;
     - ``counters``: per counter, ``(head, tail, free, busy, tuples)``: the chain of words served since its last
       tick, when it is next free, its busy time, the input tuples since its last tick; ``aggregators``: per
@@ -175,7 +178,7 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
     Lines are numbered globally. The loop stops before the spout would emit a line that has not been fed yet
     (returns 0: feed more), or, ``final``, once every line fed is complete (returns 1). Returns ``(status, heap)``
     (the heap's arrays may have grown)."""
-    iv, fv = state
+    iv, fv, window = state
     ht, hs, hk, ha = heap
     c_head, c_tail, c_free, c_busy, c_tuples = counters
     a_head, a_tail, a_free, a_seen = aggregators
@@ -187,7 +190,7 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
     lm, wm = l_left.shape[0] - 1, w_worker.shape[0] - 1
     service, runner, tuple_cost = settings[_S_SERVICE], settings[_S_RUNNER], settings[_S_TUPLE]
     commit_cost, ack_delay, tick, phase = settings[_S_COMMIT], settings[_S_ACK], settings[_S_TICK], settings[_S_PHASE]
-    cap, rate, timeout, hop = int(settings[_S_CAP]), settings[_S_RATE], settings[_S_TIMEOUT], settings[_S_HOP]
+    rate, timeout, hop = settings[_S_RATE], settings[_S_TIMEOUT], settings[_S_HOP]  # the cap is the window's
     word_cost, counter_tuple = settings[_S_WORD], settings[_S_CTUPLE]
     batch, wait = int(settings[_S_BATCH]), settings[_S_WAIT]
     n_batches = b_head.shape[0]
@@ -216,7 +219,7 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
         if kind == _EMIT:
             if next_line >= lines:
                 continue
-            if pending >= cap:
+            if pending >= window_lines(window):
                 emit_waiting = True
                 continue
             due = next_word / rate if rate > 0 else 0.0  # rate: words/s, as sequence / rate
@@ -359,6 +362,7 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
                     latency = now - l_emit[i & lm]
                     if latency > timeout:
                         timeouts += 1
+                    on_complete(window, l_emit[i & lm], now, latency > timeout, pending - freed - 1)
                     if i < rec_done.shape[0]:
                         rec_done[i] = now
                     ms = latency * 1000.0

@@ -110,6 +110,7 @@ class ModelResult:
     params: TopologyParams = field(repr=False, default=None)  # type: ignore[assignment]
     emit: np.ndarray | None = None
     done: np.ndarray | None = None
+    window: tuple[int, int, int] | None = None  # the spouts' window at the end, its lowest, its cuts (all spouts)
 
     @property
     def latency_ms(self) -> np.ndarray:
@@ -155,6 +156,8 @@ class ModelResult:
             "latency_max_ms": self.latencies.high if self.lines else 0.0,
             "duration_s": d,
             "timeouts": self.timeouts,
+            **({"window": self.window[0], "window_min": self.window[1], "window_cuts": self.window[2]}
+               if self.window is not None else {}),
             "counter_utilisation": (self.counter_busy / d).tolist() if d > 0 else [],
         }
 

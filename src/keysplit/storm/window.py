@@ -1,0 +1,151 @@
+"""The spout's adaptive window: how many lines one spout task keeps in flight, adapted to the message timeout.
+
+Why. Storm's spout executor calls ``nextTuple`` whenever fewer than ``topology.max.spout.pending`` trees are
+pending (apache/storm ``storm-client/src/jvm/org/apache/storm/executor/spout/SpoutExecutor.java``:
+``reachedMaxSpoutPending``), a ShellSpout forwards each call to the Python spout as a ``next`` command
+(``storm-client/src/jvm/org/apache/storm/spout/ShellSpout.java`` ``nextTuple``), and a tree still pending after
+the message timeout is failed back to the spout when the executor's pending map rotates on its tick (the same
+``SpoutExecutor.tupleActionFn``, ``pending.rotate()``). Nothing else bounds what is in flight. When the topology
+cannot complete max-pending lines within the timeout, every line times out, is replayed behind the stale copies of
+itself still queued in the bolts, and times out again: Storm's timeout meltdown (issue 25, point 7).
+
+The spout is ours, so it bounds itself: Storm keeps calling ``nextTuple`` below max pending, and the spout emits
+nothing while its own window is full. The window follows TCP's congestion rule (AIMD):
+
+- it starts at max pending, so a run that never times out behaves exactly as before;
+- a timeout (a ``fail`` of a line emitted at least a message timeout ago) multiplies it by ``decrease``, taken
+  from the lines actually in flight when that is fewer (a window above the load would never bite). Only a
+  timeout of a line emitted after the last cut cuts again: the lines of one wave time out together, and those
+  sent under the old window say nothing about the new one (TCP's one cut per round trip);
+- each ack adds ``increase / window`` lines (``increase`` lines per window of acks: additive increase) at or
+  above the threshold, and a whole line below it (the window doubles per round trip: TCP's slow start). The
+  threshold is the window a cut left when lines were being acked since the cut before (the load the topology
+  was completing); cuts with no ack between them leave it alone: they come while the bolts drain the stale
+  copies of a wave that all timed out (each replay waits behind them and times out too), so they say how long
+  that backlog is, not what the topology completes. Without slow start the window climbs back from such
+  over-cuts by one line per round trip (a round trip here is the flush period or more: minutes per hundred
+  lines);
+- it grows only while at least half of it is in use (an ack leaving that many lines out): a window the spout
+  does not fill says nothing about a larger one (RFC 7661's rule for TCP's window when the sender has too little
+  to send), so the last lines of a run, or a spout that has little to read, do not inflate it;
+- a cut never goes below the lines acked within the last message timeout: by Little's law the topology keeps
+  that many lines in flight within the timeout, so a smaller window cannot be what stops the timeouts. In a
+  meltdown nothing is acked, and nothing holds the cut;
+- it stays within ``[minimum, max pending]``.
+
+``decrease = 1`` turns the rule off (Storm's fixed max pending). The same module ships in the jar, so a cluster
+run adapts the same way.
+
+Closed loop only (the spout's choice, storm/spout.py): with ``keysplit.rate`` the user's schedule paces the
+emits, and a window cut below it turns that schedule into bursts at the instants the ticks complete lines. Where
+the flush period, not the load, makes lines time out (a line times out or not by where in the period it was
+emitted), those bursts all land at the same bad phase and every line times out for ever: the open-loop run of
+``tests/test_exactly_once.py`` (2 s ticks, 3 s timeout, 400 words/s) collapsed to a window of one line and 223 of
+its 300 lines in 100 s, where Storm's fixed max pending spreads the replays over the period and ends. In closed
+loop the emits follow the acks anyway, so the window changes only how much is queued.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WindowPolicy:
+    """The AIMD rule's parameters (``keysplit.aimd_increase``, ``keysplit.aimd_decrease``, ``keysplit.aimd_min``)."""
+
+    increase: float = 1.0  # lines added per window of acks
+    decrease: float = 0.5  # the factor a timeout multiplies the window by (1: never cut)
+    minimum: int = 1  # the window never goes below this many lines
+
+
+#: Buckets of the count of recent acks (the last message timeout, to within a sixteenth of it).
+ACK_BUCKETS = 16
+
+
+class RecentCount:
+    """Events (acks) of the last ``span`` seconds, counted in :data:`ACK_BUCKETS` buckets (constant
+    memory)."""
+
+    def __init__(self, span: float) -> None:
+        self.width = span / ACK_BUCKETS
+        self.counts = [0] * ACK_BUCKETS
+        self.periods = [-ACK_BUCKETS] * ACK_BUCKETS  # which period (time // width) each bucket counts
+
+    def add(self, now: float) -> None:
+        period = int(now // self.width)
+        slot = period % ACK_BUCKETS
+        if self.periods[slot] != period:
+            self.periods[slot], self.counts[slot] = period, 0
+        self.counts[slot] += 1
+
+    def total(self, now: float) -> int:
+        period = int(now // self.width)
+        return sum(n for n, p in zip(self.counts, self.periods) if period - p < ACK_BUCKETS)
+
+
+class AdaptiveWindow:
+    """One spout task's window. ``limit`` is ``topology.max.spout.pending`` (None: unlimited, as in Storm);
+    ``timeout_secs`` is the message timeout (the span of the recent acks that bound a cut)."""
+
+    def __init__(self, policy: WindowPolicy, limit: int | None, timeout_secs: float = 30.0) -> None:
+        self.policy = policy
+        self.recent = RecentCount(timeout_secs)  # acks
+        self.limit = float(limit) if limit else math.inf
+        self.size = self.limit  # start at max pending: without timeouts, nothing changes
+        self.threshold = self.limit  # slow start below it, additive increase at or above
+        self.acks_since_cut = 0
+        self.lowest = self.size
+        self.cuts = 0
+        self.last_cut = -math.inf  # when the window was last cut (the clock the caller's emit times use)
+
+    def allows(self, in_flight: int) -> bool:
+        """Whether one more line may be emitted with ``in_flight`` lines out."""
+        return math.isinf(self.size) or in_flight < max(self.policy.minimum, math.floor(self.size))
+
+    def on_ack(self, in_flight: int, now: float) -> None:
+        """A line completed at ``now``, leaving ``in_flight`` lines out: grow by a line below the threshold, by
+        ``increase`` lines per window of acks above, if at least half the window was in use."""
+        self.acks_since_cut += 1
+        self.recent.add(now)
+        if self.size < self.limit and in_flight + 1 >= self.size / 2:
+            step = 1.0 if self.size < self.threshold else self.policy.increase / self.size
+            self.size = min(self.limit, self.size + step)
+
+    def on_timeout(self, sent_at: float, in_flight: int, now: float) -> bool:
+        """A line emitted at ``sent_at`` timed out with ``in_flight`` lines out: cut the window once per round;
+        True if it was cut."""
+        if sent_at < self.last_cut or self.policy.decrease >= 1.0:
+            return False  # sent under the window before the last cut: that cut already answered it
+        size = max(float(self.policy.minimum), float(self.recent.total(now)),
+                   min(self.size, float(in_flight)) * self.policy.decrease)
+        if size >= self.size:
+            return False  # the lines acked within the last timeout hold it: a smaller window would not help
+        self.size = size
+        self.lowest = min(self.lowest, self.size)
+        if self.acks_since_cut:  # the topology completed lines at the window just cut: no higher than this
+            self.threshold = self.size
+        self.acks_since_cut = 0
+        self.last_cut = now
+        self.cuts += 1
+        return True
+
+    def restore(self, window: int, lowest: int, cuts: int) -> None:
+        """Go on from what an earlier process of this spout task reached (its :meth:`metrics`): a restarted spout
+        that started again at max pending would time out its first wave again."""
+        if window > 0:
+            self.size = self.threshold = min(self.limit, float(window))
+        if lowest > 0:
+            self.lowest = min(self.lowest, float(lowest))
+        self.cuts = cuts
+
+    @property
+    def lines(self) -> int | None:
+        """The window in whole lines (None: unlimited and never cut)."""
+        return None if math.isinf(self.size) else max(self.policy.minimum, math.floor(self.size))
+
+    def metrics(self) -> dict[str, int]:
+        """What the spout writes to its metrics hash (-1 for unlimited)."""
+        lowest = -1 if math.isinf(self.lowest) else max(self.policy.minimum, math.floor(self.lowest))
+        return {"window": -1 if self.lines is None else self.lines, "window_min": lowest, "window_cuts": self.cuts}
