@@ -1,4 +1,4 @@
-"""Overload (issue 25, point 7): the spout's adaptive window ends Storm's timeout meltdown.
+"""Overload (docs/design/overload.md): the spout's adaptive window ends Storm's timeout meltdown.
 
 First the rule alone (storm/window.py), then the spout's feed obeying it against a real Redis, then a real run
 whose settings time out every line of its first waves: with Storm's fixed max pending (``--aimd-decrease 1``) the

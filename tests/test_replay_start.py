@@ -1,4 +1,4 @@
-"""The replay's bounds on a Spark master that answers but never runs anything (issue 25, point 9).
+"""The replay's bounds on a Spark master that answers but never runs anything (docs/design/overload.md).
 
 A real standalone master with no worker accepts the connection and the application, and never grants an
 executor: without a bound of its own the replay would wait for ever. The first task (the executors' import

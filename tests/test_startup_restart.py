@@ -1,4 +1,4 @@
-"""A task killed while the topology starts (issue 25, point 9): its worker is relaunched, as Storm's supervisor
+"""A task killed while the topology starts (docs/design/overload.md): its worker is relaunched, as Storm's supervisor
 relaunches a worker that did not come up (local/supervisor.py), and the run goes on; a task that can never start
 ends the run after ``keysplit.local.startup.attempts`` starts with one line.
 

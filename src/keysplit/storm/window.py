@@ -7,7 +7,7 @@ pending (apache/storm ``storm-client/src/jvm/org/apache/storm/executor/spout/Spo
 the message timeout is failed back to the spout when the executor's pending map rotates on its tick (the same
 ``SpoutExecutor.tupleActionFn``, ``pending.rotate()``). Nothing else bounds what is in flight. When the topology
 cannot complete max-pending lines within the timeout, every line times out, is replayed behind the stale copies of
-itself still queued in the bolts, and times out again: Storm's timeout meltdown (issue 25, point 7).
+itself still queued in the bolts, and times out again: Storm's timeout meltdown (docs/design/overload.md).
 
 The spout is ours, so it bounds itself: Storm keeps calling ``nextTuple`` below max pending, and the spout emits
 nothing while its own window is full. The window follows TCP's congestion rule (AIMD):
