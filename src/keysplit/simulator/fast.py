@@ -50,9 +50,11 @@ from keysplit.simulator.keyids import (
     generator_chunks,
     names_table,
     record_chunks,
+    text_chunks,
     uses_generator_indices,
 )
 from keysplit.simulator.result import RunResult
+from keysplit.simulator.tokenize import is_plain_text, message_count
 from keysplit.simulator.routing_kernel import (
     KG,
     PKG_GLOBAL,
@@ -164,6 +166,9 @@ class RouteState:
         """The dataset's messages as key-id chunks, naming new keys in this run's table."""
         if uses_generator_indices(dataset):
             return generator_chunks(dataset, self.table)  # type: ignore[arg-type]
+        if is_plain_text(dataset):
+            return text_chunks(dataset, self.table, self.sources, self.split, self.rate,  # type: ignore[arg-type]
+                               self.fs.probe is not None)
         return record_chunks(dataset, self.table, self.sources, self.split, self.rate, self.fs.probe is not None)
 
     def run(self, chunk: IdChunk) -> np.ndarray:
@@ -256,7 +261,7 @@ def fast_simulate(
         elif uses_generator_indices(dataset):
             m = dataset.params["messages"]  # type: ignore[attr-defined]
         else:
-            m = sum(len(k) for _, k in dataset.records())
+            m = message_count(dataset)
         checkpoint = default_checkpoint(m)
     ImbalanceSeries(checkpoint)  # the reference's own check of the spacing
     warmup()
