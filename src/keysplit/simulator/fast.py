@@ -54,7 +54,6 @@ from keysplit.simulator.keyids import (
     uses_generator_indices,
 )
 from keysplit.simulator.result import RunResult
-from keysplit.simulator.tokenize import is_plain_text, message_count
 from keysplit.simulator.routing_kernel import (
     KG,
     PKG_GLOBAL,
@@ -66,6 +65,7 @@ from keysplit.simulator.routing_kernel import (
     SRC_ROUND_ROBIN,
     _route_chunk,
 )
+from keysplit.simulator.tokenize import is_plain_text, message_count
 from keysplit.stream import DEFAULT_RATE, SPLITS
 
 __all__ = ["FastSpec", "IdChunk", "KeyTable", "RouteState", "fast_route", "fast_simulate", "fast_spec", "names_table",

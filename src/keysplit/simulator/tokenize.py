@@ -68,6 +68,7 @@ class Interner:
     the kernel's open-addressing table, each word's bytes stored once (``pool``), grown by doubling."""
 
     def __init__(self, capacity: int = 1 << 14) -> None:
+        capacity = 1 << max(0, capacity - 1).bit_length()  # a power of two: slots are masked
         self.size = 0  #: distinct words so far (ids below size)
         self.slots = np.full(2 * capacity, -1, dtype=np.int32)
         self.vhash = np.empty(capacity, dtype=np.int64)
@@ -78,7 +79,8 @@ class Interner:
         """Room for ``words`` more distinct words of ``size`` more bytes (at least double the table)."""
         capacity = len(self.vhash)
         if self.size + words > capacity:
-            capacity = max(2 * capacity, self.size + words)
+            capacity = 1 << (self.size + words - 1).bit_length()  # a power of two: slots are masked
+            capacity = max(2 * len(self.vhash), capacity)
             self.vhash = np.resize(self.vhash, capacity)
             self.pstarts = np.resize(self.pstarts, capacity + 1)
             self.slots = np.full(2 * capacity, -1, dtype=np.int32)
