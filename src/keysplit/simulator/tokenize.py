@@ -102,7 +102,8 @@ class Interner:
         xoffsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=xoffsets[1:])
         xcount = np.fromiter(map(len, lines_words), dtype=np.int32, count=len(lines_words))
-        ids = np.empty((len(data) + 1) // 2 + len(encoded), dtype=np.int32)  # untouched pages cost nothing
+        span = int(offsets[-1] - offsets[0]) if n_lines else 0
+        ids = np.empty(span // 2 + n_lines + len(encoded), dtype=np.int32)  # at most (line bytes + 1) // 2 a line
         rec_len = np.empty(n_lines, dtype=np.int32)
         state = np.array([self.size, 0, 0, 0], dtype=np.int64)
         line = 0
@@ -124,6 +125,13 @@ class Interner:
         text = self.pool[bounds[0]: bounds[-1]].tobytes()
         base = bounds[0]
         return [text[a - base: b - base].decode("utf-8") for a, b in itertools.pairwise(bounds)]
+
+
+    def names_of(self, ids: np.ndarray) -> list[str]:
+        """The words of ``ids`` (any ids below :attr:`size`, in the order given)."""
+        starts, ends = self.pstarts[ids].tolist(), self.pstarts[ids + 1].tolist()
+        text = self.pool[: self.pstarts[self.size]].tobytes()
+        return [text[a:b].decode("utf-8") for a, b in zip(starts, ends)]
 
 
 def tokenize_lines(data: np.ndarray, offsets: np.ndarray) -> Tokens:
