@@ -21,7 +21,14 @@ import numpy as np
 from keysplit.datasets import Dataset
 from keysplit.datasets.readers import MAX_LINE_BYTES, WORD, TextDataset, open_binary
 from keysplit.errors import DatasetError
-from keysplit.simulator.tokenize_kernel import _count_words, _intern_lines, _mark_lines, _rehash
+from keysplit.simulator.tokenize_kernel import (
+    _count_words,
+    _intern_hashes,
+    _intern_lines,
+    _mark_lines,
+    _rehash,
+    _rehash_hashes,
+)
 
 #: Bytes read from a file per block (cut back to the last line end): about a million words of English.
 BLOCK_BYTES = 4 << 20
@@ -206,3 +213,26 @@ def message_count(dataset: Dataset) -> int:
     if not is_plain_text(dataset):
         return dataset.message_count()
     return sum(count_words(block, offsets) for block, offsets in file_blocks(dataset.path))  # type: ignore[attr-defined]
+
+
+class HashIds:
+    """Dense ids for 64-bit key fingerprints (order of first appearance), by the kernel's open-addressing
+    table: a batch of fingerprints becomes ids without a Python step per key."""
+
+    def __init__(self, capacity: int = 1 << 14) -> None:
+        self.size = 0
+        self.known = np.zeros(capacity, dtype=np.uint64)
+        self.slots = np.full(2 * capacity, -1, dtype=np.int32)
+
+    def ids(self, hashes: np.ndarray) -> np.ndarray:
+        """The ids of ``hashes`` (uint64); new fingerprints get ids from :attr:`size` on."""
+        need = self.size + len(hashes)
+        if need > len(self.known):
+            capacity = max(2 * len(self.known), 1 << (need - 1).bit_length())
+            self.known = np.resize(self.known, capacity)
+            self.slots = np.full(2 * capacity, -1, dtype=np.int32)
+            _rehash_hashes(self.slots, self.known, self.size)
+        out = np.empty(len(hashes), dtype=np.int64)
+        self.size = _intern_hashes(np.ascontiguousarray(hashes, dtype=np.uint64), self.slots, self.known, self.size,
+                                   out)
+        return out

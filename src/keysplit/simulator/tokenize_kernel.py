@@ -175,3 +175,38 @@ def _intern_lines(data, offsets, other, xdata, xoffsets, xcount, line, slots, vh
         rec_len[j] = n - first
     state[0], state[1], state[2], state[3] = nvocab, n, x, xl
     return offsets.shape[0] - 1
+
+
+@kernel("i8(u8[:], i4[:], u8[:], i8, i8[:])")
+def _intern_hashes(hashes, slots, known, size, ids):  # pragma: no cover - compiled
+    """``ids[k]`` = the dense id of the 64-bit key fingerprint ``hashes[k]`` (a new one gets the next id and is
+    stored in ``known``); returns the new number of ids. The caller grows ``known`` and ``slots`` (a power of
+    two, at most half full) beforehand: fingerprints stand for keys only where they were checked not to collide."""
+    mask = slots.shape[0] - 1
+    for k in range(hashes.shape[0]):
+        h = hashes[k]
+        s = _slot_of(np.int64(h & np.uint64(0x7FFFFFFFFFFFFFFF)), mask)
+        while True:
+            kid = slots[s]
+            if kid < 0:
+                slots[s] = size
+                known[size] = h
+                ids[k] = size
+                size += 1
+                break
+            if known[kid] == h:
+                ids[k] = kid
+                break
+            s = (s + 1) & mask
+    return size
+
+
+@kernel("void(i4[:], u8[:], i8)")
+def _rehash_hashes(slots, known, size):  # pragma: no cover - compiled
+    """Place fingerprint ids 0 .. size-1 into ``slots`` (all -1, a larger table)."""
+    mask = slots.shape[0] - 1
+    for kid in range(size):
+        s = _slot_of(np.int64(known[kid] & np.uint64(0x7FFFFFFFFFFFFFFF)), mask)
+        while slots[s] >= 0:
+            s = (s + 1) & mask
+        slots[s] = kid
