@@ -18,7 +18,8 @@ from keysplit.datasets import open_dataset
 from keysplit.datasets import readers as readers_module
 from keysplit.errors import DatasetError
 from keysplit.simulator import tokenize
-from keysplit.simulator.tokenize import Interner, file_blocks, line_offsets, message_count, tokenize_lines
+from keysplit.simulator.encoded_text import message_count
+from keysplit.simulator.tokenize import Interner, file_blocks, line_offsets, tokenize_lines
 
 ASCII_PIECES = ["a", "Z", "q", "Storm", "don't", "x''y", "'", "_", "a_b", "9", "42", "k7", " ", "  ", "\t", "-", ".",
                 ",", "'s", "O'Neil", "rock'n'roll", "\r", "\x00", "\x7f", "''", "_'_", "A'1"]
@@ -125,3 +126,26 @@ def test_a_line_too_long_is_refused_with_the_readers_message_and_line_number(tmp
             list(file_blocks(str(path), block_bytes))
         assert str(ours.value) == str(reader_error.value)
     assert "line 5" in str(reader_error.value)
+
+
+@pytest.mark.parametrize("limit", [10, 1 << 25])
+def test_simulate_on_text_equals_the_reference_whether_the_encoding_is_kept_or_not(tmp_path, monkeypatch, limit):
+    """Kept (the counting pass's ids reused by every run) or too large to keep (tokenized again per run), the
+    fast path makes the reference's decisions; a file changed between runs is read again."""
+    from keysplit.simulator import encoded_text, simulate
+
+    monkeypatch.setattr(encoded_text, "ENCODE_LIMIT", limit)
+    rng = random.Random(limit)
+    path = tmp_path / "book.txt"
+    path.write_bytes(b"\n".join(random_line(rng) for _ in range(1500)))
+    dataset = open_dataset(f"text:{path}")
+    messages = message_count(dataset)
+    assert (encoded_text._kept(dataset) is not None) == (messages <= limit)
+    for spec, split in (("pkg", "shuffle"), ("pkg:probe=1", "key"), ("kg", "key")):
+        fast = simulate(dataset, spec, 5, 3, split=split, rate=500.0, messages_hint=messages, engine="fast")
+        ref = simulate(dataset, spec, 5, 3, split=split, rate=500.0, messages_hint=messages, engine="reference")
+        fast.messages_per_second = ref.messages_per_second = 0.0
+        assert fast == ref and fast.messages == messages
+    path.write_bytes(b"one two\nthree\n")
+    assert message_count(dataset) == 3
+    assert simulate(dataset, "pkg", 5, 3, engine="fast").messages == 3

@@ -43,6 +43,7 @@ from keysplit.groupings.basic import KeyGrouping, ShuffleGrouping
 from keysplit.groupings.pkg import PartialKeyGrouping
 from keysplit.groupings.salt import Salting, salt_state
 from keysplit.metrics import ImbalanceSeries, default_checkpoint, dist_cost, imbalance_fraction, load_stddev
+from keysplit.simulator.encoded_text import message_count
 from keysplit.simulator.hashing_batch import warm as warm_hashing
 from keysplit.simulator.keyids import (
     IdChunk,
@@ -65,7 +66,7 @@ from keysplit.simulator.routing_kernel import (
     SRC_ROUND_ROBIN,
     _route_chunk,
 )
-from keysplit.simulator.tokenize import is_plain_text, message_count
+from keysplit.simulator.tokenize import is_plain_text
 from keysplit.stream import DEFAULT_RATE, SPLITS
 
 __all__ = ["FastSpec", "IdChunk", "KeyTable", "RouteState", "fast_route", "fast_simulate", "fast_spec", "names_table",

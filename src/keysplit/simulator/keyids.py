@@ -17,8 +17,8 @@ import numpy as np
 from keysplit.datasets import Dataset
 from keysplit.datasets import generators as _generators
 from keysplit.datasets.readers import TextDataset
+from keysplit.simulator.encoded_text import text_blocks
 from keysplit.simulator.hashing_batch import bucket_many, candidate_rows
-from keysplit.simulator.tokenize import Interner, file_blocks
 from keysplit.sizes import check_memory
 from keysplit.stream import SPLIT_SEED
 
@@ -215,19 +215,16 @@ def text_chunks(
     dataset: TextDataset, table: KeyTable, sources: int, split: str, rate: float, need_now: bool
 ) -> Iterator[IdChunk]:
     """:func:`record_chunks` of a plain ``text:`` file, a block of lines at a time: the words scanned and
-    interned by :func:`~keysplit.simulator.tokenize.tokenize_lines`, so only each block's distinct words meet the
+    interned by the compiled tokenizer (:mod:`keysplit.simulator.encoded_text`), so only distinct words meet the
     key table's dict. Sources and event times follow the same rules (lines without words are not records)."""
     records = seq = invalid = skipped = 0
-    words = Interner()
     remap = np.zeros(0, dtype=np.int32)  # the interner's ids -> the table's (equal when the table starts empty)
-    for block, offsets in file_blocks(dataset.path):
-        known = words.size
-        wids, rec_len, bad = words.lines(block, offsets)
+    for words, wids, rec_len, bad in text_blocks(dataset):
         invalid += bad
         counts = rec_len[rec_len > 0]
         skipped += len(rec_len) - len(counts)
-        if words.size > known:
-            remap = np.concatenate((remap, np.asarray(table.ids_of(words.names(known)), dtype=np.int32)))
+        if words.size > len(remap):  # the words new since the last block, named in one batch
+            remap = np.concatenate((remap, np.asarray(table.ids_of(words.names(len(remap))), dtype=np.int32)))
             table.flush()
         if not len(counts):
             continue

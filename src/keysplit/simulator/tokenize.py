@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from keysplit.datasets import Dataset
 from keysplit.datasets.readers import MAX_LINE_BYTES, WORD, TextDataset, open_binary
 from keysplit.errors import DatasetError
 from keysplit.simulator.tokenize_kernel import (
@@ -77,7 +76,7 @@ class Interner:
     def __init__(self, capacity: int = 1 << 14) -> None:
         capacity = 1 << max(0, capacity - 1).bit_length()  # a power of two: slots are masked
         self.size = 0  #: distinct words so far (ids below size)
-        self.slots = np.full(2 * capacity, -1, dtype=np.int32)
+        self.slots = np.full(4 * capacity, -1, dtype=np.int64)  # (id, hash) pairs, at most half full
         self.vhash = np.empty(capacity, dtype=np.int64)
         self.pool = np.empty(8 * capacity, dtype=np.uint8)
         self.pstarts = np.zeros(capacity + 1, dtype=np.int64)
@@ -90,7 +89,7 @@ class Interner:
             capacity = max(2 * len(self.vhash), capacity)
             self.vhash = np.resize(self.vhash, capacity)
             self.pstarts = np.resize(self.pstarts, capacity + 1)
-            self.slots = np.full(2 * capacity, -1, dtype=np.int32)
+            self.slots = np.full(4 * capacity, -1, dtype=np.int64)
             _rehash(self.slots, self.vhash, self.size)
         used = int(self.pstarts[self.size])
         if used + size > len(self.pool):
@@ -151,8 +150,8 @@ def tokenize_lines(data: np.ndarray, offsets: np.ndarray) -> Tokens:
 def count_words(data: np.ndarray, offsets: np.ndarray) -> int:
     """How many words the lines hold (what :func:`tokenize_lines` would return, without naming them)."""
     other = np.zeros(len(offsets) - 1, dtype=np.bool_)
-    _mark_lines(data, offsets, other)
-    return _count_words(data, offsets, other) + sum(map(len, _other_words(data, offsets, other)[0]))
+    ascii_words = _count_words(data, offsets, other)  # marks the other lines too
+    return ascii_words + sum(map(len, _other_words(data, offsets, other)[0]))
 
 
 def line_offsets(block: np.ndarray) -> np.ndarray:
@@ -206,13 +205,6 @@ def file_blocks(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[np.
         raise DatasetError(f"cannot read dataset file {path}: {exc}") from None
     except zlib.error as exc:
         raise DatasetError(f"cannot read dataset file {path}: corrupt gzip data ({exc})") from None
-
-
-def message_count(dataset: Dataset) -> int:
-    """``dataset.message_count()``; for a plain ``text:`` file by the kernels, without a Python loop per word."""
-    if not is_plain_text(dataset):
-        return dataset.message_count()
-    return sum(count_words(block, offsets) for block, offsets in file_blocks(dataset.path))  # type: ignore[attr-defined]
 
 
 class HashIds:

@@ -55,18 +55,26 @@ def _mark_lines(data, offsets, other):  # pragma: no cover - compiled
 
 @kernel("i8(u1[:], i8[:], b1[:])")
 def _count_words(data, offsets, other):  # pragma: no cover - compiled
-    """The number of words in the lines not marked ``other``."""
+    """The number of words in the ASCII lines, marking the others in ``other`` on the way (a byte >= 0x80 is
+    never inside an ASCII word, so the scan meets it between words)."""
     words = 0
     for j in range(offsets.shape[0] - 1):
-        if other[j]:
-            continue
         i, stop = offsets[j], offsets[j + 1]
+        found = 0
+        flagged = False
         while i < stop:
-            if _is_alnum(data[i]):
+            c = data[i]
+            if _is_alnum(c):
                 i = _word_end(data, i, stop)
-                words += 1
+                found += 1
             else:
+                if c >= 128:
+                    flagged = True
+                    break
                 i += 1
+        other[j] = flagged
+        if not flagged:
+            words += found
     return words
 
 
@@ -75,15 +83,17 @@ def _slot_of(h, mask):  # pragma: no cover - compiled
     return (h ^ (h >> 31)) & mask
 
 
-@kernel("void(i4[:], i8[:], i8)")
+@kernel("void(i8[:], i8[:], i8)")
 def _rehash(slots, vhash, nvocab):  # pragma: no cover - compiled
-    """Place ids 0 .. nvocab-1 into ``slots`` (all -1, a larger table than before) by their stored hashes."""
-    mask = slots.shape[0] - 1
+    """Place ids 0 .. nvocab-1 into ``slots`` (all -1, a larger table than before) by their stored hashes. A
+    slot is two int64, the id and the word's hash, so a probe reads one cache line."""
+    mask = (slots.shape[0] >> 1) - 1
     for kid in range(nvocab):
         s = _slot_of(vhash[kid], mask)
-        while slots[s] >= 0:
+        while slots[2 * s] >= 0:
             s = (s + 1) & mask
-        slots[s] = kid
+        slots[2 * s] = kid
+        slots[2 * s + 1] = vhash[kid]
 
 
 @kernel(inline=True)
@@ -96,14 +106,14 @@ def _intern(src, start, stop, lower, slots, vhash, pool, pstarts, nvocab):  # pr
         if lower and 65 <= c <= 90:
             c += 32
         h = (h ^ np.int64(c)) * np.int64(_FNV_PRIME)
-    mask = slots.shape[0] - 1
+    mask = (slots.shape[0] >> 1) - 1
     s = _slot_of(h, mask)
     n = stop - start
     while True:
-        kid = slots[s]
+        kid = slots[2 * s]
         if kid < 0:
             break
-        if vhash[kid] == h and pstarts[kid + 1] - pstarts[kid] == n:
+        if slots[2 * s + 1] == h and pstarts[kid + 1] - pstarts[kid] == n:
             p = pstarts[kid]
             same = True
             for i in range(n):
@@ -117,7 +127,8 @@ def _intern(src, start, stop, lower, slots, vhash, pool, pstarts, nvocab):  # pr
                 return kid
         s = (s + 1) & mask
     kid = nvocab
-    slots[s] = kid
+    slots[2 * s] = kid
+    slots[2 * s + 1] = h
     vhash[kid] = h
     p = pstarts[kid]
     for i in range(n):
@@ -129,7 +140,7 @@ def _intern(src, start, stop, lower, slots, vhash, pool, pstarts, nvocab):  # pr
     return kid
 
 
-@kernel("i8(u1[:], i8[:], b1[:], u1[:], i8[:], i4[:], i8, i4[:], i8[:], u1[:], i8[:], i8[:], i4[:], i4[:])")
+@kernel("i8(u1[:], i8[:], b1[:], u1[:], i8[:], i4[:], i8, i8[:], i8[:], u1[:], i8[:], i8[:], i4[:], i4[:])")
 def _intern_lines(data, offsets, other, xdata, xoffsets, xcount, line, slots, vhash, pool, pstarts, state, ids,
                   rec_len):  # pragma: no cover - compiled
     """Every line's words as ids, in order, from line ``line`` on: an ASCII line scanned here, an ``other``
@@ -141,7 +152,7 @@ def _intern_lines(data, offsets, other, xdata, xoffsets, xcount, line, slots, vh
     returns its number, for the caller to grow the table and call again; else it returns the number of lines.
     """
     nvocab, n, x, xl = state[0], state[1], state[2], state[3]
-    capacity = min(vhash.shape[0], slots.shape[0] // 2)
+    capacity = min(vhash.shape[0], slots.shape[0] // 4)  # slots at most half full
     for j in range(line, offsets.shape[0] - 1):
         if other[j]:
             most, size = xcount[xl], xoffsets[x + xcount[xl]] - xoffsets[x]
