@@ -259,12 +259,21 @@ def deal_chunk(chunk: Chunk, rec0: int, seq0: int, sources: int, split: str, mer
     hashes = fingerprints(chunk.vocab) if hashed else None  # once per chunk, not once per piece
     for s in range(sources):
         mask = msg_source == s
-        used, local = np.unique(chunk.key_ids[mask], return_inverse=True)
+        used, local = compact(chunk.key_ids[mask], len(chunk.vocab))
         sub = SubStream(s, seq[mask], local.astype(np.int32).reshape(-1), [chunk.vocab[i] for i in used.tolist()],
                         ts[mask] if ts is not None else None, has_ts[mask] if has_ts is not None else None,
                         rec_len=chunk.rec_len[(rec_source == s) & (chunk.rec_len > 0)],
                         key_hash=hashes[used] if hashes is not None else None)
         yield s, (chunk.part, sub)
+
+
+def compact(ids: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(ids, return_inverse=True)`` for ids below ``size``, without a sort: the ids used, ascending,
+    and every id's rank among them (O(len(ids) + size), for pieces much larger than their vocabulary)."""
+    seen = np.zeros(size, dtype=bool)
+    seen[ids] = True
+    rank = np.cumsum(seen, dtype=np.int64) - 1
+    return np.flatnonzero(seen), rank[ids]
 
 
 def chunk_facts(chunk: Chunk, rec0: int, seq0: int, rate: float) -> tuple[tuple[int, int], tuple[int, int], tuple]:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from keysplit.simulator.tokenize import Interner
-from spark_replay.ingest import CHUNK_MESSAGES, Chunk
+from spark_replay.ingest import CHUNK_MESSAGES, Chunk, compact
 
 
 class TextChunker:
@@ -54,7 +54,7 @@ class TextChunker:
         self.messages += len(ids)
 
     def _take(self) -> Chunk:
-        used, local = np.unique(np.concatenate(self.ids), return_inverse=True)
+        used, local = compact(np.concatenate(self.ids), self.words.size)
         chunk = Chunk(part=(self.part, self.number), vocab=self.words.names_of(used),
                       key_ids=local.astype(np.int32).reshape(-1), rec_len=np.concatenate(self.lens).astype(np.int32),
                       ts=None, has_ts=None)
