@@ -63,14 +63,15 @@ class TextChunker:
         return chunk
 
 
-def plain_text_chunks(runs: Iterator[tuple[int, np.ndarray, np.ndarray]]) -> Iterator[Chunk]:
+def plain_text_chunks(runs: Iterator[tuple[int, np.ndarray, np.ndarray]], limit: int = CHUNK_MESSAGES,
+                      ) -> Iterator[Chunk]:
     """The chunks of runs ``(split start, data, offsets)`` of lines, each split's lines in order."""
     chunker: TextChunker | None = None
     for at, data, offsets in runs:
         if chunker is None or chunker.part != at:
             if chunker is not None:
                 yield from chunker.finish()
-            chunker = TextChunker(at)
+            chunker = TextChunker(at, limit)
         yield from chunker.add(data, offsets)
     if chunker is not None:
         yield from chunker.finish()
