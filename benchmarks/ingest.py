@@ -1,7 +1,8 @@
 """Reading a text file at the machine's speed (issue 26): ``wc -w``, ``keysplit simulate``, a plain PySpark word
 count and ``keysplit replay`` on one generated file, with the ratios, and the replay's Python worker memory.
 
-    .venv/bin/python benchmarks/ingest.py [--lines 2000000] [--cache DIR] [--master local[2]] [--no-memory]
+    .venv/bin/python benchmarks/ingest.py [--lines 2000000] [--cache DIR] [--master local[2]]
+                                         [--no-memory] [--no-speed] [--json]
 
 The file is generated once into ``--cache`` (``keysplit datasets generate zipf:z=1.1,keys=100000,
 messages=<10 x lines>,seed=3 --words-per-line 10``, 88 MB at the default 2M lines) and reused. Every command
@@ -22,6 +23,7 @@ and over the whole file: the bound is 1.25x. The machine may be shared: the rati
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -29,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from replay import descendants, peak_kib  # benchmarks/replay.py: the process-tree sampler
@@ -112,23 +115,29 @@ def main() -> int:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--no-memory", action="store_true", help="skip the four replays of the memory bound")
     p.add_argument("--no-speed", action="store_true", help="only the memory bound")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of the tables")
     args = p.parse_args()
     big, small = generate(Path(args.cache), args.lines)
     work = tempfile.mkdtemp(prefix="keysplit-bench-ingest-")
     try:
-        print(f"file {big} ({big.stat().st_size / 1e6:.0f} MB, {10 * args.lines:,} words); "
-              f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
+        say = (lambda _text: None) if args.json else (lambda text: print(text, flush=True))
+        result: dict = {"file": str(big), "words": 10 * args.lines, "load_before": os.getloadavg()[0]}
+        say(f"file {big} ({big.stat().st_size / 1e6:.0f} MB, {10 * args.lines:,} words); "
+            f"load average before: {result['load_before']:.2f}")
         if not args.no_speed:
-            speed(big, args.master, work)
+            result["speed"] = speed(big, args.master, work, say)
         if not args.no_memory:
-            memory(big, small, args.lines, args.master, work)
-        print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+            result["memory_mib"] = memory(big, small, args.lines, args.master, work, say)
+        result["load_after"] = os.getloadavg()[0]
+        say(f"\nload average after: {result['load_after']:.2f}")
+        if args.json:
+            print(json.dumps(result))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
-def speed(big: Path, master: str, work: str) -> None:
+def speed(big: Path, master: str, work: str, say: Callable[[str], None]) -> dict:
     """The four timings and their ratios, as a markdown table."""
     wc, _ = timed(["wc", "-w", str(big)])
     sim, _ = timed([str(BIN / "keysplit"), "simulate", "--dataset", f"text:{big}", "-g", "pkg", "-W", "10",
@@ -136,25 +145,30 @@ def speed(big: Path, master: str, work: str) -> None:
     spark, _ = timed([sys.executable, "-c", WORD_COUNT, master, "file://" + str(big),
                       os.path.join(work, "wordcount.parquet")])
     rep, _ = timed(replay_cmd(big, "pkg", master, os.path.join(work, "replay")))
-    print(f"\n| what | wall s | ratio | target |\n|---|---:|---:|---|\n"
+    say(f"\n| what | wall s | ratio | target |\n|---|---:|---:|---|\n"
           f"| `wc -w` | {wc:.2f} | 1.00 | |\n"
           f"| `keysplit simulate` pkg | {sim:.2f} | {sim / wc:.2f}x `wc -w` | <= {SIM_TARGET}x: "
           f"{'met' if sim / wc <= SIM_TARGET else 'MISSED'} |\n"
           f"| plain PySpark word count ({master}) | {spark:.2f} | 1.00 | |\n"
           f"| `keysplit replay` pkg ({master}) | {rep:.2f} | {rep / spark:.2f}x word count | "
-          f"<= {REPLAY_TARGET}x: {'met' if rep / spark <= REPLAY_TARGET else 'MISSED'} |", flush=True)
+          f"<= {REPLAY_TARGET}x: {'met' if rep / spark <= REPLAY_TARGET else 'MISSED'} |")
+    return {"wc_s": wc, "simulate_s": sim, "spark_wordcount_s": spark, "replay_s": rep,
+            "simulate_over_wc": sim / wc, "replay_over_wordcount": rep / spark}
 
 
-def memory(big: Path, small: Path, lines: int, master: str, work: str) -> None:
+def memory(big: Path, small: Path, lines: int, master: str, work: str, say: Callable[[str], None]) -> dict:
     """The largest Python worker's peak over the first tenth and over the whole file, per grouping."""
-    print(f"\n| grouping | worker peak MiB at {lines:,} msgs | at {10 * lines:,} msgs | ratio | bound |\n"
-          "|---|---:|---:|---:|---|", flush=True)
+    say(f"\n| grouping | worker peak MiB at {lines:,} msgs | at {10 * lines:,} msgs | ratio | bound |\n"
+        "|---|---:|---:|---:|---|")
+    out = {}
     for spec in ("pkg", "pkg:load=global"):
         _, low = timed(replay_cmd(small, spec, master, os.path.join(work, "m")), sample=True)
         _, high = timed(replay_cmd(big, spec, master, os.path.join(work, "m")), sample=True)
         ratio = high / low if low else float("inf")
-        print(f"| {spec} | {low:.0f} | {high:.0f} | {ratio:.2f} | <= {MEMORY_BOUND}: "
-              f"{'met' if ratio <= MEMORY_BOUND else 'MISSED'} |", flush=True)
+        say(f"| {spec} | {low:.0f} | {high:.0f} | {ratio:.2f} | <= {MEMORY_BOUND}: "
+            f"{'met' if ratio <= MEMORY_BOUND else 'MISSED'} |")
+        out[spec] = {"small": low, "large": high, "ratio": ratio}
+    return out
 
 
 if __name__ == "__main__":
