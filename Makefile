@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 
 # Ahead of time: the fast path's kernels (keysplit/simulator/compiled.py; without them numba's JIT costs every process
 # ~0.45 s) and the bytecode of every module (pip compiles a regular install; this one is editable).
-KERNEL_SOURCES := $(addprefix src/keysplit/,simulator/compiled.py simulator/hashing_batch.py simulator/routing_kernel.py hashing.py groupings/salt.py)
+KERNEL_SOURCES := $(addprefix src/keysplit/,simulator/compiled.py simulator/hashing_batch.py simulator/routing_kernel.py hashing.py groupings/salt.py simulator/tokenize_kernel.py)
 BUILT := $(VENV)/.built
 
 $(BUILT): $(STAMP) $(KERNEL_SOURCES)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from keysplit.simulator import fast
+from keysplit.simulator.tokenize import HashIds
 from spark_replay.ingest import SubStream
 
 
@@ -34,6 +35,7 @@ class FastRouter:
         fast.warmup()
         self.rate = rate
         self.state = fast.RouteState(fs, workers, sources, split, rate, checkpoint=1 << 62)
+        self.by_hash = HashIds()  # used for every piece of a replay or for none (the ingest decides)
 
     def route(self, sub: SubStream) -> np.ndarray:
         """The worker of every message of ``sub`` (the next piece of one source's stream, or of the merged one)."""
@@ -41,7 +43,14 @@ class FastRouter:
         if n == 0:
             return np.zeros(0, dtype=np.int32)
         table = self.state.table
-        remap = np.array(table.ids_of(sub.vocab), dtype=np.int32)
+        if sub.key_hash is not None:  # fingerprints checked collision-free: ids without a dict lookup per key
+            before = self.by_hash.size
+            remap = self.by_hash.ids(sub.key_hash).astype(np.int32)
+            fresh = np.flatnonzero(remap >= before).tolist()
+            # the table numbers keys as the fingerprints do: in order of first appearance, only from here
+            table.ids_of([sub.vocab[k] for k in fresh])
+        else:
+            remap = np.array(table.ids_of(sub.vocab), dtype=np.int32)
         table.flush()  # the piece's new keys named in one batch
         src = sub.sources if sub.sources is not None else np.full(n, sub.source, dtype=np.int32)
         chunk = fast.IdChunk(remap[sub.key_ids], src.astype(np.int32), sub.now(self.rate).astype(np.float64))

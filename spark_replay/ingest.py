@@ -253,15 +253,27 @@ def deal_chunk(chunk: Chunk, rec0: int, seq0: int, sources: int, split: str, mer
     if merged:
         sub = SubStream(0, seq, chunk.key_ids, chunk.vocab, ts, has_ts, sources=msg_source, rec_len=chunk.rec_len[
             chunk.rec_len > 0])
-        yield 0, (chunk.part, with_fingerprints(sub) if hashed else sub)
+        sub.key_hash = fingerprints(chunk.vocab) if hashed else None
+        yield 0, (chunk.part, sub)
         return
+    hashes = fingerprints(chunk.vocab) if hashed else None  # once per chunk, not once per piece
     for s in range(sources):
         mask = msg_source == s
-        used, local = np.unique(chunk.key_ids[mask], return_inverse=True)
+        used, local = compact(chunk.key_ids[mask], len(chunk.vocab))
         sub = SubStream(s, seq[mask], local.astype(np.int32).reshape(-1), [chunk.vocab[i] for i in used.tolist()],
                         ts[mask] if ts is not None else None, has_ts[mask] if has_ts is not None else None,
-                        rec_len=chunk.rec_len[(rec_source == s) & (chunk.rec_len > 0)])
-        yield s, (chunk.part, with_fingerprints(sub) if hashed else sub)
+                        rec_len=chunk.rec_len[(rec_source == s) & (chunk.rec_len > 0)],
+                        key_hash=hashes[used] if hashes is not None else None)
+        yield s, (chunk.part, sub)
+
+
+def compact(ids: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(ids, return_inverse=True)`` for ids below ``size``, without a sort: the ids used, ascending,
+    and every id's rank among them (O(len(ids) + size), for pieces much larger than their vocabulary)."""
+    seen = np.zeros(size, dtype=bool)
+    seen[ids] = True
+    rank = np.cumsum(seen, dtype=np.int64) - 1
+    return np.flatnonzero(seen), rank[ids]
 
 
 def chunk_facts(chunk: Chunk, rec0: int, seq0: int, rate: float) -> tuple[tuple[int, int], tuple[int, int], tuple]:
@@ -283,9 +295,9 @@ def key_fingerprint(key: str) -> int:
     return mmh3.hash64(key, KEY_HASH_SEED, signed=False)[0]
 
 
-def with_fingerprints(sub: SubStream) -> SubStream:
-    sub.key_hash = np.fromiter((key_fingerprint(k) for k in sub.vocab), dtype=np.uint64, count=len(sub.vocab))
-    return sub
+def fingerprints(vocab: list[str]) -> np.ndarray:
+    """:func:`key_fingerprint` of every key, as uint64."""
+    return np.fromiter((key_fingerprint(k) for k in vocab), dtype=np.uint64, count=len(vocab))
 
 
 # ------------------------------------------------------------------------------------------- the job

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from keysplit.simulator.tokenize import HashIds
 from keysplit.topology_model.driver import StreamedModel, aggregator_of
 from keysplit.topology_model.params import TopologyParams
 
@@ -17,22 +18,39 @@ from keysplit.topology_model.params import TopologyParams
 class ModelKeyIds:
     """The model's global key ids (equal keys, equal ids: what its distinct counts need) and each key's aggregator
     (the runner's fields hash, :func:`~keysplit.topology_model.driver.aggregator_of`), computed once per key:
-    memory grows with keys, not messages."""
+    memory grows with keys, not messages. When the pieces carry their keys' 64-bit fingerprints (checked
+    collision-free by the ingest, for every piece of a replay or for none) the ids come from the fingerprints
+    in one compiled step per slice, and only a new key's name is read."""
 
     def __init__(self, aggregators: int) -> None:
         self.aggregators = aggregators
         self.ids: dict[str, int] = {}
-        self.agg: list[int] = []
-        self._agg = np.zeros(0, dtype=np.int64)
+        self.by_hash = HashIds()
+        self.size = 0
+        self._agg = np.zeros(1024, dtype=np.int64)
 
-    def lookup(self, vocab: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, aggregators)`` of every entry of ``vocab``."""
+    def _name(self, fresh: list[str]) -> None:
+        """Append the aggregators of keys new to the table (ids ``size``, ``size + 1``, ...)."""
+        end = self.size + len(fresh)
+        if end > len(self._agg):
+            self._agg = np.resize(self._agg, max(end, 2 * len(self._agg)))
+        self._agg[self.size:end] = aggregator_of(fresh, self.aggregators)
+        self.size = end
+
+    def lookup(self, vocab: list[str], hashes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, aggregators)`` of every entry of ``vocab`` (distinct names), ``hashes`` their fingerprints."""
+        if hashes is not None:
+            before = self.by_hash.size
+            ids = self.by_hash.ids(hashes)
+            fresh = np.flatnonzero(ids >= before).tolist()  # new ids, in this order
+            if fresh:
+                self._name([vocab[k] for k in fresh])
+            return ids, self._agg[ids]
         fresh = [k for k in dict.fromkeys(vocab) if k not in self.ids]
         if fresh:
             for k in fresh:
                 self.ids[k] = len(self.ids)
-            self.agg.extend(aggregator_of(fresh, self.aggregators).tolist())
-            self._agg = np.asarray(self.agg, dtype=np.int64)
+            self._name(fresh)
         ids = np.fromiter((self.ids[k] for k in vocab), dtype=np.int64, count=len(vocab))
         return ids, self._agg[ids]
 
@@ -45,7 +63,8 @@ SLICES = 32
 def model_slices(sub: Any, chosen: np.ndarray) -> list[tuple]:
     """What the model task needs of one routed piece, in :data:`SLICES` slices of whole records (some may be
     empty): per slice its sequence numbers, workers, key ids into its own vocabulary, that vocabulary, the
-    messages of each of its records (in order) and the source (the topology's router) of each record."""
+    messages of each of its records (in order), the source (the topology's router) of each record and, when the
+    piece has them, the vocabulary's 64-bit fingerprints."""
     assert sub.rec_len is not None, "the ingest gives every piece its records' lengths"
     rec = sub.rec_len.astype(np.int64)
     rec_start = np.cumsum(rec) - rec
@@ -62,7 +81,8 @@ def model_slices(sub: Any, chosen: np.ndarray) -> list[tuple]:
         b = int(rec_start[r1]) if r1 < len(rec) else len(sub.seq)
         used, local = np.unique(sub.key_ids[a:b], return_inverse=True)
         out.append((sub.seq[a:b].copy(), chosen[a:b].copy(), local.astype(np.int32).reshape(-1),
-                    [sub.vocab[k] for k in used.tolist()], sub.rec_len[r0:r1].copy(), rec_src[r0:r1].copy()))
+                    [sub.vocab[k] for k in used.tolist()], sub.rec_len[r0:r1].copy(), rec_src[r0:r1].copy(),
+                    sub.key_hash[used] if sub.key_hash is not None else None))
     return out
 
 
@@ -80,7 +100,7 @@ def merge_pieces(pieces: list[tuple], keys: ModelKeyIds) -> tuple:
         starts[at + np.cumsum(rec) - rec] = True  # a record's first message
         source[at + np.cumsum(rec) - rec] = p[5]
         at += len(p[0])
-        gid, gagg = keys.lookup(p[3])
+        gid, gagg = keys.lookup(p[3], p[6])
         ids.append(gid[p[2]])
         aggs.append(gagg[p[2]])
     order = np.argsort(seq, kind="stable")

@@ -29,7 +29,9 @@ from keysplit.datasets import open_dataset
 from keysplit.datasets.base import Dataset
 from keysplit.datasets.readers import BOM, READERS, CsvDataset, FileDataset, ParquetDataset
 from keysplit.errors import DatasetError, SpecError
+from keysplit.simulator.tokenize import is_plain_text
 from spark_replay.ingest import SLICE_BYTES, Chunk, ChunkBuilder, decode_line, is_uri
+from spark_replay.text_input import arrow_runs, byte_runs, plain_text_chunks
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -151,11 +153,19 @@ def spark_chunks(spark: Any, dataset: FileDataset, partitions: int | None) -> tu
             def parse(rows: Iterator) -> Iterator:
                 return text_chunks(dataset, rows)
         # planned now, with the split settings above
+        plain = is_plain_text(dataset)  # its lines go to the compiled tokenizer as bytes (text_input)
         if _size(spark, uri) < ARROW_MIN_BYTES:
             rows = frame.rdd
+            if plain:
+                return rows.mapPartitions(lambda it: plain_text_chunks(byte_runs(_row_runs(it)))), \
+                    rows.getNumPartitions()
             return rows.mapPartitions(lambda it: parse(_row_runs(it))), rows.getNumPartitions()
         # rows reach Python as Arrow batches, each chunk comes back as one pickled value of a one-row batch
-        chunks = frame.mapInArrow(lambda batches: _pickled(parse(_arrow_runs(batches))), "chunk binary")
+        if plain:
+            chunks = frame.mapInArrow(lambda batches: _pickled(plain_text_chunks(arrow_runs(batches))),
+                                      "chunk binary")
+        else:
+            chunks = frame.mapInArrow(lambda batches: _pickled(parse(_arrow_runs(batches))), "chunk binary")
         return chunks.rdd.map(lambda row: pickle.loads(row[0])), chunks.rdd.getNumPartitions()
     finally:
         for key, value in saved.items():

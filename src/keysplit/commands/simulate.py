@@ -136,7 +136,9 @@ def run(args: argparse.Namespace) -> int:
             check_grouping(spec, w, args.sources)
         capacities[w] = parse_capacities(args.capacities, w)
     require_records(dataset)
-    messages = dataset.message_count()  # generators know it; a file takes one counting pass
+    from keysplit.simulator.encoded_text import message_count  # here: numpy and the kernels only when simulating
+
+    messages = message_count(dataset)  # generators know it; a file takes one counting pass (text: by the kernels)
     check_checkpoint(args.checkpoint, messages)
     for w in args.workers:
         check_resizes(args.groupings, w, args.resize, messages)

@@ -28,10 +28,11 @@ from typing import Any
 AOT_MODULE = "_kernels_aot"
 #: Modules whose kernels are exported, in import order. Their files, this one and the modules whose
 #: constants a kernel reads (compiled in as constants) make up :func:`sources_digest`.
-KERNEL_MODULES = ("keysplit.simulator.hashing_batch", "keysplit.simulator.routing_kernel")
+KERNEL_MODULES = ("keysplit.simulator.hashing_batch", "keysplit.simulator.routing_kernel",
+                  "keysplit.simulator.tokenize_kernel")
 #: Paths below the ``keysplit`` package.
 DIGEST_FILES = ("simulator/compiled.py", "simulator/hashing_batch.py", "simulator/routing_kernel.py", "hashing.py",
-                "groupings/salt.py")
+                "groupings/salt.py", "simulator/tokenize_kernel.py")
 #: ``KEYSPLIT_KERNELS``: ``auto`` (the build when current) or ``jit`` (always numba's JIT).
 ENV = "KEYSPLIT_KERNELS"
 

@@ -43,6 +43,7 @@ from keysplit.groupings.basic import KeyGrouping, ShuffleGrouping
 from keysplit.groupings.pkg import PartialKeyGrouping
 from keysplit.groupings.salt import Salting, salt_state
 from keysplit.metrics import ImbalanceSeries, default_checkpoint, dist_cost, imbalance_fraction, load_stddev
+from keysplit.simulator.encoded_text import message_count
 from keysplit.simulator.hashing_batch import warm as warm_hashing
 from keysplit.simulator.keyids import (
     IdChunk,
@@ -50,6 +51,7 @@ from keysplit.simulator.keyids import (
     generator_chunks,
     names_table,
     record_chunks,
+    text_chunks,
     uses_generator_indices,
 )
 from keysplit.simulator.result import RunResult
@@ -64,6 +66,7 @@ from keysplit.simulator.routing_kernel import (
     SRC_ROUND_ROBIN,
     _route_chunk,
 )
+from keysplit.simulator.tokenize import is_plain_text
 from keysplit.stream import DEFAULT_RATE, SPLITS
 
 __all__ = ["FastSpec", "IdChunk", "KeyTable", "RouteState", "fast_route", "fast_simulate", "fast_spec", "names_table",
@@ -164,6 +167,9 @@ class RouteState:
         """The dataset's messages as key-id chunks, naming new keys in this run's table."""
         if uses_generator_indices(dataset):
             return generator_chunks(dataset, self.table)  # type: ignore[arg-type]
+        if is_plain_text(dataset):
+            return text_chunks(dataset, self.table, self.sources, self.split, self.rate,  # type: ignore[arg-type]
+                               self.fs.probe is not None)
         return record_chunks(dataset, self.table, self.sources, self.split, self.rate, self.fs.probe is not None)
 
     def run(self, chunk: IdChunk) -> np.ndarray:
@@ -256,7 +262,7 @@ def fast_simulate(
         elif uses_generator_indices(dataset):
             m = dataset.params["messages"]  # type: ignore[attr-defined]
         else:
-            m = sum(len(k) for _, k in dataset.records())
+            m = message_count(dataset)
         checkpoint = default_checkpoint(m)
     ImbalanceSeries(checkpoint)  # the reference's own check of the spacing
     warmup()

@@ -16,6 +16,8 @@ import numpy as np
 
 from keysplit.datasets import Dataset
 from keysplit.datasets import generators as _generators
+from keysplit.datasets.readers import TextDataset
+from keysplit.simulator.encoded_text import text_blocks
 from keysplit.simulator.hashing_batch import bucket_many, candidate_rows
 from keysplit.sizes import check_memory
 from keysplit.stream import SPLIT_SEED
@@ -207,6 +209,36 @@ def record_chunks(
             kids, firsts, counts, nows = [], [], [], []
     if kids:
         yield _chunk(table, kids, firsts, counts, nows, need_now, by_key)
+
+
+def text_chunks(
+    dataset: TextDataset, table: KeyTable, sources: int, split: str, rate: float, need_now: bool
+) -> Iterator[IdChunk]:
+    """:func:`record_chunks` of a plain ``text:`` file, a block of lines at a time: the words scanned and
+    interned by the compiled tokenizer (:mod:`keysplit.simulator.encoded_text`), so only distinct words meet the
+    key table's dict. Sources and event times follow the same rules (lines without words are not records)."""
+    records = seq = invalid = skipped = 0
+    remap = np.zeros(0, dtype=np.int32)  # the interner's ids -> the table's (equal when the table starts empty)
+    for words, wids, rec_len, bad in text_blocks(dataset):
+        invalid += bad
+        counts = rec_len[rec_len > 0]
+        skipped += len(rec_len) - len(counts)
+        if words.size > len(remap):  # the words new since the last block, named in one batch
+            remap = np.concatenate((remap, np.asarray(table.ids_of(words.names(len(remap))), dtype=np.int32)))
+            table.flush()
+        if not len(counts):
+            continue
+        kid = remap[wids]
+        if split == "key":
+            src = table.ksrc[kid[np.cumsum(counts) - counts]]
+        else:
+            src = (records + np.arange(len(counts), dtype=np.int64)) % sources
+        now = (seq + np.arange(len(kid), dtype=np.int64)) / rate if need_now else None
+        yield IdChunk(kid, np.repeat(src, counts).astype(np.int32), now)
+        records += len(counts)
+        seq += len(kid)
+    dataset.invalid_utf8_lines, dataset.skipped_lines = invalid, skipped
+    dataset.report()
 
 
 def _chunk(
