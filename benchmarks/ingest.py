@@ -1,4 +1,4 @@
-"""Reading a text file at the machine's speed (issue 26): ``wc -w``, ``keysplit simulate``, a plain PySpark word
+"""Reading a text file at the machine's speed (docs/benchmarks/ingest.md): ``wc -w``, ``keysplit simulate``, a plain PySpark word
 count and ``keysplit replay`` on one generated file, with the ratios, and the replay's Python worker memory.
 
     .venv/bin/python benchmarks/ingest.py [--lines 2000000] [--cache DIR] [--master local[2]]
