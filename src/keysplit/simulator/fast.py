@@ -43,7 +43,7 @@ from keysplit.groupings.basic import KeyGrouping, ShuffleGrouping
 from keysplit.groupings.pkg import PartialKeyGrouping
 from keysplit.groupings.salt import Salting, salt_state
 from keysplit.metrics import ImbalanceSeries, default_checkpoint, dist_cost, imbalance_fraction, load_stddev
-from keysplit.simulator.encoded_text import message_count
+from keysplit.simulator.encoded_text import message_count, scanner
 from keysplit.simulator.hashing_batch import warm as warm_hashing
 from keysplit.simulator.keyids import (
     IdChunk,
@@ -66,7 +66,6 @@ from keysplit.simulator.routing_kernel import (
     SRC_ROUND_ROBIN,
     _route_chunk,
 )
-from keysplit.simulator.tokenize import is_plain_text
 from keysplit.stream import DEFAULT_RATE, SPLITS
 
 __all__ = ["FastSpec", "IdChunk", "KeyTable", "RouteState", "fast_route", "fast_simulate", "fast_spec", "names_table",
@@ -167,7 +166,7 @@ class RouteState:
         """The dataset's messages as key-id chunks, naming new keys in this run's table."""
         if uses_generator_indices(dataset):
             return generator_chunks(dataset, self.table)  # type: ignore[arg-type]
-        if is_plain_text(dataset):
+        if scanner(dataset) is not None:
             return text_chunks(dataset, self.table, self.sources, self.split, self.rate,  # type: ignore[arg-type]
                                self.fs.probe is not None)
         return record_chunks(dataset, self.table, self.sources, self.split, self.rate, self.fs.probe is not None)

@@ -16,7 +16,8 @@ import numpy as np
 
 from keysplit.datasets import Dataset
 from keysplit.datasets import generators as _generators
-from keysplit.datasets.readers import TextDataset
+from keysplit.datasets.readers import FileDataset
+from keysplit.simulator.columns import Counts, finish
 from keysplit.simulator.encoded_text import text_blocks
 from keysplit.simulator.hashing_batch import bucket_many, candidate_rows
 from keysplit.sizes import check_memory
@@ -212,17 +213,18 @@ def record_chunks(
 
 
 def text_chunks(
-    dataset: TextDataset, table: KeyTable, sources: int, split: str, rate: float, need_now: bool
+    dataset: FileDataset, table: KeyTable, sources: int, split: str, rate: float, need_now: bool
 ) -> Iterator[IdChunk]:
-    """:func:`record_chunks` of a plain ``text:`` file, a block of lines at a time: the words scanned and
-    interned by the compiled tokenizer (:mod:`keysplit.simulator.encoded_text`), so only distinct words meet the
-    key table's dict. Sources and event times follow the same rules (lines without words are not records)."""
-    records = seq = invalid = skipped = 0
+    """:func:`record_chunks` of a plain ``text:`` file (or a ``csv:`` or ``edges:`` one), a block of lines at a
+    time: the words scanned and interned by the compiled readers (:mod:`keysplit.simulator.encoded_text`), so
+    only distinct words meet the key table's dict. Sources and event times follow the same rules (lines without
+    words are not records)."""
+    records = seq = 0
+    total = Counts()
     remap = np.zeros(0, dtype=np.int32)  # the interner's ids -> the table's (equal when the table starts empty)
-    for words, wids, rec_len, bad in text_blocks(dataset):
-        invalid += bad
+    for words, wids, rec_len, block_counts in text_blocks(dataset):
+        total.add(block_counts)
         counts = rec_len[rec_len > 0]
-        skipped += len(rec_len) - len(counts)
         if words.size > len(remap):  # the words new since the last block, named in one batch
             remap = np.concatenate((remap, np.asarray(table.ids_of(words.names(len(remap))), dtype=np.int32)))
             table.flush()
@@ -237,8 +239,7 @@ def text_chunks(
         yield IdChunk(kid, np.repeat(src, counts).astype(np.int32), now)
         records += len(counts)
         seq += len(kid)
-    dataset.invalid_utf8_lines, dataset.skipped_lines = invalid, skipped
-    dataset.report()
+    finish(dataset, total)
 
 
 def _chunk(

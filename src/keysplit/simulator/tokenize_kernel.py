@@ -221,3 +221,114 @@ def _rehash_hashes(slots, known, size):  # pragma: no cover - compiled
         while slots[s] >= 0:
             s = (s + 1) & mask
         slots[s] = kid
+
+
+# The key column of CSV and edge-list lines (``keysplit.simulator.columns``): one status per line.
+COL_RECORD, COL_SKIP, COL_RAGGED, COL_EMPTY, COL_OTHER = 0, 1, 2, 3, 4
+_COMMA, _QUOTE, _HASH, _SPACE = 44, 34, 35, 32
+
+
+@kernel(inline=True)
+def _is_space(c):  # pragma: no cover - compiled
+    """The ASCII bytes ``str.split()`` and ``str.strip()`` take as whitespace: \\t \\n \\v \\f \\r, the four
+    information separators 0x1c-0x1f, and the space."""
+    return (9 <= c <= 13) or (28 <= c <= 32)
+
+
+@kernel(inline=True)
+def _edge_key(data, a, b, starts, ends, status, j):  # pragma: no cover - compiled
+    """``EdgeDataset.parse_line`` of an ASCII line: blank or ``#`` lines and lines of one field are skipped,
+    else the key is the second whitespace-separated field."""
+    if a == b or data[a] == _HASH:
+        status[j] = COL_SKIP
+        return
+    field = 0
+    i = a
+    while i < b:
+        if _is_space(data[i]):
+            i += 1
+            continue
+        k = i
+        while k < b and not _is_space(data[k]):
+            k += 1
+        if field == 1:
+            starts[j], ends[j], status[j] = i, k, COL_RECORD
+            return
+        field += 1
+        i = k
+    status[j] = COL_SKIP
+
+
+@kernel(inline=True)
+def _csv_key(data, a, b, width, key_index, starts, ends, status, j):  # pragma: no cover - compiled
+    """``CsvDataset.parse_line`` of a printable ASCII line without quotes (the csv module splits it at every
+    comma): a blank line is skipped, a row of another width is ragged, else the key field stripped of spaces
+    (``clean_key``: no tab or line break can occur) is the key, or an empty key."""
+    blank = True
+    fields = 1
+    ks, ke = a, b
+    for i in range(a, b):
+        c = data[i]
+        if c != _SPACE:
+            blank = False
+        if c == _COMMA:
+            if fields == key_index:
+                ks = i + 1
+            elif fields == key_index + 1:
+                ke = i
+            fields += 1
+    if key_index == 0:
+        ks = a
+    if blank:
+        status[j] = COL_SKIP
+        return
+    if fields != width:
+        status[j] = COL_RAGGED
+        return
+    while ks < ke and data[ks] == _SPACE:
+        ks += 1
+    while ke > ks and data[ke - 1] == _SPACE:
+        ke -= 1
+    starts[j], ends[j] = ks, ke
+    status[j] = COL_RECORD if ke > ks else COL_EMPTY
+
+
+@kernel("void(u1[:], i8[:], b1, i8, i8, i8[:], i8[:], i1[:])")
+def _scan_columns(data, offsets, csv, width, key_index, starts, ends, status):  # pragma: no cover - compiled
+    """Each line's key span (``starts``/``ends``) and status (``COL_*``): CSV (``csv``: ``width`` fields, the key
+    field number ``key_index``) or an edge list. Lines the byte rules do not cover are ``COL_OTHER``: a byte >=
+    0x80 (edges, CSV), or a control byte or a double quote (CSV), for the caller to give to the reader."""
+    for j in range(offsets.shape[0] - 1):
+        a, b = offsets[j], offsets[j + 1]
+        while b > a and (data[b - 1] == 10 or data[b - 1] == 13):  # the reader's rstrip("\r\n")
+            b -= 1
+        other = False
+        for i in range(a, b):
+            c = data[i]
+            if c >= 128 or (csv and (c < 32 or c == _QUOTE or c == 127)):
+                other = True
+                break
+        if other:
+            status[j] = COL_OTHER
+        elif csv:
+            _csv_key(data, a, b, width, key_index, starts, ends, status, j)
+        else:
+            _edge_key(data, a, b, starts, ends, status, j)
+
+
+@kernel("i8(u1[:], i8[:], i8[:], i8, i8[:], i8[:], u1[:], i8[:], i8[:], i4[:])")
+def _intern_spans(buf, starts, ends, first, slots, vhash, pool, pstarts, state, ids):  # pragma: no cover - compiled
+    """``ids[k]`` = the id of the key ``buf[starts[k]:ends[k]]`` (as it is, not lowered), from ``k = first``
+    on; ``state[0]`` is the vocabulary size. Stops before a key that might not fit the table and returns its
+    index for the caller to grow the table and call again; else returns the number of keys."""
+    nvocab = state[0]
+    capacity = min(vhash.shape[0], slots.shape[0] // 4)  # slots at most half full
+    for k in range(first, starts.shape[0]):
+        if nvocab + 1 > capacity or pstarts[nvocab] + ends[k] - starts[k] > pool.shape[0]:
+            state[0] = nvocab
+            return k
+        kid = _intern(buf, starts[k], ends[k], False, slots, vhash, pool, pstarts, nvocab)
+        nvocab += kid == nvocab
+        ids[k] = kid
+    state[0] = nvocab
+    return starts.shape[0]
