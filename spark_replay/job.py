@@ -16,6 +16,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,9 +40,8 @@ from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS, DEFAULT_RATE, SPLIT
 from keysplit.topology_model import ARRIVALS, model_params
 from spark_replay import aggregates, source_routing, storage
 from spark_replay.ingest import is_uri, materialise
-from spark_replay.model_task import spark_estimate
-from spark_replay.ordered import in_order
 from spark_replay.queueing import throughput_estimate
+from spark_replay.routed import model_estimate, router
 from spark_replay.session import worker_problem
 from spark_replay.sparkinput import open_for_spark, uri_of
 from spark_replay.streams import Ingested, ingest
@@ -227,22 +227,28 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
         f"into {opts.sources} sub-stream(s) in {ingest_s:.1f} s")
     check_resizes(opts.groupings, opts.workers, opts.resizes, ing.messages)
     check_checkpoint(opts.checkpoint, ing.messages)
-    counts_path = storage.join(out, "counts.parquet")
-    counts_info = write_counts(spark, ing, counts_path, opts.top_k)
-    say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")
     frequencies = None
     if any(g.needs_full_pass for spec in opts.groupings
            for g in source_routing.build_grouping(spec, opts.workers, opts.sources)[:1]):
         frequencies = spark.sparkContext.broadcast(ing.counts.collectAsMap())
     every = opts.checkpoint or default_checkpoint(ing.messages)
-    results = []
-    for n, (spec, mode) in enumerate(zip(opts.groupings, modes), 1):
-        r = replay_grouping(spark, ing, spec, mode, opts, every, frequencies)
-        s = r.summary
-        say(f"[{n}/{len(opts.groupings)}] {s['grouping']} ({s['mode']}): {ing.messages:,} messages in "
-            f"{s['seconds']:.2f} s ({s['messages_per_second']:,.0f} msg/s); final imbalance "
-            f"{s['final_imbalance_fraction']:.3e}")
-        results.append(r)
+    # The topology model's estimates start first, from threads of this driver: each ends in ONE task, which
+    # leaves the other cores idle for as long as the model runs, so the exact counts and the routing jobs
+    # below run in the meantime (Spark's FIFO scheduler gives a later job the cores an earlier one leaves).
+    with ThreadPoolExecutor(max_workers=max(1, len(opts.groupings))) as pool:
+        estimates = [pool.submit(model_estimate, ing, spec, mode, opts, frequencies)
+                     if opts.arrivals != "lindley" else None for spec, mode in zip(opts.groupings, modes)]
+        counts_path = storage.join(out, "counts.parquet")
+        counts_info = write_counts(spark, ing, counts_path, opts.top_k)
+        say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")
+        results = []
+        for n, (spec, mode, estimate) in enumerate(zip(opts.groupings, modes, estimates), 1):
+            r = replay_grouping(spark, ing, spec, mode, opts, every, frequencies, estimate)
+            s = r.summary
+            say(f"[{n}/{len(opts.groupings)}] {s['grouping']} ({s['mode']}): {ing.messages:,} messages in "
+                f"{s['seconds']:.2f} s ({s['messages_per_second']:,.0f} msg/s); final imbalance "
+                f"{s['final_imbalance_fraction']:.3e}")
+            results.append(r)
     return ing, ingest_s, counts_path, counts_info, every, results
 
 
@@ -266,28 +272,21 @@ def _partition_top(items: Iterator[tuple[str, int]], k: int) -> tuple[int, list]
 
 
 def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: ReplayOptions, every: int,
-                    frequencies: Any) -> GroupingResult:
-    """Route every sub-stream with ``spec`` and measure it (loads, I(t), memory, queueing)."""
+                    frequencies: Any, estimate: Future | None = None) -> GroupingResult:
+    """Route every sub-stream with ``spec`` and measure it (loads, I(t), memory, queueing); ``estimate`` is the
+    topology model's (:func:`model_estimate`, running in a thread), awaited here."""
     W, S = opts.workers, opts.sources
     changes = sorted(opts.resizes, key=lambda r: r.at)
     n_workers = max([W] + [r.workers for r in changes])  # every worker that ever exists
     rows = ing.messages // every
     service = opts.cpu_delay_ms / 1000.0
-    params = {"spec": spec, "workers": W, "sources": S, "rate": opts.rate, "mode": mode,
-              "capacities": opts.capacities, "fast": opts.fast, "split": opts.split, "resizes": changes}
 
     order = ing.order
     groups = max(2, spark.sparkContext.defaultParallelism)  # reduce tasks; worker w's queue is in task w % groups
-    stream, sources = (ing.merged, [0]) if mode == source_routing.GLOBAL else (ing.streams, list(range(S)))
+    stream, sources, routed_pieces = router(ing, spec, mode, opts, frequencies)
     rate, rising = opts.rate, ing.rising_times
     lindley = opts.arrivals == "lindley" and service > 0  # else the topology model estimates, below
     queue_service = service if lindley else 0.0
-
-    def routed_pieces(index: int, items: Iterator) -> Iterator:
-        p = dict(params, frequencies=frequencies.value if frequencies is not None else None)
-        source = 0 if mode == source_routing.GLOBAL else index  # partition s holds source s's pieces
-        pieces = in_order(((part, sub) for _, (part, sub) in items), order)
-        return source_routing.route_pieces(source, pieces, p)
 
     def route(index: int, items: Iterator) -> Iterator:
         source = 0 if mode == source_routing.GLOBAL else index
@@ -309,11 +308,12 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
     if not lindley:  # every latency is 0 here (the topology model's estimate replaces them below): bounded steps
         for start in range(0, ing.messages, 1 << 20):
             hist.add(np.zeros(min(1 << 20, ing.messages - start)))
-    estimate = None
-    if opts.arrivals != "lindley":
-        # the model needs the routed stream in sequence order: route again (same decisions), streamed to its task
-        estimate = spark_estimate(stream.mapPartitionsWithIndex(routed_pieces), len(order), sources,
-                                  model_params(opts, n_workers))
+    if estimate is not None:
+        summary_estimate = estimate.result()
+    elif opts.arrivals != "lindley":
+        summary_estimate = model_estimate(ing, spec, mode, opts, frequencies)
+    else:
+        summary_estimate = None
     elapsed = time.perf_counter() - t0
 
     loads = [int(x) for x in loads_arr.tolist()]
@@ -354,8 +354,8 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
         "fast_path": bool(fast),
         "seconds": elapsed,
     }
-    if estimate is not None:  # the topology model's throughput (words/s) and complete latency of a line
-        summary.update(estimate, model="topology")
+    if summary_estimate is not None:  # the topology model's throughput (words/s) and complete latency of a line
+        summary.update(summary_estimate, model="topology")
     else:
         summary["model"] = "lindley"
     return GroupingResult(summary, series.times, series.values, series_loads)

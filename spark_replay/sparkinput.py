@@ -29,6 +29,7 @@ from keysplit.datasets import open_dataset
 from keysplit.datasets.base import Dataset
 from keysplit.datasets.readers import BOM, READERS, CsvDataset, FileDataset, ParquetDataset
 from keysplit.errors import DatasetError, SpecError
+from keysplit.simulator.columns import is_plain_column
 from keysplit.simulator.tokenize import is_plain_text
 from spark_replay.ingest import SLICE_BYTES, Chunk, ChunkBuilder, decode_line, is_uri
 from spark_replay.text_input import arrow_runs, byte_runs, plain_text_chunks
@@ -153,17 +154,19 @@ def spark_chunks(spark: Any, dataset: FileDataset, partitions: int | None) -> tu
             def parse(rows: Iterator) -> Iterator:
                 return text_chunks(dataset, rows)
         # planned now, with the split settings above
-        plain = is_plain_text(dataset)  # its lines go to the compiled tokenizer as bytes (text_input)
+        # its lines go to the compiled readers as bytes (text_input): the tokenizer, or the key column
+        plain = is_plain_text(dataset) or is_plain_column(dataset)
+        column = dataset if is_plain_column(dataset) else None
         if _size(spark, uri) < ARROW_MIN_BYTES:
             rows = frame.rdd
             if plain:
-                return rows.mapPartitions(lambda it: plain_text_chunks(byte_runs(_row_runs(it)))), \
+                return rows.mapPartitions(lambda it: plain_text_chunks(byte_runs(_row_runs(it)), dataset=column)), \
                     rows.getNumPartitions()
             return rows.mapPartitions(lambda it: parse(_row_runs(it))), rows.getNumPartitions()
         # rows reach Python as Arrow batches, each chunk comes back as one pickled value of a one-row batch
         if plain:
-            chunks = frame.mapInArrow(lambda batches: _pickled(plain_text_chunks(arrow_runs(batches))),
-                                      "chunk binary")
+            chunks = frame.mapInArrow(
+                lambda batches: _pickled(plain_text_chunks(arrow_runs(batches), dataset=column)), "chunk binary")
         else:
             chunks = frame.mapInArrow(lambda batches: _pickled(parse(_arrow_runs(batches))), "chunk binary")
         return chunks.rdd.map(lambda row: pickle.loads(row[0])), chunks.rdd.getNumPartitions()

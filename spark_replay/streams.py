@@ -19,7 +19,7 @@ import numpy as np
 from keysplit.datasets import FileDataset
 from keysplit.errors import DatasetError
 from keysplit.fingerprint import Fingerprint
-from spark_replay.ingest import Chunk, chunk_facts, deal_chunk, key_fingerprint
+from spark_replay.ingest import Chunk, chunk_facts, deal_chunk, fingerprints
 from spark_replay.sparkinput import read_failure, spark_chunks
 
 
@@ -77,9 +77,11 @@ def ingest(spark: Any, dataset: FileDataset, sources: int, split: str, partition
     rising = all(span[2] for span in spans) and all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
 
     counts = chunks.flatMap(_chunk_counts).reduceByKey(lambda a, b: a + b).persist(StorageLevel.MEMORY_AND_DISK)
-    # Fingerprints stand in for keys only when no two distinct keys share one (checked, not assumed).
-    keys = counts.count()
-    hashed = counts.map(lambda kv: key_fingerprint(kv[0])).distinct().count() == keys
+    # Fingerprints stand in for keys only when no two distinct keys share one (checked, not assumed): one job
+    # brings every key's fingerprint (8 bytes a key) to the driver, instead of a count and a distinct shuffle.
+    hashes = counts.mapPartitions(lambda kvs: [fingerprints([k for k, _ in kvs])]).collect()
+    everyone = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
+    hashed = len(np.unique(everyone)) == len(everyone)
 
     def deal(chunk: Chunk, whole: bool) -> Iterator:
         return deal_chunk(chunk, *offsets[chunk.part], sources, split, merged=whole, hashed=hashed)

@@ -1,4 +1,5 @@
-"""Plain ``text:`` lines into the replay's chunks without a Python object per word.
+"""Plain ``text:`` lines (and ``csv:`` or ``edges:`` ones) into the replay's chunks without a Python object per
+word.
 
 Spark's text source hands the lines over as Arrow binary arrays: their data and offsets buffers are exactly
 what :meth:`keysplit.simulator.tokenize.Interner.lines` scans, so the words are found and interned by the
@@ -10,19 +11,38 @@ from the same records: a chunk ends with the first record that brings it to ``li
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from keysplit.datasets.readers import FileDataset
+from keysplit.simulator.columns import ColumnScanner, is_plain_column
 from keysplit.simulator.tokenize import Interner
 from spark_replay.ingest import CHUNK_MESSAGES, Chunk, compact
+
+#: One run of lines -> (ids, records per line, ...), interning into the interner given.
+Scan = Callable[[Interner, np.ndarray, np.ndarray], tuple]
+
+
+def _words(words: Interner, data: np.ndarray, offsets: np.ndarray) -> tuple:
+    return words.lines(data, offsets)
+
+
+def scanner_for(dataset: FileDataset | None, at: int) -> Scan:
+    """The compiled reader of the split starting at byte ``at``: the tokenizer for ``text:``, the key column
+    for ``csv:`` and ``edges:`` (:mod:`keysplit.simulator.columns`; a CSV's header is in the split at 0, and
+    errors name no line, as the row path's)."""
+    if dataset is not None and is_plain_column(dataset):
+        return ColumnScanner(dataset, at_start=at == 0, numbered=False).block
+    return _words
 
 
 class TextChunker:
     """The chunks of one split's lines, fed as runs of lines in file order."""
 
-    def __init__(self, part: int, limit: int = CHUNK_MESSAGES) -> None:
+    def __init__(self, part: int, limit: int = CHUNK_MESSAGES, scan: Scan = _words) -> None:
         self.part, self.limit, self.number = part, limit, 0
+        self.scan = scan
         self.words = Interner()  # one split's words (a split is at most SLICE_BYTES: bounded)
         self.ids: list[np.ndarray] = []
         self.lens: list[np.ndarray] = []
@@ -30,7 +50,7 @@ class TextChunker:
 
     def add(self, data: np.ndarray, offsets: np.ndarray) -> Iterator[Chunk]:
         """Take the lines ``data[offsets[j]:offsets[j + 1]]``; yield every chunk that fills up."""
-        ids, rec_len, _ = self.words.lines(data, offsets)
+        ids, rec_len, _ = self.scan(self.words, data, offsets)
         counts = rec_len[rec_len > 0]  # lines without words are not records
         while len(counts):
             ends = np.cumsum(counts, dtype=np.int64)
@@ -64,14 +84,15 @@ class TextChunker:
 
 
 def plain_text_chunks(runs: Iterator[tuple[int, np.ndarray, np.ndarray]], limit: int = CHUNK_MESSAGES,
-                      ) -> Iterator[Chunk]:
-    """The chunks of runs ``(split start, data, offsets)`` of lines, each split's lines in order."""
+                      dataset: FileDataset | None = None) -> Iterator[Chunk]:
+    """The chunks of runs ``(split start, data, offsets)`` of lines, each split's lines in order: a ``text:``
+    file's words, or (``dataset`` a ``csv:`` or ``edges:`` file) its key column."""
     chunker: TextChunker | None = None
     for at, data, offsets in runs:
         if chunker is None or chunker.part != at:
             if chunker is not None:
                 yield from chunker.finish()
-            chunker = TextChunker(at, limit)
+            chunker = TextChunker(at, limit, scanner_for(dataset, at))
         yield from chunker.add(data, offsets)
     if chunker is not None:
         yield from chunker.finish()

@@ -17,7 +17,7 @@ from keysplit.datasets import open_dataset
 from keysplit.errors import DatasetError
 from keysplit.simulator.columns import ColumnScanner, Counts, is_plain_column
 from keysplit.simulator.encoded_text import message_count
-from keysplit.simulator.tokenize import Interner, file_blocks
+from keysplit.simulator.tokenize import Interner, decode, file_blocks
 
 PIECES = ["a", "Bob", "k7", "42", " ", "  ", "_", "-", ".", "x y", "'", "#"]
 ODD = ["\t", "\x0b", "\x0c", "\r", "\x1c", "\x1f", "\x00", "\x7f", '"', '""', "é", "日本", "\ufeff", "\u00a0",
@@ -161,3 +161,33 @@ def test_simulate_on_columns_equals_the_reference(tmp_path, kind):
         fast.messages_per_second = ref.messages_per_second = 0.0
         assert fast == ref and fast.messages == messages
     assert np.isfinite(messages)
+
+
+@pytest.mark.parametrize("kind", ["csv", "edges"])
+@pytest.mark.parametrize("limit", [7, 1 << 19])
+def test_the_replay_cuts_the_chunks_the_reader_does(tmp_path, kind, limit):
+    """The replay's compiled path (``plain_text_chunks`` with the dataset) cuts, from runs of lines of several
+    splits, the chunks ``ChunkBuilder`` cuts from the reader's records; the CSV header only in the split at 0."""
+    from spark_replay.ingest import ChunkBuilder
+    from spark_replay.text_input import byte_runs, plain_text_chunks
+    from tests.test_text_input import messages_of
+
+    rng = random.Random(limit)
+    path = tmp_path / f"data.{kind}"
+    make = csv_line if kind == "csv" else edge_line
+    path.write_bytes(b"id,user,n\n" if kind == "csv" else b"# graph\n")
+    dataset = open_dataset(f"csv:{path},key=user" if kind == "csv" else f"edges:{path}")
+    header = [b"id,user,n"] if kind == "csv" else []
+    runs = [(at, [make(rng) for _ in range(rng.randrange(1, 80))]) for at in (0, 0, 512, 512, 9000)]
+    runs[0] = (0, header + runs[0][1])
+    expected, builder = [], None
+    for at, lines in runs:
+        if builder is None or builder.part != at:
+            expected.extend(builder.finish() if builder else [])
+            builder = ChunkBuilder(at, limit)
+            lines = lines[1:] if kind == "csv" and at == 0 else lines
+        decoded = (dataset.parse_line(decode(raw)[0]) for raw in lines)
+        expected.extend(builder.add(filter(None, decoded)))
+    expected.extend(builder.finish())
+    got = list(plain_text_chunks(byte_runs((at, [lines]) for at, lines in runs), limit, dataset=dataset))
+    assert messages_of(got) == messages_of(expected) and len(got) >= 3

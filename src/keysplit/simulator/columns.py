@@ -67,17 +67,21 @@ def is_plain_column(dataset: object) -> bool:
 class ColumnScanner:
     """The keys of a ``csv:`` or ``edges:`` file block by block, as ids of one :class:`Interner`."""
 
-    def __init__(self, dataset: FileDataset) -> None:
+    def __init__(self, dataset: FileDataset, at_start: bool = True, numbered: bool = True) -> None:
+        """``at_start``: the blocks start at the file's first line (a CSV's header is skipped); ``numbered``: a
+        reader's error names its line (the replay's splits do not know their first line's number)."""
         self.dataset = dataset
         self.csv = isinstance(dataset, CsvDataset)
-        self.line = 0  #: lines of the file before the next block
+        self.header = self.csv and at_start
+        self.numbered = numbered
+        self.line = 0  #: lines before the next block (of the file when ``at_start``)
 
     def block(self, words: Interner, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, Counts]:
         """The key ids of one block of lines (blocks in file order), one per record; a line's record count
         (0 or 1) and the block's counts. The CSV header, the file's first line, is not a record."""
-        if self.line == 0 and self.csv and len(offsets) > 1:
+        if self.header and len(offsets) > 1:
             offsets = offsets[1:]
-            self.line = 1
+            self.line, self.header = 1, False
         n = len(offsets) - 1
         starts, ends = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         status = np.empty(n, dtype=np.int8)
@@ -112,7 +116,7 @@ class ColumnScanner:
             try:
                 record = ds.parse_line(line.rstrip("\r\n"))
             except DatasetError as exc:
-                raise ds.at(exc, f"line {number}") from None
+                raise (ds.at(exc, f"line {number}") if self.numbered else exc) from None
             if getattr(ds, "ragged_rows", 0) > ragged:
                 status[j] = COL_RAGGED
             elif getattr(ds, "empty_keys", 0) > empty:

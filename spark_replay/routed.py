@@ -1,0 +1,43 @@
+"""A grouping's routed stream in the replay, for its two consumers: the measurements (:mod:`spark_replay.job`)
+and the topology model's estimate (:mod:`spark_replay.model_task`), which routes again (the same decisions)
+rather than keep every decision in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from keysplit.topology_model import model_params
+from spark_replay import source_routing
+from spark_replay.model_task import spark_estimate
+from spark_replay.ordered import in_order
+from spark_replay.streams import Ingested
+
+
+def router(ing: Ingested, spec: str, mode: str, opts: Any, frequencies: Any) -> tuple:
+    """``(stream, sources, routed_pieces)``: the pieces ``spec`` routes (one partition per source, or the merged
+    one), their sources, and the partition function that routes them in chunk order."""
+    params = {"spec": spec, "workers": opts.workers, "sources": opts.sources, "rate": opts.rate, "mode": mode,
+              "capacities": opts.capacities, "fast": opts.fast, "split": opts.split,
+              "resizes": sorted(opts.resizes, key=lambda r: r.at)}
+    order = ing.order
+    stream, sources = ((ing.merged, [0]) if mode == source_routing.GLOBAL
+                       else (ing.streams, list(range(opts.sources))))
+
+    def routed_pieces(index: int, items: Iterator) -> Iterator:
+        p = dict(params, frequencies=frequencies.value if frequencies is not None else None)
+        source = 0 if mode == source_routing.GLOBAL else index  # partition s holds source s's pieces
+        pieces = in_order(((part, sub) for _, (part, sub) in items), order)
+        return source_routing.route_pieces(source, pieces, p)
+
+    return stream, sources, routed_pieces
+
+
+def model_estimate(ing: Ingested, spec: str, mode: str, opts: Any, frequencies: Any) -> dict:
+    """The topology model's estimate for ``spec``: the stream routed again (the same decisions), streamed in
+    sequence order to the model's one task (:func:`spark_replay.model_task.spark_estimate`)."""
+    n_workers = max([opts.workers] + [r.workers for r in opts.resizes])  # every worker that ever exists
+    stream, sources, routed_pieces = router(ing, spec, mode, opts, frequencies)
+    return spark_estimate(stream.mapPartitionsWithIndex(routed_pieces), len(ing.order), sources,
+                          model_params(opts, n_workers))
