@@ -13,6 +13,7 @@ import numpy as np
 from keysplit.simulator.tokenize import HashIds
 from keysplit.topology_model.driver import StreamedModel, aggregator_of
 from keysplit.topology_model.params import TopologyParams
+from spark_replay.ingest import compact
 
 
 class ModelKeyIds:
@@ -79,7 +80,7 @@ def model_slices(sub: Any, chosen: np.ndarray) -> list[tuple]:
         r0, r1 = int(cuts[q]), int(cuts[q + 1])
         a = int(rec_start[r0]) if r0 < len(rec) else len(sub.seq)
         b = int(rec_start[r1]) if r1 < len(rec) else len(sub.seq)
-        used, local = np.unique(sub.key_ids[a:b], return_inverse=True)
+        used, local = compact(sub.key_ids[a:b], len(sub.vocab))  # np.unique's result, without its sort
         out.append((sub.seq[a:b].copy(), chosen[a:b].copy(), local.astype(np.int32).reshape(-1),
                     [sub.vocab[k] for k in used.tolist()], sub.rec_len[r0:r1].copy(), rec_src[r0:r1].copy(),
                     sub.key_hash[used] if sub.key_hash is not None else None))
