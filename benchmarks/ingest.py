@@ -1,6 +1,6 @@
 """Reading a text file at the machine's speed (docs/benchmarks/ingest.md): ``wc -w``, ``keysplit simulate``, a
-plain PySpark word count and ``keysplit replay`` on one generated file, with the ratios, and the replay's
-Python worker memory.
+plain PySpark word count and ``keysplit replay`` on one generated file, with the ratios, and the replay's Python
+worker memory.
 
     .venv/bin/python benchmarks/ingest.py [--lines 2000000] [--cache DIR] [--master local[2]]
                                          [--no-memory] [--no-speed] [--json]
