@@ -58,6 +58,19 @@ def test_a_commit_sent_again_adds_nothing_and_returns_the_same_totals(conn):
     assert conn.hgetall(keys.counts) == {"a": "4", "b": "1"}
 
 
+def test_commits_and_completions_larger_than_one_redis_call_count_each_occurrence_once(conn):
+    # the scripts send a word's marks in HSETs of 1000 and the completed lines in calls of 1000: an occurrence
+    # listed twice (an attempt and its replay in one tick) is one, also when its copies fall in different calls
+    keys = RunKeys("eo-chunks")
+    dedup = Dedup(conn, keys)
+    occurrences = [v for line in range(1500) for v in (line, 0)]
+    assert dedup.commit([("a", occurrences + occurrences[:4] + [0, 1]), ("b", [3, 1])]) == [1501, 1]
+    assert exactly_once.dropped(conn, keys) == 2
+    assert dedup.commit([("a", occurrences[2000:2004])]) == [1501]
+    assert dedup.complete([(line, 2) for line in range(1500)]) == 1500
+    assert exactly_once.memory(conn, keys)[1] == 0 and not conn.exists(keys.dedup_seen, keys.dedup_done)
+
+
 def test_words_in_any_script_are_committed_under_their_own_name(conn):
     keys = RunKeys("eo-unicode")
     words = ["café", "東京", "😀", 'quote"and\\slash', "12"]

@@ -56,13 +56,18 @@ local function counted(line)
 end
 local totals, dropped = {}, 0
 for i, item in ipairs(cjson.decode(ARGV[1])) do
-  local occ, new = item[2], 0
+  -- one HSET per word (per 1000 occurrences), not one HSETNX per occurrence: it returns how many of its fields
+  -- were new, which is the count to add (an occurrence twice in the list is new once, as HSETNX in turn said);
+  -- the calls, not the hash operations, were most of the script's time
+  local occ, new, fields = item[2], 0, {}
   for j = 1, #occ, 2 do
-    if not counted(occ[j]) and
-       redis.call('HSETNX', KEYS[2], string.format('%d:%d', occ[j], occ[j + 1]), 1) == 1 then
-      new = new + 1
+    if not counted(occ[j]) then
+      fields[#fields + 1] = string.format('%d:%d', occ[j], occ[j + 1])
+      fields[#fields + 1] = '1'
+      if #fields == 2000 then new = new + redis.call('HSET', KEYS[2], unpack(fields)); fields = {} end
     end
   end
+  if #fields > 0 then new = new + redis.call('HSET', KEYS[2], unpack(fields)) end
   dropped = dropped + #occ / 2 - new
   if new > 0 then
     totals[i] = redis.call('HINCRBY', KEYS[1], item[1], new)
@@ -80,18 +85,20 @@ return totals
 # Returns the new floor.
 COMPLETE = """
 local floor = tonumber(redis.call('GET', KEYS[3]) or '0')
+-- the lines' SADDs and their marks' HDELs go in calls of up to 1000 members, whatever the lines' lengths
+local lines, fields = {}, {}
 for i = 1, #ARGV, 2 do
-  local line = tonumber(ARGV[i])
-  if line >= floor then
-    redis.call('SADD', KEYS[2], ARGV[i])
-    local fields = {}
+  if tonumber(ARGV[i]) >= floor then
+    lines[#lines + 1] = ARGV[i]
+    if #lines == 1000 then redis.call('SADD', KEYS[2], unpack(lines)); lines = {} end
     for p = 0, tonumber(ARGV[i + 1]) - 1 do
       fields[#fields + 1] = ARGV[i] .. ':' .. p
       if #fields == 1000 then redis.call('HDEL', KEYS[1], unpack(fields)); fields = {} end
     end
-    if #fields > 0 then redis.call('HDEL', KEYS[1], unpack(fields)) end
   end
 end
+if #lines > 0 then redis.call('SADD', KEYS[2], unpack(lines)) end
+if #fields > 0 then redis.call('HDEL', KEYS[1], unpack(fields)) end
 local start = floor
 while redis.call('SREM', KEYS[2], string.format('%d', floor)) == 1 do floor = floor + 1 end
 if floor ~= start then redis.call('SET', KEYS[3], floor) end

@@ -19,6 +19,9 @@ from keysplit.storm.window import AdaptiveWindow
 
 quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
 
+#: Lines a spout emits for one ``next`` at most (fewer when its windows or the feed hold no more).
+LINES_PER_NEXT = 16
+
 
 class RedisStreamSpout(Spout):
     """Emits each feed entry's encoded record and line number with the entry id as tuple id; acks XACK (and, for
@@ -66,17 +69,29 @@ the message timeout settles at a window it can complete instead of timing out ev
         self.due: float | None = None  # when the next line may be emitted (open loop)
 
     def next_tuple(self):
+        # Several lines per call: Storm's ShellSpout forwards one nextTuple as one ``next`` and then reads the
+        # subprocess's emits until its ``sync`` (apache/storm storm-client/src/jvm/org/apache/storm/spout/
+        # ShellSpout.java, querySubprocess), so a call may emit many tuples. Each line still passes the feed's
+        # adaptive and exactly-once windows (StreamFeed.next), so at most max pending lines are ever out; the
+        # ``next``/``sync`` round trip per line was a third of the spout's messages.
+        for _ in range(LINES_PER_NEXT):
+            if not self.emit_line():
+                return
+
+    def emit_line(self) -> bool:
+        """Emit the next line if one is ready (and due, open loop); whether one was emitted."""
         if self.rate and self.due is not None and time.time() < self.due:
-            return  # not yet due: the runner's spout wait strategy calls again shortly
+            return False  # not yet due: the runner's spout wait strategy calls again shortly
         item = self.feed.next()
         if item is None:  # Storm's spout wait strategy sleeps before asking again
-            return
+            return False
         if self.rate:
             words = len(decode_record(item[1])[1])
             self.due = (self.due if self.due is not None else time.time()) + words / self.rate
         entry_id, record, line, source = item
         router = source if 0 <= source < self.routers else line % self.routers
         self.emit([record, line, self.routes[router]], tup_id=entry_id)
+        return True
 
     def ack(self, tup_id):
         self.feed.ack(tup_id)
