@@ -16,7 +16,7 @@ import pytest
 from streamparse import Grouping, Topology
 
 from keysplit.local import LocalCluster, TopologyError
-from keysplit.local.acker import Acker
+from keysplit.local.acker import Acker, rotation_deadline
 from keysplit.local.grouper import FieldsGrouper, ShuffleGrouper, fields_index
 from keysplit.local.protocol import MessageReader, encode
 
@@ -373,6 +373,23 @@ def test_message_timeout_expires_pending_trees_only():
     acker.roots[b].ledger ^= 7
     acker.ack((a,), 5)
     assert acker.expire(1.5) == [] and [r.msg_id for r in acker.expire(2.0)] == ["b"] and spout.pending == 0
+
+
+def test_a_tree_times_out_at_the_second_rotation_of_its_spouts_pending_map():
+    # Storm's spout executor fails a tree when the second rotation (every message timeout, from the executor's
+    # start) after its emit drops it: between T and 2T after the emit, at each executor's own phase
+    class Spout:
+        pending = 0
+
+    acker, early, late = Acker(seed=3), Spout(), Spout()
+    emits = {"e1": (early, 0.0, 0.5), "e2": (early, 0.0, 2.9), "l1": (late, 1.0, 1.5), "l2": (late, 1.0, 4.5)}
+    for msg_id, (spout, origin, t) in emits.items():
+        deadline = rotation_deadline(t, origin, 3.0)
+        assert 3.0 < deadline - t <= 6.0
+        acker.new_root(spout, msg_id, deadline)
+    assert [r.msg_id for r in acker.expire(6.0)] == ["e1", "e2"]  # the early spout rotates at 3 and 6
+    assert [r.msg_id for r in acker.expire(7.0)] == ["l1"]  # the late one at 4 and 7 (l2 waits for 10)
+    assert acker.next_deadline() == 10.0 and early.pending == late.pending - 1 == 0
 
 
 def test_fields_hash_is_deterministic_and_spreads():

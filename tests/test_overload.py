@@ -164,6 +164,18 @@ def test_a_run_that_would_time_out_every_line_settles_and_ends_exact(redis_url, 
     assert summary["duration_s"] < 60
 
 
+def test_an_open_loop_rate_the_topology_cannot_serve_settles_and_ends_exact(redis_url, tmp_path):  # noqa: F811
+    # the same shape open loop: 3,000 words/s offered to 2 counters that serve ~650 at 3 ms a word. With Storm's
+    # fixed max pending the 2,000-line open-loop run of docs/design/overload.md acked 655 lines in 120 s
+    path = tmp_path / "overload.txt"
+    write_text(path, 600, seed=7)
+    conn, summary = _run(redis_url, path, [], workers=2, sources=2, cpu_delay_ms=3.0, max_pending=5000,
+                         message_timeout=3, rate=3000.0, worker_processes=1, timeout=90)
+    _assert_exact(conn, summary, path, [])
+    assert summary["timed_out"] > 0 and summary["window_cuts"] >= 1 and 0 < summary["window"] < 600
+    assert summary["duration_s"] < 60
+
+
 # -- the topology model follows the rule ----------------------------------------------------------------------
 
 def test_the_model_of_a_saturated_closed_loop_settles_below_the_timeout():
@@ -183,3 +195,47 @@ def test_the_model_of_a_saturated_closed_loop_settles_below_the_timeout():
     # a loop that never times out keeps max pending, as before the rule
     calm = simulate(TopologyParams(workers=4, aggregators=2, cpu_delay_ms=2.0, max_pending=200), *stream(6000, 5, 4))
     assert calm.window == (200, 200, 0)
+
+
+def test_the_model_of_an_overloaded_open_loop_settles_and_forgives_the_schedule():
+    from test_topology_model import stream
+
+    from keysplit.storm.window import WindowPolicy
+    from keysplit.topology_model import TopologyParams, simulate
+
+    # 3,000 words/s offered to 2 counters that serve ~330 words/s at 3 ms a word
+    p = TopologyParams(workers=2, aggregators=1, cpu_delay_ms=3.0, max_pending=5000, message_timeout=3.0,
+                       rate=3000.0)
+    r = simulate(p, *stream(8000, 5, 2))
+    window, _lowest, cuts = r.window
+    assert cuts >= 1 and window < 1000
+    assert np.percentile(r.latency_ms[-1000:], 99) < 3000  # the lines sent under the settled window
+    # Storm's fixed max pending: the queue holds max pending lines, each waiting far longer than the timeout
+    storm = simulate(TopologyParams(**{**p.__dict__, "aimd": WindowPolicy(decrease=1.0)}), *stream(8000, 5, 2))
+    assert storm.window == (5000, 5000, 0) and np.percentile(storm.latency_ms[-1000:], 50) > 3000
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_spouts_window_and_the_models_follow_one_rule(seed):
+    # two pieces of code (the spout's in Python, in the jar; the model's in numba, in the kernel) for one rule:
+    # the same acks and timeouts, one spout, leave both at the same window, threshold, lowest and cuts
+    import random
+
+    from keysplit.topology_model.window import W_CUTS, W_LOWEST, W_SIZE, W_THRESHOLD, new_window, on_complete
+
+    rng = random.Random(seed)
+    policy = WindowPolicy(increase=rng.choice([1.0, 2.0]), decrease=rng.choice([0.5, 0.7]), minimum=rng.randint(1, 5))
+    spout, model = AdaptiveWindow(policy, 400, timeout_secs=3.0), new_window(400, 1, 3.0, policy)
+    now, in_flight = 0.0, 400
+    for _ in range(20_000):
+        now += rng.expovariate(200.0) if rng.random() < 0.99 else rng.uniform(1.0, 4.0)  # gaps past a timeout too
+        in_flight = max(1, min(400, in_flight + rng.choice([-1, 0, 1])))
+        if rng.random() < 0.02:  # a timeout of a line sent a timeout or more ago, the line still out
+            sent = now - rng.uniform(3.0, 6.0)
+            spout.on_timeout(sent, in_flight, now)
+            on_complete(model, sent, now, True, in_flight - 1)
+        else:  # an ack leaving in_flight - 1 lines out
+            spout.on_ack(in_flight - 1, now)
+            on_complete(model, now - 0.5, now, False, in_flight - 1)
+        assert (spout.size, spout.threshold) == pytest.approx((model[W_SIZE], model[W_THRESHOLD]), rel=1e-12)
+    assert spout.cuts == model[W_CUTS] > 3 and spout.lowest == pytest.approx(model[W_LOWEST])

@@ -18,6 +18,7 @@ import numba
 import numpy as np
 import pytest
 
+from keysplit.storm.window import WindowPolicy
 from keysplit.topology_model import TopologyParams, line_starts, route_dataset, simulate
 from keysplit.topology_model.kernel import _ACK, _ARRIVE, _EMIT, _PARTIAL, _TICK, _append, _count, _pop, _push
 from spark_replay.ingest import SubStream
@@ -232,8 +233,9 @@ CASES = {
     "open": (TopologyParams(workers=3, aggregators=3, cpu_delay_ms=1.0, max_pending=5000, rate=3000.0,
                             overhead_us=50.0, tuple_us=10.0, tick_phase_s=-0.6), 4000, False),
     # open loop above what the workers serve: the queue grows, lines time out, max pending caps the spout
+    # (the reference has Storm's fixed max pending: no adaptive window)
     "overload": (TopologyParams(workers=2, aggregators=1, cpu_delay_ms=2.0, max_pending=300, rate=20000.0,
-                                message_timeout=1.0), 2500, True),
+                                message_timeout=1.0, aimd=WindowPolicy(decrease=1.0)), 2500, True),
 }
 
 

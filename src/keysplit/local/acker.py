@@ -7,13 +7,31 @@ it XORs the same id in again; the tree is complete when the ledger returns to ze
 staying incomplete for ``topology.message.timeout.secs``, fails the root: its spout task receives
 ``fail`` with the spout's message id. Ledger updates are applied at emit time instead of being batched
 with the parent's ack (Storm's optimisation); the ledger reaches zero at the same moment.
+
+A timeout is not exact: a spout executor keeps its pending trees in a ``RotatingMap`` of two buckets
+(apache/storm ``storm-client/src/jvm/org/apache/storm/executor/spout/SpoutExecutor.java``), rotated by a system
+tick every ``topology.message.timeout.secs`` from the executor's start (``StormCommon.java`` sets the spouts'
+``topology.tick.tuple.freq.secs`` to the timeout; ``Executor.setupTicks`` schedules it), and a rotation fails
+the trees of the bucket it drops. A tree emitted at ``t`` therefore fails at the second rotation after ``t``,
+between T and 2T after its emit (:func:`rotation_deadline`).
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 import random
-from collections import deque
 from typing import Any
+
+
+def rotation_deadline(emitted: float, origin: float, timeout: float) -> float:
+    """When a tree emitted at ``emitted`` times out, for a spout executor started at ``origin``: at the second
+    rotation of its pending map after the emit (rotations at ``origin + k x timeout``, k >= 1).
+
+    >>> rotation_deadline(10.0, 0.0, 3.0), rotation_deadline(11.9, 0.0, 3.0), rotation_deadline(12.0, 0.0, 3.0)
+    (15.0, 15.0, 18.0)
+    """
+    return origin + (math.floor((emitted - origin) / timeout) + 2) * timeout
 
 
 class RootRecord:
@@ -36,7 +54,7 @@ class Acker:
 
     def __init__(self, seed: int) -> None:
         self.roots: dict[int, RootRecord] = {}
-        self._expiry: deque[tuple[float, int]] = deque()
+        self._expiry: list[tuple[float, int]] = []  # a heap: spout executors rotate at their own phases
         self._next_root = 1
         self.edge_id = random.Random(seed).getrandbits  # edge_id(64): a fresh random edge id
 
@@ -45,7 +63,7 @@ class Acker:
         root = self._next_root
         self._next_root += 1
         self.roots[root] = RootRecord(spout, msg_id)
-        self._expiry.append((deadline, root))
+        heapq.heappush(self._expiry, (deadline, root))
         spout.pending += 1
         return root
 
@@ -86,7 +104,7 @@ class Acker:
         out = []
         expiry = self._expiry
         while expiry and expiry[0][0] <= now:
-            _, root = expiry.popleft()
+            _, root = heapq.heappop(expiry)
             rec = self.roots.pop(root, None)
             if rec is not None:
                 rec.spout.pending -= 1

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .acker import RootRecord
+from .acker import RootRecord, rotation_deadline
 from .context import TopologyError, component_conf
 from .grouper import RoutingError
 from .protocol import ACTIVATE, encode, encode_spout_command, encode_tuple
@@ -151,7 +151,8 @@ class Executor:
             if task.is_spout:
                 msg_id = msg.get("id")
                 if msg_id is not None:
-                    root = c.acker.new_root(task, msg_id, time.monotonic() + self._timeouts[task.name])
+                    deadline = rotation_deadline(time.monotonic(), task.started_at, self._timeouts[task.name])
+                    root = c.acker.new_root(task, msg_id, deadline)
                     roots = (root,)
             else:
                 anchors = msg.get("anchors")

@@ -15,6 +15,7 @@ from keysplit.storm.feed import StreamFeed
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.router import component_tasks, route_value
 from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.spout_pacing import RatePacer
 from keysplit.storm.window import AdaptiveWindow
 
 quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
@@ -27,14 +28,14 @@ class RedisStreamSpout(Spout):
     """Emits each feed entry's encoded record and line number with the entry id as tuple id; acks XACK (and, for
     exactly-once totals, complete the line: storm/exactly_once.py), fails replay.
 
-    With ``keysplit.rate`` R > 0 (open loop) the P spout tasks together emit R words per second: a spout emits
-    a line of k words no earlier than k / (R/P) seconds after its previous line was due, so line i is due at
-    (words before it) / R as the replay's ``sequence / rate`` says; a spout that fell behind catches up at once,
-    still capped by ``topology.max.spout.pending``.
+    With ``keysplit.rate`` R > 0 (open loop) the P spout tasks together emit R words per second, line i due at
+    (words before it) / R as the replay's ``sequence / rate`` says (storm/spout_pacing.py).
 
-Closed loop, within max pending, the spout keeps at most its adaptive window of lines out: additive increase on acks,
-multiplicative decrease on timeouts (storm/window.py), so a topology that cannot complete max pending lines within
-the message timeout settles at a window it can complete instead of timing out every line again and again.
+    Within max pending, the spout keeps at most its adaptive window of lines out: additive increase on acks,
+    multiplicative decrease on timeouts (storm/window.py), so a topology that cannot complete max pending lines
+    within the message timeout settles at a window it can complete instead of timing out every line again and
+    again. Open loop too: once a timeout has cut the window, the schedule forgives a lag beyond a tenth of a
+    second instead of catching it up in a burst (storm/spout_pacing.py says why).
 
     Each line goes to the router the simulator deals its record to (``keysplit.stream.source_of``, stored with
     the line when the feed was loaded): the spout emits its ``route`` value and the routers subscribe with a
@@ -57,16 +58,15 @@ the message timeout settles at a window it can complete instead of timing out ev
             dedup=Dedup(conn, keys) if settings.exactly_once else None,
             window=settings.window_lines(max_pending),
             # Storm calls nextTuple below max pending whatever we do; this window keeps the lines out within what
-            # completes before the message timeout (storm/window.py); open loop, the rate paces the emits instead
-            flow=None if settings.rate else AdaptiveWindow(settings.window_policy,
-                                                           int(max_pending) if max_pending else None, timeout),
+            # completes before the message timeout (storm/window.py)
+            flow=AdaptiveWindow(settings.window_policy, int(max_pending) if max_pending else None, timeout),
             timeout_secs=timeout,
         )
         self.feed.restore()
         self.routers = len(component_tasks(context, ROUTER))
         self.routes = [route_value(s, self.routers) for s in range(self.routers)]
-        self.rate = settings.rate / settings.spouts  # words per second of this spout; 0: closed loop
-        self.due: float | None = None  # when the next line may be emitted (open loop)
+        # open loop: this spout's share of the rate; closed loop (rate 0): no schedule
+        self.pacer = RatePacer(settings.rate / settings.spouts) if settings.rate else None
 
     def next_tuple(self):
         # Several lines per call: Storm's ShellSpout forwards one nextTuple as one ``next`` and then reads the
@@ -80,14 +80,13 @@ the message timeout settles at a window it can complete instead of timing out ev
 
     def emit_line(self) -> bool:
         """Emit the next line if one is ready (and due, open loop); whether one was emitted."""
-        if self.rate and self.due is not None and time.time() < self.due:
+        if self.pacer is not None and not self.pacer.ready(time.time()):
             return False  # not yet due: the runner's spout wait strategy calls again shortly
         item = self.feed.next()
         if item is None:  # Storm's spout wait strategy sleeps before asking again
             return False
-        if self.rate:
-            words = len(decode_record(item[1])[1])
-            self.due = (self.due if self.due is not None else time.time()) + words / self.rate
+        if self.pacer is not None:
+            self.pacer.sent(len(decode_record(item[1])[1]), time.time(), forgive=self.feed.flow.cuts > 0)
         entry_id, record, line, source = item
         router = source if 0 <= source < self.routers else line % self.routers
         self.emit([record, line, self.routes[router]], tup_id=entry_id)

@@ -36,13 +36,10 @@ nothing while its own window is full. The window follows TCP's congestion rule (
 ``decrease = 1`` turns the rule off (Storm's fixed max pending). The same module ships in the jar, so a cluster
 run adapts the same way.
 
-Closed loop only (the spout's choice, storm/spout.py): with ``keysplit.rate`` the user's schedule paces the
-emits, and a window cut below it turns that schedule into bursts at the instants the ticks complete lines. Where
-the flush period, not the load, makes lines time out (a line times out or not by where in the period it was
-emitted), those bursts all land at the same bad phase and every line times out for ever: the open-loop run of
-``tests/test_exactly_once.py`` (2 s ticks, 3 s timeout, 400 words/s) collapsed to a window of one line and 223 of
-its 300 lines in 100 s, where Storm's fixed max pending spreads the replays over the period and ends. In closed
-loop the emits follow the acks anyway, so the window changes only how much is queued.
+Open loop (``keysplit.rate``) the same window applies: an overloaded open-loop run (a rate the topology cannot
+serve) melts down on Storm exactly as a closed loop does. Its spout then stops catching up its schedule in bursts
+(storm/spout_pacing.py): a window cut below the schedule would otherwise release the held-back lines all at once
+at the instants a tick's acks open it, the same phase of the flush period every time.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ import numpy as np
 
 from keysplit import latency
 from keysplit.latency import LatencyHistogram
-from keysplit.storm.window import WindowPolicy
 from keysplit.topology_model.kernel import (
     _F_COMP,
     _F_FIRST,
@@ -91,13 +90,12 @@ class StreamedModel:
     def __init__(self, params: TopologyParams, keep_lines: int = 0) -> None:
         self.params = params
         self.iv = np.zeros(12, dtype=np.int64)
-        self.fv = np.zeros(7)
+        self.fv = np.zeros(8)
         self.fv[_F_MAX] = -math.inf
         self.fv[_F_MIN] = math.inf
         self.settings = kernel_settings(params)
-        # the spouts' AIMD window (storm/window.py); open loop they keep max pending, as the spout does
-        self.window = new_window(params.max_pending, params.spouts, params.message_timeout,
-                                 WindowPolicy(decrease=1.0) if params.rate else None)
+        # the spouts' AIMD window (storm/window.py), open loop too (storm/spout_pacing.py)
+        self.window = new_window(params.max_pending, params.spouts, params.message_timeout, params.aimd)
         size = 1024 + 4 * (params.workers + params.aggregators)
         self.heap = (np.empty(size), np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
                      np.empty(size, dtype=np.int64))

@@ -46,7 +46,8 @@ import numba
 import numpy as np
 
 from keysplit import latency
-from keysplit.topology_model.window import on_complete, window_lines
+from keysplit.storm.spout_pacing import CATCH_UP_SECS
+from keysplit.topology_model.window import W_CUTS, on_complete, window_lines
 
 #: Event kinds of the simulation.
 _EMIT, _ARRIVE, _TICK, _PARTIAL, _ACK, _FLUSH = 0, 1, 2, 3, 4, 5
@@ -54,7 +55,7 @@ _EMIT, _ARRIVE, _TICK, _PARTIAL, _ACK, _FLUSH = 0, 1, 2, 3, 4, 5
 #: Slots of the kernel's integer state (``iv``) and float state (``fv``).
 _I_HEAP, _I_SEQ, _I_NEXT_LINE, _I_PENDING, _I_COMPLETED, _I_WAITING, _I_TIMEOUTS, _I_STAMP, _I_NEXT_WORD, \
     _I_LINES, _I_OLDEST, _I_STARTED = range(12)
-_F_RUNNER, _F_FIRST, _F_LAST, _F_SUM, _F_COMP, _F_MAX, _F_MIN = range(7)
+_F_RUNNER, _F_FIRST, _F_LAST, _F_SUM, _F_COMP, _F_MAX, _F_MIN, _F_LAG = range(8)
 #: Slots of the kernel's settings (``settings``, float64; times in seconds): a counter's time per word (the CPU
 #: delay), the runner's per tuple sent to a counter, a tuple's in a tick, an aggregator's per partial count, the ack
 #: delay, the tick period and phase, the lines in flight at most, the rate (0: closed loop), the message timeout,
@@ -222,11 +223,13 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
             if pending >= window_lines(window):
                 emit_waiting = True
                 continue
-            due = next_word / rate if rate > 0 else 0.0  # rate: words/s, as sequence / rate
+            due = next_word / rate + fv[_F_LAG] if rate > 0 else 0.0  # rate: words/s, as sequence / rate
             if now < due:
                 ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, due, _EMIT, 0)
                 seq += 1
                 continue
+            if rate > 0 and window[W_CUTS] > 0 and now - due > CATCH_UP_SECS:
+                fv[_F_LAG] += now - due - CATCH_UP_SECS  # the spout's token bucket (storm/spout_pacing.py)
             i = next_line
             next_line += 1
             pending += 1

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from keysplit.latency import LatencyHistogram
+from keysplit.storm.window import WindowPolicy
 
 #: Summary field -> the option of `keysplit run` and `keysplit replay` that sets it (the topology's knobs, under
 #: the same names in both, and checked by `keysplit compare`).
@@ -63,6 +64,8 @@ class TopologyParams:
     ack_delay_ms: float = 0.0  # from an aggregator's ack to the spout's ack of a completed line
     hop_delay_ms: float = 0.0  # from the runner to the counter: the processes' hops when nothing queues (calibrated)
     tick_phase_s: float = 0.0  # time of tick 0 relative to the first emit (ticks at phase + k*T, k >= 1)
+    # the spouts' adaptive window (decrease 1: Storm's fixed max pending)
+    aimd: WindowPolicy = field(default_factory=WindowPolicy)
 
     def __post_init__(self) -> None:
         for name in ("workers", "sources", "aggregators", "max_pending", "spouts", "batch"):

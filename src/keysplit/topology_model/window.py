@@ -11,7 +11,8 @@ whole). What differs from the spout, and why it is enough here:
 - so the model does not reproduce a meltdown's replays; what it reproduces is where a saturated closed loop
   settles: the lines in flight, hence the queueing and the latency, are bounded by the window the timeouts leave,
   not by max pending;
-- open loop (``--arrivals open``) the window stays at max pending, as the spout's does with ``--rate``.
+- open loop (``--arrivals open``) too, where the kernel forgives the schedule's lag after a cut as the spout does
+  (storm/spout_pacing.py).
 
 State, one float64 array (numba's kernel updates it in place; see :func:`new_window` for the slots).
 """
