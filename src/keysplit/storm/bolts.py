@@ -43,8 +43,10 @@ from keysplit.storm.counting import (
     flushes,
     merge_top,
 )
+from keysplit.storm.cpu_delay import DelayClock, tighten_timer_slack
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import RunKeys
+from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.router import Batch, Batcher, GroupingChannel, Router, component_tasks, fields_index, route_value
 from keysplit.storm.settings import STORM_COST_SETTINGS, WordCountSettings
 
@@ -95,7 +97,7 @@ def record_start(conn, keys: RunKeys, component: str, index: int, conf=None, con
         conn.set(keys.received, json.dumps(received_configuration(conf, context)), nx=True)
 
 
-class RouterBolt(Bolt):
+class RouterBolt(CoalescedWrites, Bolt):
     """The paper's source: emits each word of a record to the counter task its grouping chooses, one tuple a word
     (``keysplit.batch`` 1) or in batches per counter (storm/router.py, ``Batcher``).
 
@@ -159,6 +161,7 @@ class RouterBolt(Bolt):
                         lock.wait(wait)
                     else:
                         batcher.flush_due()  # type: ignore[union-attr]
+                        self.serializer.flush()  # the main thread may be waiting for input: write them now
         except Exception:  # a flusher that stops would leave lines unacked until they time out
             self.logger.exception("the batch flusher failed; stopping the task")
             os._exit(1)
@@ -181,7 +184,7 @@ class RouterBolt(Bolt):
                 self.emit([word, route, line, position], stream=WORDS_STREAM, need_task_ids=False)
 
 
-class CounterBolt(Bolt):
+class CounterBolt(CoalescedWrites, Bolt):
     """The paper's worker: partial counts with an optional per-word CPU delay, flushed every tick.
 
     With ``auto_ack`` off pystorm acks nothing, ticks included, so every ``process_tick`` here acks its tick
@@ -202,6 +205,9 @@ class CounterBolt(Bolt):
         self.aggregator_of: dict[str, int] = {}  # word -> the aggregator Storm's fields grouping on it picks
         self.exactly_once = settings.exactly_once
         self.delay = settings.cpu_delay_ms / 1000.0
+        self.clock = DelayClock(self.delay) if self.delay else None  # the delay of batches' words
+        if self.clock is not None:
+            tighten_timer_slack()
         self.partial = PartialCounts()
         self.busy = 0.0
         self.reported = 0
@@ -225,10 +231,8 @@ class CounterBolt(Bolt):
         self.busy += time.perf_counter() - started
 
     def count_batch(self, tup_id, words: list[str], occurrences: str, started: float) -> None:
-        """A router's batch, word by word, each with the CPU delay: word k is done no earlier than (k+1) x delay
-        after the batch began. A sleep overshoots (~0.1 ms on a shared machine: timer slack, waiting for a core), and
-        the next word's sleep is shortened by it, so a batch of n words takes n x delay plus one overshoot, not n
-        overshoots (one tuple per word pays one at every word).
+        """A router's batch, word by word, each with the CPU delay (storm/cpu_delay.py: word k is done k x delay
+        after the batch began, a sleep's overshoot paid back by the next word's).
 
         While it sleeps through batches it sends a ``sync`` every :data:`ALIVE_SECS`: Storm's ShellBolt counts any
         message from the subprocess as its heartbeat (apache/storm ``storm-client/src/jvm/org/apache/storm/task/
@@ -236,19 +240,19 @@ class CounterBolt(Bolt):
         and kills one silent for ``topology.subprocess.timeout.secs`` (30 s), while its heartbeat request waits in the
         pipe behind the tuples written before it. A pipe of 64 KiB holds about 5,000 batched words (13 bytes each,
         100 one-word tuples), 20 s at 4 ms a word: a hot counter with a backlog would be killed for being busy."""
-        add, delay = self.partial.add, self.delay
+        add, clock = self.partial.add, self.clock
         occ = decode_occurrences(occurrences) if self.exactly_once else None
-        due = started
+        if clock is not None:
+            clock.begin(started)
         for k, word in enumerate(words):
-            if delay:
-                due += delay
-                now = time.perf_counter()
-                if due > now:
-                    time.sleep(due - now)
+            if clock is not None:
+                now = clock.work()
                 if now - self.alive > ALIVE_SECS:
                     self.alive = now
                     self.send_message({"command": "sync"})
             add(word, tup_id, (occ[2 * k], occ[2 * k + 1]) if occ is not None else None)
+        if clock is not None:
+            clock.end()
 
     def process_tick(self, tup):
         flushed = self.partial.drain()
@@ -302,7 +306,7 @@ class CounterBolt(Bolt):
         self.last_report = now
 
 
-class AggregatorBolt(Bolt):
+class AggregatorBolt(CoalescedWrites, Bolt):
     """Merges partial counts (fields grouping on the word); every tick commits them to Redis (exactly-once: only
     occurrences not committed before, storm/exactly_once.py; at-least-once: HINCRBY), sends its local top-k to
     the top-k bolt anchored to the partial counts it covers, then acks them."""
@@ -375,7 +379,7 @@ class AggregatorBolt(Bolt):
         self.pending = []
 
 
-class TopKBolt(Bolt):
+class TopKBolt(CoalescedWrites, Bolt):
     """The global top-k: merges the aggregators' local lists and writes the result to Redis."""
 
     outputs = []

@@ -13,6 +13,7 @@ from keysplit.storm.bolts import ROUTE_FIELD, ROUTER, record_start
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.feed import StreamFeed
 from keysplit.storm.keys import RunKeys
+from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.router import component_tasks, route_value
 from keysplit.storm.settings import WordCountSettings
 from keysplit.storm.spout_pacing import RatePacer
@@ -24,7 +25,7 @@ quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stde
 LINES_PER_NEXT = 16
 
 
-class RedisStreamSpout(Spout):
+class RedisStreamSpout(CoalescedWrites, Spout):
     """Emits each feed entry's encoded record and line number with the entry id as tuple id; acks XACK (and, for
     exactly-once totals, complete the line: storm/exactly_once.py), fails replay.
 
