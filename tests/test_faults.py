@@ -18,51 +18,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import psutil
 import pytest
+from cli_process import counts_file, interrupt_while_loading, keysplit, start, wait_for, write_text
 
 from keysplit.runs import redis_server
 from keysplit.storm.keys import RunKeys
-
-WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
-
-
-def write_text(path: Path, lines: int) -> Counter:
-    exact: Counter = Counter()
-    with open(path, "w", encoding="utf-8") as fh:
-        for i in range(lines):
-            words = [WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(1 + i % 5)]
-            exact.update(words)
-            fh.write(" ".join(words) + "\n")
-    return exact
-
-
-def keysplit(*args: str, home: Path, cwd: Path, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "KEYSPLIT_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "keysplit.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False, **kwargs)
-
-
-def start(*args: str, home: Path, cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "KEYSPLIT_HOME": str(home)}
-    return subprocess.Popen([sys.executable, "-m", "keysplit.cli", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def counts_file(path: Path) -> dict[str, int]:
-    return {w: int(c) for w, c in (line.split("\t") for line in path.read_text().splitlines())}
 
 
 def servers_in(folder: Path) -> list[int]:
@@ -287,18 +250,8 @@ def test_what_a_runner_killed_with_9_leaves_in_tmp_is_removed_by_the_next_run(ho
 
 
 def test_a_run_stopped_while_loading_is_not_offered_a_resume(home, tmp_path):
-    proc = start("run", "wordcount", "-g", "kg", "--dataset", "zipf:messages=3000000,keys=1000", "--run-id", "L",
-                 home=home, cwd=tmp_path)
-    try:
-        def loading() -> bool:
-            server = redis_server.running_server(home)
-            return server is not None and redis_server.client(server.url).xlen(RunKeys("L").feed) > 0
-
-        wait_for(loading, 120, "the feed to be loading")
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
+    proc = interrupt_while_loading(home, tmp_path, signal.SIGINT)
+    err = proc.stderr_text
     assert proc.returncode == 130 and err.count("\n") == 1, err
     assert "--resume" not in err and "keysplit runs delete L" in err and "not completely loaded" in err, err
 

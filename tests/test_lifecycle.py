@@ -21,11 +21,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 import psutil
 import pytest
+from cli_process import counts_file, interrupt_while_loading, keysplit, start, wait_for, write_text
 
 from keysplit.errors import KeysplitError
 from keysplit.outputs import atomic_file
@@ -34,31 +34,6 @@ from keysplit.runs.records import check_run_id, read_record, reserve, set_state
 from keysplit.storm.keys import RunKeys
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
-
-
-def write_text(path: Path, lines: int) -> Counter:
-    exact: Counter = Counter()
-    with open(path, "w", encoding="utf-8") as fh:
-        for i in range(lines):
-            words = [WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(1 + i % 5)]
-            exact.update(words)
-            fh.write(" ".join(words) + "\n")
-    return exact
-
-
-def keysplit(*args: str, home: Path, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "KEYSPLIT_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "keysplit.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-
-
-def start(*args: str, home: Path, cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "KEYSPLIT_HOME": str(home)}
-    return subprocess.Popen([sys.executable, "-m", "keysplit.cli", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
 def snapshot(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` with a hash of its content and its mode."""
     out = {}
@@ -67,19 +42,6 @@ def snapshot(folder: Path) -> dict[str, str]:
             data = path.read_bytes() if path.exists() else b""
             out[str(path.relative_to(folder))] = hashlib.sha256(data).hexdigest() + oct(path.lstat().st_mode)
     return out
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def counts_file(path: Path) -> dict[str, int]:
-    return {w: int(c) for w, c in (line.split("\t") for line in path.read_text().splitlines())}
 
 
 @pytest.fixture(scope="module")
@@ -273,18 +235,8 @@ def test_a_ragged_csv_row_is_skipped_counted_and_reported_with_its_line(tmp_path
 
 def test_sighup_while_loading_stops_with_129_and_the_run_cannot_be_resumed(tmp_path):
     home = tmp_path / "home"
-    proc = start("run", "wordcount", "-g", "kg", "--dataset", "zipf:messages=3000000,keys=1000", "--run-id", "L",
-                 home=home, cwd=tmp_path)
-    try:
-        def loading() -> bool:
-            server = redis_server.running_server(home)
-            return server is not None and redis_server.client(server.url).xlen(RunKeys("L").feed) > 0
-
-        wait_for(loading, 120, "the feed to be loading")
-        proc.send_signal(signal.SIGHUP)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
+    proc = interrupt_while_loading(home, tmp_path, signal.SIGHUP)
+    err = proc.stderr_text
     assert proc.returncode == 129 and err.count("\n") == 1 and "SIGHUP" in err, err
     assert redis_server.running_server(home) is None  # its lease released: the server it started stopped
     result = keysplit("runs", "--json", home=home, cwd=tmp_path)
