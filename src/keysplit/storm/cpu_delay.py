@@ -7,8 +7,9 @@ here sleeps until word k's due time instead, k x delay after its batch began, so
 next word's sleep; a batch that was already waiting when the one before it ended (the counter is busy) has its
 first word's sleep shortened by that one's last overshoot, so the overshoot at a batch's end is paid back too
 (reading the batch is not: it is the counter's own cost). While words are waiting the counter serves 1 / delay
-words a second less only what reading and counting them costs; an idle counter owes nothing. The process asks for a timer slack of 1 µs (Linux ``prctl(PR_SET_TIMERSLACK)``; elsewhere nothing
-changes), so each sleep itself ends closer to its due time.
+words a second less only what reading and counting them costs; an idle counter owes nothing. The process asks
+for a timer slack of 1 µs (Linux ``prctl(PR_SET_TIMERSLACK)``; elsewhere nothing changes), so each sleep itself
+ends closer to its due time.
 """
 
 from __future__ import annotations
