@@ -204,8 +204,7 @@ class CounterBolt(CoalescedWrites, Bolt):
         self.aggregators = len(component_tasks(context, AGGREGATOR))
         self.aggregator_of: dict[str, int] = {}  # word -> the aggregator Storm's fields grouping on it picks
         self.exactly_once = settings.exactly_once
-        self.delay = settings.cpu_delay_ms / 1000.0
-        self.clock = DelayClock(self.delay) if self.delay else None  # the delay of batches' words
+        self.clock = DelayClock(settings.cpu_delay_ms / 1000.0) if settings.cpu_delay_ms else None
         if self.clock is not None:
             tighten_timer_slack()
         self.partial = PartialCounts()
@@ -225,8 +224,11 @@ class CounterBolt(CoalescedWrites, Bolt):
         if tup.stream in BATCH_STREAMS:
             self.count_batch(tup.id, decode_words(values[0]), values[-1], started)
         else:
-            if self.delay:
-                time.sleep(self.delay)  # the paper's CPU delay, as a sleep so many workers fit on few cores
+            clock = self.clock
+            if clock is not None:  # the paper's CPU delay (storm/cpu_delay.py), as a batch of one word
+                clock.begin(started)
+                clock.work()
+                clock.end()
             self.partial.add(values[0], tup.id, (values[-2], values[-1]) if self.exactly_once else None)
         self.busy += time.perf_counter() - started
 
