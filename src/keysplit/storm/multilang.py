@@ -31,6 +31,8 @@ HELD = frozenset(("emit", "ack", "fail"))
 #: The name components ask pystorm for (``_SERIALIZERS`` is pystorm's table of serializers by name).
 NAME = "keysplit-json"
 _END = b"end\n"
+#: A spout answers every command with this; the bytes pystorm's serializer writes for it, made once.
+_SYNC = {"command": "sync"}
 
 
 class CoalescingJSONSerializer(JSONSerializer):
@@ -44,6 +46,7 @@ class CoalescingJSONSerializer(JSONSerializer):
         self._reader = getattr(input_stream, "buffer", input_stream)
         self._writer = getattr(output_stream, "buffer", output_stream)
         self._held: list[bytes] = []
+        self._sync = self.serialize_dict(_SYNC).encode("utf-8")
 
     def read_message(self):
         """The next message; what this component wrote before is written first (it is about to wait)."""
@@ -63,7 +66,10 @@ class CoalescingJSONSerializer(JSONSerializer):
         return json.loads(b"".join(parts).decode("utf-8"))
 
     def send_message(self, msg_dict) -> None:
-        data = self.serialize_dict(msg_dict).encode("utf-8")
+        if msg_dict == _SYNC:  # once per command a spout gets: its acks too
+            data = self._sync
+        else:
+            data = self.serialize_dict(msg_dict).encode("utf-8")
         with self._writer_lock:
             self._held.append(data)
             if msg_dict.get("command") not in HELD:
