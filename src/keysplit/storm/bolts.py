@@ -224,17 +224,13 @@ class CounterBolt(CoalescedWrites, Bolt):
         if tup.stream in BATCH_STREAMS:
             self.count_batch(tup.id, decode_words(values[0]), values[-1], started)
         else:
-            clock = self.clock
-            if clock is not None:  # the paper's CPU delay (storm/cpu_delay.py), as a batch of one word
-                clock.begin(started)
-                clock.work()
-                clock.end()
+            if self.clock is not None:  # the paper's CPU delay (storm/cpu_delay.py), as a batch of one word
+                self.clock.one(started)
             self.partial.add(values[0], tup.id, (values[-2], values[-1]) if self.exactly_once else None)
         self.busy += time.perf_counter() - started
 
     def count_batch(self, tup_id, words: list[str], occurrences: str, started: float) -> None:
-        """A router's batch, word by word, each with the CPU delay (storm/cpu_delay.py: word k is done k x delay
-        after the batch began, a sleep's overshoot paid back by the next word's).
+        """A router's batch, word by word, each with the CPU delay (storm/cpu_delay.py).
 
         While it sleeps through batches it sends a ``sync`` every :data:`ALIVE_SECS`: Storm's ShellBolt counts any
         message from the subprocess as its heartbeat (apache/storm ``storm-client/src/jvm/org/apache/storm/task/

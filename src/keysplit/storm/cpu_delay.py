@@ -65,6 +65,12 @@ class DelayClock:
             now = time.perf_counter()
         return now
 
+    def one(self, now: float) -> None:
+        """A batch of one word, begun at ``now``, served."""
+        self.begin(now)
+        self.work()
+        self.end()
+
     def end(self) -> None:
         """The batch's words are done."""
         self.ended = time.perf_counter()
