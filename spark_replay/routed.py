@@ -15,9 +15,11 @@ from spark_replay.ordered import in_order
 from spark_replay.streams import Ingested
 
 
-def router(ing: Ingested, spec: str, mode: str, opts: Any, frequencies: Any) -> tuple:
+def router(ing: Ingested, spec: str, mode: str, opts: Any, frequencies: Any, hashed: bool = True) -> tuple:
     """``(stream, sources, routed_pieces)``: the pieces ``spec`` routes (one partition per source, or the merged
-    one), their sources, and the partition function that routes them in chunk order."""
+    one), their sources, and the partition function that routes them in chunk order. ``hashed``: key ids come
+    from the pieces' 64-bit fingerprints (the replay routes so before the counts have checked them, and routes
+    again without them if two keys share one); else from the keys' names."""
     params = {"spec": spec, "workers": opts.workers, "sources": opts.sources, "rate": opts.rate, "mode": mode,
               "capacities": opts.capacities, "fast": opts.fast, "split": opts.split,
               "resizes": sorted(opts.resizes, key=lambda r: r.at)}
@@ -29,15 +31,23 @@ def router(ing: Ingested, spec: str, mode: str, opts: Any, frequencies: Any) -> 
         p = dict(params, frequencies=frequencies.value if frequencies is not None else None)
         source = 0 if mode == source_routing.GLOBAL else index  # partition s holds source s's pieces
         pieces = in_order(((part, sub) for _, (part, sub) in items), order)
+        if not hashed:
+            pieces = map(_by_name, pieces)
         return source_routing.route_pieces(source, pieces, p)
 
     return stream, sources, routed_pieces
 
 
-def model_estimate(ing: Ingested, spec: str, mode: str, opts: Any, frequencies: Any) -> dict:
+def _by_name(sub: Any) -> Any:
+    """The piece without its fingerprints: every consumer then tells keys apart by name."""
+    sub.key_hash = None
+    return sub
+
+
+def model_estimate(ing: Ingested, spec: str, mode: str, opts: Any, frequencies: Any, hashed: bool = True) -> dict:
     """The topology model's estimate for ``spec``: the stream routed again (the same decisions), streamed in
     sequence order to the model's one task (:func:`spark_replay.model_task.spark_estimate`)."""
     n_workers = max([opts.workers] + [r.workers for r in opts.resizes])  # every worker that ever exists
-    stream, sources, routed_pieces = router(ing, spec, mode, opts, frequencies)
+    stream, sources, routed_pieces = router(ing, spec, mode, opts, frequencies, hashed)
     return spark_estimate(stream.mapPartitionsWithIndex(routed_pieces), len(ing.order), sources,
                           model_params(opts, n_workers))
