@@ -247,7 +247,6 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
         if counts_info is None:
             counts_info = count_keys(ing, groups, opts.top_k)
         write_counts(spark, ing, counts_path)
-        ing.release_chunks()
         say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")
         results = [replay_grouping(spark, ing, spec, mode, opts, every, frequencies, estimate, hashed)
                    for spec, mode, estimate in zip(opts.groupings, modes, estimates)]

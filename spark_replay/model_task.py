@@ -13,7 +13,7 @@ import numpy as np
 from keysplit.simulator.tokenize import HashIds
 from keysplit.topology_model.driver import StreamedModel, aggregator_of
 from keysplit.topology_model.params import TopologyParams
-from spark_replay.ingest import compact
+from spark_replay.ingest import compact, deal_chunk
 
 
 class ModelKeyIds:
@@ -61,7 +61,7 @@ class ModelKeyIds:
 SLICES = 32
 
 
-def model_slices(sub: Any, chosen: np.ndarray) -> list[tuple]:
+def model_slices(sub: Any, chosen: np.ndarray, slices: int = SLICES) -> list[tuple]:
     """What the model task needs of one routed piece, in :data:`SLICES` slices of whole records (some may be
     empty): per slice its sequence numbers, workers, key ids into its own vocabulary, that vocabulary, the
     messages of each of its records (in order), the source (the topology's router) of each record and, when the
@@ -69,14 +69,14 @@ def model_slices(sub: Any, chosen: np.ndarray) -> list[tuple]:
     assert sub.rec_len is not None, "the ingest gives every piece its records' lengths"
     rec = sub.rec_len.astype(np.int64)
     rec_start = np.cumsum(rec) - rec
-    which = rec_start * SLICES // max(1, len(sub.seq))  # a record goes to the slice where it starts
-    cuts = np.searchsorted(which, np.arange(SLICES + 1))  # record bounds of each slice
+    which = rec_start * slices // max(1, len(sub.seq))  # a record goes to the slice where it starts
+    cuts = np.searchsorted(which, np.arange(slices + 1))  # record bounds of each slice
     out = []
     chosen = np.asarray(chosen, dtype=np.int32)
     # a piece is one source's, or (global groupings) every source's merged, each message with its source
     rec_src = (np.full(len(rec), sub.source, dtype=np.int32) if sub.sources is None or not len(rec)
                else np.asarray(sub.sources, dtype=np.int32)[rec_start])
-    for q in range(SLICES):
+    for q in range(slices):
         r0, r1 = int(cuts[q]), int(cuts[q + 1])
         a = int(rec_start[r0]) if r0 < len(rec) else len(sub.seq)
         b = int(rec_start[r1]) if r1 < len(rec) else len(sub.seq)
@@ -144,3 +144,26 @@ def spark_estimate(routed: Any, chunks: int, sources: list[int], params: Topolog
             .partitionBy(1, lambda _key: 0)
             .mapPartitions(lambda items: [estimate_task((kv[1] for kv in items), chunks, sources, params)])
             .collect()[0])
+
+
+def estimate_from_chunks(chunks: Any, order: list, offsets: dict, sources: int, split: str, route: Any,
+                         params: TopologyParams) -> dict:
+    """The model for a grouping whose decisions the merged stream gives (:func:`merged_decisions`), in ONE
+    task that reads the cached chunks themselves in sequence order (``coalesce(1)``: no shuffle; chunks that
+    come early wait in :func:`~spark_replay.ordered.in_order`'s bounded buffer), deals each chunk whole,
+    routes it (``route``: a partition function as :func:`spark_replay.routed.router`'s, over the merged
+    stream) and feeds the model one chunk at a time: no piece of the stream is sliced, shuffled or merged by
+    sequence number. ``offsets``: every chunk's first record and message."""
+
+    def task(items: Any) -> list:
+        from spark_replay.ordered import in_order
+
+        whole = (piece for c in in_order(((c.part, c) for c in items), order)
+                 for piece in deal_chunk(c, *offsets[c.part], sources, split, merged=True, hashed=True))
+        model = StreamedModel(params)
+        keys = ModelKeyIds(params.aggregators)
+        for sub, chosen, _fast in route(0, whole):
+            model.feed(*merge_pieces(model_slices(sub, chosen, 1), keys))
+        return [model.finish().summary()]
+
+    return chunks.coalesce(1).mapPartitions(task).collect()[0]

@@ -10,7 +10,8 @@ from typing import Any
 
 from keysplit.topology_model import model_params
 from spark_replay import source_routing
-from spark_replay.model_task import spark_estimate
+from spark_replay.fastpath import has_fast_path
+from spark_replay.model_task import estimate_from_chunks, spark_estimate
 from spark_replay.ordered import in_order
 from spark_replay.streams import Ingested
 
@@ -44,10 +45,23 @@ def _by_name(sub: Any) -> Any:
     return sub
 
 
+def merged_decisions(spec: str, mode: str, opts: Any) -> bool:
+    """True when routing the merged stream (every chunk whole, each message with its source) makes the
+    decisions of ``spec``'s routing: a global grouping is routed so anyway, and the fast path's kernel keeps
+    every source's state apart (a message touches only its source's row), so it decides each source's messages
+    as that source's own partition would."""
+    return mode == source_routing.GLOBAL or (opts.fast and has_fast_path(spec, opts.workers, opts.sources))
+
+
 def model_estimate(ing: Ingested, spec: str, mode: str, opts: Any, frequencies: Any, hashed: bool = True) -> dict:
-    """The topology model's estimate for ``spec``: the stream routed again (the same decisions), streamed in
-    sequence order to the model's one task (:func:`spark_replay.model_task.spark_estimate`)."""
+    """The topology model's estimate for ``spec``: the stream routed again (the same decisions) and given in
+    sequence order to the model's one task: straight from the cached chunks where the merged stream's decisions
+    are the grouping's (:func:`merged_decisions`, :func:`spark_replay.model_task.estimate_from_chunks`), else
+    the routed pieces through a shuffle (:func:`spark_replay.model_task.spark_estimate`)."""
     n_workers = max([opts.workers] + [r.workers for r in opts.resizes])  # every worker that ever exists
+    params = model_params(opts, n_workers)
+    if merged_decisions(spec, mode, opts):
+        _, _, route = router(ing, spec, source_routing.GLOBAL, opts, frequencies, hashed)
+        return estimate_from_chunks(ing.chunks, ing.order, ing.offsets, opts.sources, opts.split, route, params)
     stream, sources, routed_pieces = router(ing, spec, mode, opts, frequencies, hashed)
-    return spark_estimate(stream.mapPartitionsWithIndex(routed_pieces), len(ing.order), sources,
-                          model_params(opts, n_workers))
+    return spark_estimate(stream.mapPartitionsWithIndex(routed_pieces), len(ing.order), sources, params)

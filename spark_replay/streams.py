@@ -1,11 +1,12 @@
 """The dataset on Spark as S ordered sub-streams: read (:mod:`spark_replay.sparkinput`), numbered and dealt
-(:mod:`spark_replay.ingest`'s rules) into one cached piece per (source, chunk).
+(:mod:`spark_replay.ingest`'s rules) into one piece per (source, chunk).
 
 A small job gives every chunk its global record and message offsets (prefix sums of per-chunk counts, a few
-numbers per chunk on the driver), and one shuffle deals each chunk's messages to the partition of their
-source. The chunks' share of the dataset fingerprint (:mod:`keysplit.fingerprint`) and the exact counts
-(:mod:`spark_replay.key_counts`) are taken from the cached chunks afterwards, while the routing jobs run: the
-replay waits for neither before it starts routing. Nothing of the dataset itself goes through the driver.
+numbers per chunk on the driver), and one shuffle (run by the first job that routes) deals each chunk's
+messages to the partition of their source. The chunks stay cached: their share of the dataset fingerprint
+(:mod:`keysplit.fingerprint`) and the exact counts (:mod:`spark_replay.key_counts`) are taken from them while
+the routing jobs run, and the topology model reads them in sequence order. Nothing of the dataset itself goes
+through the driver.
 """
 
 from __future__ import annotations
@@ -30,14 +31,15 @@ from spark_replay.sparkinput import read_failure, spark_chunks
 class Ingested:
     """The dataset on Spark: its pieces (cached), their order, the exact counts, its size and fingerprint.
 
-    The pieces are dealt as soon as the chunks' sizes are known; the chunks stay cached until :func:`facts`
-    (the fingerprint, whether event times rise) and :func:`count_keys` (the exact counts, whether the keys'
-    64-bit fingerprints are collision-free) have read them, which the replay runs beside the routing."""
+    The pieces are dealt by the first job that routes them; the chunks stay cached for :func:`facts`
+    (the fingerprint, whether event times rise), :func:`count_keys` (the exact counts, whether the keys' 64-bit
+    fingerprints are collision-free), which the replay runs beside the routing, and the topology model
+    (:func:`spark_replay.model_task.estimate_from_chunks`)."""
 
     streams: Any  # RDD[(source, (chunk id, SubStream))], partition s = source s
     merged: Any  # RDD[(0, (chunk id, SubStream))] in one partition (every source), or None
     order: list[tuple[int, int]]  # every chunk id, in sequence order
-    chunks: Any  # RDD[Chunk], cached until the facts and the counts are taken
+    chunks: Any  # RDD[Chunk], cached (the facts, the counts and the topology model read it)
     offsets: dict[tuple[int, int], tuple[int, int]]  # chunk id -> (first record, first message)
     rate: float
     records: int
@@ -49,12 +51,8 @@ class Ingested:
     hashed: bool | None = None  # the keys' fingerprints are collision-free (None: not checked yet)
     cached_counts: Any = None  # the cached RDD behind ``counts``
 
-    def release_chunks(self) -> None:
-        """Drop the chunks' cache (once the facts and the counts are taken)."""
-        self.chunks.unpersist()
-
     def unpersist(self) -> None:
-        for rdd in (self.streams, self.merged, self.chunks, self.cached_counts):
+        for rdd in (self.chunks, self.cached_counts):
             if rdd is not None:
                 rdd.unpersist()
 
@@ -91,14 +89,10 @@ def ingest(spark: Any, dataset: FileDataset, sources: int, split: str, partition
     def deal(chunk: Chunk, whole: bool) -> Iterator:
         return deal_chunk(chunk, *offsets[chunk.part], sources, split, merged=whole, hashed=True)
 
+    # Not cached: the first job that routes runs the deal's shuffle, and every later one reads its files again
+    # (Spark keeps a shuffle's output while its RDD lives), without a pass that only fills a cache.
     streams = chunks.flatMap(lambda c: deal(c, False)).partitionBy(sources, lambda s: s)
-    streams = streams.persist(StorageLevel.MEMORY_AND_DISK)
-    streams.count()  # materialise the cache (the routing jobs read it, several at once)
-    whole = None
-    if merged:
-        whole = chunks.flatMap(lambda c: deal(c, True)).partitionBy(1, lambda s: 0)
-        whole = whole.persist(StorageLevel.MEMORY_AND_DISK)
-        whole.count()
+    whole = chunks.flatMap(lambda c: deal(c, True)).partitionBy(1, lambda s: 0) if merged else None
     return Ingested(streams, whole, [part for part, _, _ in sizes], chunks, offsets, rate, records, messages,
                     n_input)
 
