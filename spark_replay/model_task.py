@@ -61,7 +61,7 @@ class ModelKeyIds:
 SLICES = 32
 
 
-def model_slices(sub: Any, chosen: np.ndarray, slices: int = SLICES) -> list[tuple]:
+def model_slices(sub: Any, chosen: np.ndarray) -> list[tuple]:
     """What the model task needs of one routed piece, in :data:`SLICES` slices of whole records (some may be
     empty): per slice its sequence numbers, workers, key ids into its own vocabulary, that vocabulary, the
     messages of each of its records (in order), the source (the topology's router) of each record and, when the
@@ -69,14 +69,14 @@ def model_slices(sub: Any, chosen: np.ndarray, slices: int = SLICES) -> list[tup
     assert sub.rec_len is not None, "the ingest gives every piece its records' lengths"
     rec = sub.rec_len.astype(np.int64)
     rec_start = np.cumsum(rec) - rec
-    which = rec_start * slices // max(1, len(sub.seq))  # a record goes to the slice where it starts
-    cuts = np.searchsorted(which, np.arange(slices + 1))  # record bounds of each slice
+    which = rec_start * SLICES // max(1, len(sub.seq))  # a record goes to the slice where it starts
+    cuts = np.searchsorted(which, np.arange(SLICES + 1))  # record bounds of each slice
     out = []
     chosen = np.asarray(chosen, dtype=np.int32)
     # a piece is one source's, or (global groupings) every source's merged, each message with its source
     rec_src = (np.full(len(rec), sub.source, dtype=np.int32) if sub.sources is None or not len(rec)
                else np.asarray(sub.sources, dtype=np.int32)[rec_start])
-    for q in range(slices):
+    for q in range(SLICES):
         r0, r1 = int(cuts[q]), int(cuts[q + 1])
         a = int(rec_start[r0]) if r0 < len(rec) else len(sub.seq)
         b = int(rec_start[r1]) if r1 < len(rec) else len(sub.seq)
@@ -108,6 +108,15 @@ def merge_pieces(pieces: list[tuple], keys: ModelKeyIds) -> tuple:
     first = np.flatnonzero(starts[order])
     lengths = np.diff(np.append(first, len(seq)))
     return lengths, workers[order], np.concatenate(aggs)[order], np.concatenate(ids)[order], source[order][first]
+
+
+def whole_chunk(sub: Any, chosen: np.ndarray, keys: ModelKeyIds) -> tuple:
+    """:func:`merge_pieces` of one merged piece (a whole chunk, in sequence order): its records need no merge,
+    and its arrays no slice or copy. ``sub.rec_len`` has the lengths of its non-empty records."""
+    rec = sub.rec_len
+    first = np.cumsum(rec, dtype=np.int64) - rec
+    ids, aggs = keys.lookup(sub.vocab, sub.key_hash)
+    return rec, chosen, aggs[sub.key_ids], ids[sub.key_ids], sub.sources[first]
 
 
 def estimate_task(items: Any, chunks: int, sources: list[int], params: TopologyParams) -> dict:
@@ -163,7 +172,8 @@ def estimate_from_chunks(chunks: Any, order: list, offsets: dict, sources: int, 
         model = StreamedModel(params)
         keys = ModelKeyIds(params.aggregators)
         for sub, chosen, _fast in route(0, whole):
-            model.feed(*merge_pieces(model_slices(sub, chosen, 1), keys))
+            model.feed(*whole_chunk(sub, chosen, keys))
+            del sub, chosen  # before the next chunk is dealt and routed: one chunk's arrays at a time
         return [model.finish().summary()]
 
     return chunks.coalesce(1).mapPartitions(task).collect()[0]
