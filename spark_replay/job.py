@@ -40,7 +40,7 @@ from keysplit.topology_model import ARRIVALS, model_params
 from spark_replay import aggregates, source_routing, storage
 from spark_replay.ingest import is_uri, materialise
 from spark_replay.queueing import throughput_estimate
-from spark_replay.routed import model_estimate, router
+from spark_replay.routed import merged_decisions, model_estimate, router
 from spark_replay.session import worker_problem
 from spark_replay.sparkinput import open_for_spark, uri_of
 from spark_replay.streams import Ingested, count_keys, facts, ingest
@@ -235,13 +235,17 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
         counts_info = count_keys(ing, groups, opts.top_k)  # the offline groupings route by the exact counts
         frequencies = spark.sparkContext.broadcast(ing.counts.collectAsMap())
     hashed = ing.hashed is not False  # unchecked yet: trusted now, checked by the counts below
+    n_workers = max([opts.workers] + [r.workers for r in opts.resizes])  # every worker that ever exists
     every = opts.checkpoint or default_checkpoint(ing.messages)
     # The topology model's estimates start first, from threads of this driver: each ends in ONE task, which
     # leaves the other cores idle for as long as the model runs, so the dataset's facts, the exact counts and
     # the routing jobs below run in the meantime (Spark's FIFO scheduler gives a later job the cores an earlier
     # one leaves).
     with ThreadPoolExecutor(max_workers=max(1, len(opts.groupings))) as pool:
-        estimates = [pool.submit(model_estimate, ing, spec, mode, opts, frequencies, hashed)
+        # where the model's task routes the grouping's own decisions (merged_decisions), it measures them too
+        estimates = [pool.submit(model_estimate, ing, spec, mode, opts, frequencies, hashed,
+                                 aggregates.one_task(n_workers, every, ing.messages, len(ing.order), opts.rate)
+                                 if merged_decisions(spec, mode, opts) else None)
                      if opts.arrivals != "lindley" else None for spec, mode in zip(opts.groupings, modes)]
         facts(ing)  # the fingerprint, and whether event times rise (the queues of --arrivals lindley need it)
         if counts_info is None:
@@ -295,23 +299,21 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
         return [aggregates.finish_partition(items, group, len(order), sources, n_workers, queue_service, rising)]
 
     t0 = time.perf_counter()
-    partial = (
-        stream.mapPartitionsWithIndex(route)
-        .partitionBy(groups, aggregates.shuffle_partition)
-        .mapPartitionsWithIndex(finish)
-        .reduce(lambda a, b: a.merge(b))
-    )
+    summary_estimate, partial = estimate.result() if estimate is not None else (None, None)
+    if partial is None:  # not measured by the model's task: routing tasks, one shuffle, reduce tasks
+        partial = (
+            stream.mapPartitionsWithIndex(route)
+            .partitionBy(groups, aggregates.shuffle_partition)
+            .mapPartitionsWithIndex(finish)
+            .reduce(lambda a, b: a.merge(b))
+        )
     matrix, loads_arr, fast = partial.agg
     distinct, keys, hist = partial.distinct, partial.keys, partial.hist
     if not lindley:  # every latency is 0 here (the topology model's estimate replaces them below): bounded steps
         for start in range(0, ing.messages, 1 << 20):
             hist.add(np.zeros(min(1 << 20, ing.messages - start)))
-    if estimate is not None:
-        summary_estimate = estimate.result()
-    elif opts.arrivals != "lindley":
-        summary_estimate = model_estimate(ing, spec, mode, opts, frequencies, hashed)
-    else:
-        summary_estimate = None
+    if estimate is None and opts.arrivals != "lindley":
+        summary_estimate, _ = model_estimate(ing, spec, mode, opts, frequencies, hashed)
     elapsed = time.perf_counter() - t0
 
     loads = [int(x) for x in loads_arr.tolist()]

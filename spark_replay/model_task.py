@@ -156,24 +156,33 @@ def spark_estimate(routed: Any, chunks: int, sources: list[int], params: Topolog
 
 
 def estimate_from_chunks(chunks: Any, order: list, offsets: dict, sources: int, split: str, route: Any,
-                         params: TopologyParams) -> dict:
+                         params: TopologyParams, measure: Any = None) -> tuple:
     """The model for a grouping whose decisions the merged stream gives (:func:`merged_decisions`), in ONE
     task that reads the cached chunks themselves in sequence order (``coalesce(1)``: no shuffle; chunks that
     come early wait in :func:`~spark_replay.ordered.in_order`'s bounded buffer), deals each chunk whole,
     routes it (``route``: a partition function as :func:`spark_replay.routed.router`'s, over the merged
     stream) and feeds the model one chunk at a time: no piece of the stream is sliced, shuffled or merged by
-    sequence number. ``offsets``: every chunk's first record and message."""
+    sequence number. ``offsets``: every chunk's first record and message. ``measure``, if given, takes the
+    same routed pieces ``(chunk index, (piece, workers, fast))`` as they are fed and returns the measurements
+    (:class:`spark_replay.aggregates.Partial`), so one routing serves both. Returns ``(summary, measured)``."""
 
     def task(items: Any) -> list:
+        from collections import deque
+
         from spark_replay.ordered import in_order
 
         whole = (piece for c in in_order(((c.part, c) for c in items), order)
                  for piece in deal_chunk(c, *offsets[c.part], sources, split, merged=True, hashed=True))
         model = StreamedModel(params)
         keys = ModelKeyIds(params.aggregators)
-        for sub, chosen, _fast in route(0, whole):
-            model.feed(*whole_chunk(sub, chosen, keys))
-            del sub, chosen  # before the next chunk is dealt and routed: one chunk's arrays at a time
-        return [model.finish().summary()]
+
+        def fed() -> Any:
+            for n, routed in enumerate(route(0, whole)):
+                model.feed(*whole_chunk(routed[0], routed[1], keys))
+                yield n, routed
+                del routed  # before the next chunk is dealt and routed: one chunk's arrays at a time
+
+        measured = measure(fed()) if measure is not None else deque(fed(), 0)
+        return [(model.finish().summary(), measured if measure is not None else None)]
 
     return chunks.coalesce(1).mapPartitions(task).collect()[0]

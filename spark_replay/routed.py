@@ -53,15 +53,18 @@ def merged_decisions(spec: str, mode: str, opts: Any) -> bool:
     return mode == source_routing.GLOBAL or (opts.fast and has_fast_path(spec, opts.workers, opts.sources))
 
 
-def model_estimate(ing: Ingested, spec: str, mode: str, opts: Any, frequencies: Any, hashed: bool = True) -> dict:
+def model_estimate(ing: Ingested, spec: str, mode: str, opts: Any, frequencies: Any, hashed: bool = True,
+                   measure: Any = None) -> tuple:
     """The topology model's estimate for ``spec``: the stream routed again (the same decisions) and given in
     sequence order to the model's one task: straight from the cached chunks where the merged stream's decisions
-    are the grouping's (:func:`merged_decisions`, :func:`spark_replay.model_task.estimate_from_chunks`), else
-    the routed pieces through a shuffle (:func:`spark_replay.model_task.spark_estimate`)."""
+    are the grouping's (:func:`merged_decisions`, :func:`spark_replay.model_task.estimate_from_chunks`, which
+    also takes the measurements, ``measure``, from the same decisions), else the routed pieces through a
+    shuffle (:func:`spark_replay.model_task.spark_estimate`). Returns ``(estimate, measured or None)``."""
     n_workers = max([opts.workers] + [r.workers for r in opts.resizes])  # every worker that ever exists
     params = model_params(opts, n_workers)
     if merged_decisions(spec, mode, opts):
         _, _, route = router(ing, spec, source_routing.GLOBAL, opts, frequencies, hashed)
-        return estimate_from_chunks(ing.chunks, ing.order, ing.offsets, opts.sources, opts.split, route, params)
+        return estimate_from_chunks(ing.chunks, ing.order, ing.offsets, opts.sources, opts.split, route, params,
+                                    measure)
     stream, sources, routed_pieces = router(ing, spec, mode, opts, frequencies, hashed)
-    return spark_estimate(stream.mapPartitionsWithIndex(routed_pieces), len(ing.order), sources, params)
+    return spark_estimate(stream.mapPartitionsWithIndex(routed_pieces), len(ing.order), sources, params), None
