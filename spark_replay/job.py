@@ -241,6 +241,7 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
     # leaves the other cores idle for as long as the model runs, so the dataset's facts, the exact counts and
     # the routing jobs below run in the meantime (Spark's FIFO scheduler gives a later job the cores an earlier
     # one leaves).
+    submitted = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, len(opts.groupings))) as pool:
         # where the model's task routes the grouping's own decisions (merged_decisions), it measures them too
         estimates = [pool.submit(model_estimate, ing, spec, mode, opts, frequencies, hashed,
@@ -252,7 +253,7 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
             counts_info = count_keys(ing, groups, opts.top_k)
         write_counts(spark, ing, counts_path)
         say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")
-        results = [replay_grouping(spark, ing, spec, mode, opts, every, frequencies, estimate, hashed)
+        results = [replay_grouping(spark, ing, spec, mode, opts, every, frequencies, estimate, hashed, submitted)
                    for spec, mode, estimate in zip(opts.groupings, modes, estimates)]
     if hashed and not ing.hashed:  # two keys share a fingerprint: every decision again, keys told apart by name
         say("two keys share a 64-bit fingerprint: routing again by key name")
@@ -273,10 +274,12 @@ def write_counts(spark: Any, ing: Ingested, path: str) -> None:
 
 
 def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: ReplayOptions, every: int,
-                    frequencies: Any, estimate: Future | None = None, hashed: bool = True) -> GroupingResult:
+                    frequencies: Any, estimate: Future | None = None, hashed: bool = True,
+                    started: float | None = None) -> GroupingResult:
     """Route every sub-stream with ``spec`` and measure it (loads, I(t), memory, queueing); ``estimate`` is the
-    topology model's (:func:`model_estimate`, running in a thread), awaited here. ``hashed``: keys are told
-    apart by their fingerprints (:func:`spark_replay.routed.router`)."""
+    topology model's (:func:`model_estimate`, running in a thread since ``started``), awaited here, with the
+    measurements when its task took them. ``hashed``: keys are told apart by their fingerprints
+    (:func:`spark_replay.routed.router`)."""
     W, S = opts.workers, opts.sources
     changes = sorted(opts.resizes, key=lambda r: r.at)
     n_workers = max([W] + [r.workers for r in changes])  # every worker that ever exists
@@ -298,7 +301,7 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
     def finish(group: int, items: Iterator) -> list:
         return [aggregates.finish_partition(items, group, len(order), sources, n_workers, queue_service, rising)]
 
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if started is None else started  # the grouping's seconds: its first job's start
     summary_estimate, partial = estimate.result() if estimate is not None else (None, None)
     if partial is None:  # not measured by the model's task: routing tasks, one shuffle, reduce tasks
         partial = (
