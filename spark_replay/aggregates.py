@@ -22,7 +22,7 @@ at the end, as one array per worker. Each task returns a :class:`Partial`; the d
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -297,3 +297,16 @@ def finish_partition(items: Iterable[tuple[tuple, Any]], group: int, chunks: int
         keys += k
     d, k = distinct_counts(masks.values(), n_workers)
     return Partial(agg, distinct + d, keys + k, queues.finish())
+
+
+def one_task(n_workers: int, every: int, messages: int, chunks: int, rate: float) -> Callable[[Iterator], Partial]:
+    """The measurements of ONE task that routes the whole stream in sequence order (the topology model's,
+    ``spark_replay.model_task.estimate_from_chunks``): what the routing and reduce tasks compute, in one
+    partition, from its routed pieces ``(chunk index, (piece, workers, fast))``. No queue is served: there the
+    topology model estimates latency, not Lindley's recursion."""
+
+    def measure(routed: Iterator) -> Partial:
+        items = tag_pieces(routed, 0, n_workers, every, messages // every, rate, False, 1)
+        return finish_partition(items, 0, chunks, [0], n_workers, 0.0, True)
+
+    return measure

@@ -8,7 +8,6 @@ as the script it was).
 
 from __future__ import annotations
 
-import heapq
 import json
 import os
 import re
@@ -41,10 +40,10 @@ from keysplit.topology_model import ARRIVALS, model_params
 from spark_replay import aggregates, source_routing, storage
 from spark_replay.ingest import is_uri, materialise
 from spark_replay.queueing import throughput_estimate
-from spark_replay.routed import model_estimate, router
+from spark_replay.routed import merged_decisions, model_estimate, router
 from spark_replay.session import worker_problem
 from spark_replay.sparkinput import open_for_spark, uri_of
-from spark_replay.streams import Ingested, ingest
+from spark_replay.streams import Ingested, count_keys, facts, ingest
 
 DEFAULT_CPU_DELAY_MS = 1.0
 DEFAULT_OUT = os.path.join(".keysplit", "replay")
@@ -227,54 +226,60 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
         f"into {opts.sources} sub-stream(s) in {ingest_s:.1f} s")
     check_resizes(opts.groupings, opts.workers, opts.resizes, ing.messages)
     check_checkpoint(opts.checkpoint, ing.messages)
+    groups = max(2, spark.sparkContext.defaultParallelism)
+    counts_path = storage.join(out, "counts.parquet")
+    counts_info = None
     frequencies = None
     if any(g.needs_full_pass for spec in opts.groupings
            for g in source_routing.build_grouping(spec, opts.workers, opts.sources)[:1]):
+        counts_info = count_keys(ing, groups, opts.top_k)  # the offline groupings route by the exact counts
         frequencies = spark.sparkContext.broadcast(ing.counts.collectAsMap())
+    hashed = ing.hashed is not False  # unchecked yet: trusted now, checked by the counts below
+    n_workers = max([opts.workers] + [r.workers for r in opts.resizes])  # every worker that ever exists
     every = opts.checkpoint or default_checkpoint(ing.messages)
     # The topology model's estimates start first, from threads of this driver: each ends in ONE task, which
-    # leaves the other cores idle for as long as the model runs, so the exact counts and the routing jobs
-    # below run in the meantime (Spark's FIFO scheduler gives a later job the cores an earlier one leaves).
+    # leaves the other cores idle for as long as the model runs, so the dataset's facts, the exact counts and
+    # the routing jobs below run in the meantime (Spark's FIFO scheduler gives a later job the cores an earlier
+    # one leaves).
+    submitted = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, len(opts.groupings))) as pool:
-        estimates = [pool.submit(model_estimate, ing, spec, mode, opts, frequencies)
+        # where the model's task routes the grouping's own decisions (merged_decisions), it measures them too
+        estimates = [pool.submit(model_estimate, ing, spec, mode, opts, frequencies, hashed,
+                                 aggregates.one_task(n_workers, every, ing.messages, len(ing.order), opts.rate)
+                                 if merged_decisions(spec, mode, opts) else None)
                      if opts.arrivals != "lindley" else None for spec, mode in zip(opts.groupings, modes)]
-        counts_path = storage.join(out, "counts.parquet")
-        counts_info = write_counts(spark, ing, counts_path, opts.top_k)
+        facts(ing)  # the fingerprint, and whether event times rise (the queues of --arrivals lindley need it)
+        if counts_info is None:
+            counts_info = count_keys(ing, groups, opts.top_k)
+        write_counts(spark, ing, counts_path)
         say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")
-        results = []
-        for n, (spec, mode, estimate) in enumerate(zip(opts.groupings, modes, estimates), 1):
-            r = replay_grouping(spark, ing, spec, mode, opts, every, frequencies, estimate)
-            s = r.summary
-            say(f"[{n}/{len(opts.groupings)}] {s['grouping']} ({s['mode']}): {ing.messages:,} messages in "
-                f"{s['seconds']:.2f} s ({s['messages_per_second']:,.0f} msg/s); final imbalance "
-                f"{s['final_imbalance_fraction']:.3e}")
-            results.append(r)
+        results = [replay_grouping(spark, ing, spec, mode, opts, every, frequencies, estimate, hashed, submitted)
+                   for spec, mode, estimate in zip(opts.groupings, modes, estimates)]
+    if hashed and not ing.hashed:  # two keys share a fingerprint: every decision again, keys told apart by name
+        say("two keys share a 64-bit fingerprint: routing again by key name")
+        results = [replay_grouping(spark, ing, spec, mode, opts, every, frequencies, None, False)
+                   for spec, mode in zip(opts.groupings, modes)]
+    for n, r in enumerate(results, 1):
+        s = r.summary
+        say(f"[{n}/{len(opts.groupings)}] {s['grouping']} ({s['mode']}): {ing.messages:,} messages in "
+            f"{s['seconds']:.2f} s ({s['messages_per_second']:,.0f} msg/s); final imbalance "
+            f"{s['final_imbalance_fraction']:.3e}")
     return ing, ingest_s, counts_path, counts_info, every, results
 
 
-def write_counts(spark: Any, ing: Ingested, path: str, k: int) -> dict:
-    """The exact counts as Parquet (``key``, ``count``), written by the executors; the top-k and key count."""
+def write_counts(spark: Any, ing: Ingested, path: str) -> None:
+    """The exact counts as Parquet (``key``, ``count``), written by the executors."""
     frame = spark.createDataFrame(ing.counts, schema="key string, count long")
     frame.write.mode("overwrite").parquet(uri_of(path))  # a local folder as file:, not the default file system
-    parts = ing.counts.mapPartitions(lambda it: [_partition_top(it, max(k, 1))]).collect()
-    top = heapq.nsmallest(max(k, 1), (kv for _, kvs in parts for kv in kvs), key=_rank)
-    return {"keys": sum(n for n, _ in parts), "top_k": [[w, c] for w, c in top[:k]], "top_count": top[0][1]}
-
-
-def _rank(kv: tuple[str, int]) -> tuple[int, str]:
-    """Top-k order: most frequent first, ties by key."""
-    return -kv[1], kv[0]
-
-
-def _partition_top(items: Iterator[tuple[str, int]], k: int) -> tuple[int, list]:
-    items = list(items)
-    return len(items), heapq.nsmallest(k, items, key=_rank)
 
 
 def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: ReplayOptions, every: int,
-                    frequencies: Any, estimate: Future | None = None) -> GroupingResult:
+                    frequencies: Any, estimate: Future | None = None, hashed: bool = True,
+                    started: float | None = None) -> GroupingResult:
     """Route every sub-stream with ``spec`` and measure it (loads, I(t), memory, queueing); ``estimate`` is the
-    topology model's (:func:`model_estimate`, running in a thread), awaited here."""
+    topology model's (:func:`model_estimate`, running in a thread since ``started``), awaited here, with the
+    measurements when its task took them. ``hashed``: keys are told apart by their fingerprints
+    (:func:`spark_replay.routed.router`)."""
     W, S = opts.workers, opts.sources
     changes = sorted(opts.resizes, key=lambda r: r.at)
     n_workers = max([W] + [r.workers for r in changes])  # every worker that ever exists
@@ -283,7 +288,7 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
 
     order = ing.order
     groups = max(2, spark.sparkContext.defaultParallelism)  # reduce tasks; worker w's queue is in task w % groups
-    stream, sources, routed_pieces = router(ing, spec, mode, opts, frequencies)
+    stream, sources, routed_pieces = router(ing, spec, mode, opts, frequencies, hashed)
     rate, rising = opts.rate, ing.rising_times
     lindley = opts.arrivals == "lindley" and service > 0  # else the topology model estimates, below
     queue_service = service if lindley else 0.0
@@ -296,24 +301,22 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
     def finish(group: int, items: Iterator) -> list:
         return [aggregates.finish_partition(items, group, len(order), sources, n_workers, queue_service, rising)]
 
-    t0 = time.perf_counter()
-    partial = (
-        stream.mapPartitionsWithIndex(route)
-        .partitionBy(groups, aggregates.shuffle_partition)
-        .mapPartitionsWithIndex(finish)
-        .reduce(lambda a, b: a.merge(b))
-    )
+    t0 = time.perf_counter() if started is None else started  # the grouping's seconds: its first job's start
+    summary_estimate, partial = estimate.result() if estimate is not None else (None, None)
+    if partial is None:  # not measured by the model's task: routing tasks, one shuffle, reduce tasks
+        partial = (
+            stream.mapPartitionsWithIndex(route)
+            .partitionBy(groups, aggregates.shuffle_partition)
+            .mapPartitionsWithIndex(finish)
+            .reduce(lambda a, b: a.merge(b))
+        )
     matrix, loads_arr, fast = partial.agg
     distinct, keys, hist = partial.distinct, partial.keys, partial.hist
     if not lindley:  # every latency is 0 here (the topology model's estimate replaces them below): bounded steps
         for start in range(0, ing.messages, 1 << 20):
             hist.add(np.zeros(min(1 << 20, ing.messages - start)))
-    if estimate is not None:
-        summary_estimate = estimate.result()
-    elif opts.arrivals != "lindley":
-        summary_estimate = model_estimate(ing, spec, mode, opts, frequencies)
-    else:
-        summary_estimate = None
+    if estimate is None and opts.arrivals != "lindley":
+        summary_estimate, _ = model_estimate(ing, spec, mode, opts, frequencies, hashed)
     elapsed = time.perf_counter() - t0
 
     loads = [int(x) for x in loads_arr.tolist()]

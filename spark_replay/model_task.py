@@ -13,7 +13,7 @@ import numpy as np
 from keysplit.simulator.tokenize import HashIds
 from keysplit.topology_model.driver import StreamedModel, aggregator_of
 from keysplit.topology_model.params import TopologyParams
-from spark_replay.ingest import compact
+from spark_replay.ingest import compact, deal_chunk
 
 
 class ModelKeyIds:
@@ -110,6 +110,15 @@ def merge_pieces(pieces: list[tuple], keys: ModelKeyIds) -> tuple:
     return lengths, workers[order], np.concatenate(aggs)[order], np.concatenate(ids)[order], source[order][first]
 
 
+def whole_chunk(sub: Any, chosen: np.ndarray, keys: ModelKeyIds) -> tuple:
+    """:func:`merge_pieces` of one merged piece (a whole chunk, in sequence order): its records need no merge,
+    and its arrays no slice or copy. ``sub.rec_len`` has the lengths of its non-empty records."""
+    rec = sub.rec_len
+    first = np.cumsum(rec, dtype=np.int64) - rec
+    ids, aggs = keys.lookup(sub.vocab, sub.key_hash)
+    return rec, chosen, aggs[sub.key_ids], ids[sub.key_ids], sub.sources[first]
+
+
 def estimate_task(items: Any, chunks: int, sources: list[int], params: TopologyParams) -> dict:
     """The model's one task: the slices ``((chunk number, source, slice), slice)`` of every source's routed
     pieces (:func:`model_slices`), released in chunk order (:func:`spark_replay.ordered.in_order`: early ones
@@ -144,3 +153,36 @@ def spark_estimate(routed: Any, chunks: int, sources: list[int], params: Topolog
             .partitionBy(1, lambda _key: 0)
             .mapPartitions(lambda items: [estimate_task((kv[1] for kv in items), chunks, sources, params)])
             .collect()[0])
+
+
+def estimate_from_chunks(chunks: Any, order: list, offsets: dict, sources: int, split: str, route: Any,
+                         params: TopologyParams, measure: Any = None) -> tuple:
+    """The model for a grouping whose decisions the merged stream gives (:func:`merged_decisions`), in ONE
+    task that reads the cached chunks themselves in sequence order (``coalesce(1)``: no shuffle; chunks that
+    come early wait in :func:`~spark_replay.ordered.in_order`'s bounded buffer), deals each chunk whole,
+    routes it (``route``: a partition function as :func:`spark_replay.routed.router`'s, over the merged
+    stream) and feeds the model one chunk at a time: no piece of the stream is sliced, shuffled or merged by
+    sequence number. ``offsets``: every chunk's first record and message. ``measure``, if given, takes the
+    same routed pieces ``(chunk index, (piece, workers, fast))`` as they are fed and returns the measurements
+    (:class:`spark_replay.aggregates.Partial`), so one routing serves both. Returns ``(summary, measured)``."""
+
+    def task(items: Any) -> list:
+        from collections import deque
+
+        from spark_replay.ordered import in_order
+
+        whole = (piece for c in in_order(((c.part, c) for c in items), order)
+                 for piece in deal_chunk(c, *offsets[c.part], sources, split, merged=True, hashed=True))
+        model = StreamedModel(params)
+        keys = ModelKeyIds(params.aggregators)
+
+        def fed() -> Any:
+            for n, routed in enumerate(route(0, whole)):
+                model.feed(*whole_chunk(routed[0], routed[1], keys))
+                yield n, routed
+                del routed  # before the next chunk is dealt and routed: one chunk's arrays at a time
+
+        measured = measure(fed()) if measure is not None else deque(fed(), 0)
+        return [(model.finish().summary(), measured if measure is not None else None)]
+
+    return chunks.coalesce(1).mapPartitions(task).collect()[0]
