@@ -12,7 +12,9 @@ flush wait at the end (one to two periods) is part of it: the longer the run, th
 - D > 0: ``--lines`` lines (default 30,000, 10 words each), max pending ``--max-pending`` (5,000: Little's law,
   max pending x words per line / latency, stays above W / D at these delays);
 - D = 0, the ceiling: ``--ceiling-lines`` lines (default 100,000, so the final flush wait is a few % of the run) and
-  max pending ``--ceiling-max-pending`` (20,000: with batches the runner, not Little's law, must bind);
+  max pending ``--ceiling-max-pending`` (60,000: the runner, not Little's law, must bind; lines complete about
+  2.3 s after their emit with no delay, so 20,000 lines in flight capped a run near 20,000 x 10 / 2.3 = 87,000
+  words/s, below what the plumbing does since 26 Nov 2026);
 - low load (``--light-rate`` words/s open loop at ``--light-delay`` ms, ``--light-lines`` lines, shuffle grouping):
   complete latency with batches and with one tuple per word. A batch waits at most ``batch_ms`` for more words,
   and a line waits for the counters' and aggregators' flush ticks anyway, so its latency grows by the batch delay at
@@ -46,7 +48,7 @@ def main() -> int:
     add_topology_args(p, max_pending=5000, lines=30000)
     p.add_argument("--delays", default="0,0.5,1,2", help="CPU delays in ms per word (default 0,0.5,1,2)")
     p.add_argument("--ceiling-lines", type=int, default=100_000, help="lines of the D = 0 runs (default 100000)")
-    p.add_argument("--ceiling-max-pending", type=int, default=20_000, help="max pending of the D = 0 runs")
+    p.add_argument("--ceiling-max-pending", type=int, default=60_000, help="max pending of the D = 0 runs")
     p.add_argument("--message-timeout", type=int, default=120,
                    help="topology.message.timeout.secs (default 120: kg's hot counter holds lines long at 2 ms)")
     p.add_argument("--light-rate", type=float, default=1000.0, help="words/s of the low-load runs (0: none)")
