@@ -54,9 +54,9 @@ def counts_file(path: Path) -> dict[str, int]:
     return {w: int(c) for w, c in (line.split("\t") for line in path.read_text().splitlines())}
 
 
-def interrupt_while_loading(home: Path, cwd: Path, sig: signal.Signals, run_id: str = "L") -> subprocess.Popen:
-    """Start a run of 3M messages, send it ``sig`` once its feed is loading, and wait for it to end; the process
-    (its ``returncode`` set, its stderr in ``.stderr_text``)."""
+def interrupt_while_loading(home: Path, cwd: Path, sig: signal.Signals, run_id: str = "L") -> tuple[int, str]:
+    """Start a run of 3M messages, send it ``sig`` once its feed is loading, and wait for it to end; its exit code
+    and stderr."""
     proc = start("run", "wordcount", "-g", "kg", "--dataset", "zipf:messages=3000000,keys=1000", "--run-id", run_id,
                  home=home, cwd=cwd)
     try:
@@ -66,7 +66,7 @@ def interrupt_while_loading(home: Path, cwd: Path, sig: signal.Signals, run_id: 
 
         wait_for(loading, 120, "the feed to be loading")
         proc.send_signal(sig)
-        _, proc.stderr_text = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    return proc
+    return proc.returncode, err

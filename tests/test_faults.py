@@ -250,9 +250,8 @@ def test_what_a_runner_killed_with_9_leaves_in_tmp_is_removed_by_the_next_run(ho
 
 
 def test_a_run_stopped_while_loading_is_not_offered_a_resume(home, tmp_path):
-    proc = interrupt_while_loading(home, tmp_path, signal.SIGINT)
-    err = proc.stderr_text
-    assert proc.returncode == 130 and err.count("\n") == 1, err
+    returncode, err = interrupt_while_loading(home, tmp_path, signal.SIGINT)
+    assert returncode == 130 and err.count("\n") == 1, err
     assert "--resume" not in err and "keysplit runs delete L" in err and "not completely loaded" in err, err
 
 

@@ -235,9 +235,8 @@ def test_a_ragged_csv_row_is_skipped_counted_and_reported_with_its_line(tmp_path
 
 def test_sighup_while_loading_stops_with_129_and_the_run_cannot_be_resumed(tmp_path):
     home = tmp_path / "home"
-    proc = interrupt_while_loading(home, tmp_path, signal.SIGHUP)
-    err = proc.stderr_text
-    assert proc.returncode == 129 and err.count("\n") == 1 and "SIGHUP" in err, err
+    returncode, err = interrupt_while_loading(home, tmp_path, signal.SIGHUP)
+    assert returncode == 129 and err.count("\n") == 1 and "SIGHUP" in err, err
     assert redis_server.running_server(home) is None  # its lease released: the server it started stopped
     result = keysplit("runs", "--json", home=home, cwd=tmp_path)
     assert [r["state"] for r in json.loads(result.stdout)] == ["interrupted"]

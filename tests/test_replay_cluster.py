@@ -16,9 +16,9 @@ import socket
 import subprocess
 import sys
 import sysconfig
-import time
 
 import pytest
+from cli_process import wait_for
 
 from keysplit.groupings import REGISTRY
 from spark_replay.job import ReplayOptions, run_replay
@@ -45,15 +45,6 @@ def worker_python(folder) -> str:
     with open(os.path.join(site, "project.pth"), "w", encoding="utf-8") as fh:
         fh.write(sysconfig.get_paths()["purelib"] + "\n")
     return python
-
-
-def wait_for(predicate, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def listening(port: int) -> bool:
