@@ -175,7 +175,7 @@ def test_an_unreachable_nimbus_is_one_line(redis, tmp_path, capsys, monkeypatch)
 
 def test_collect_of_a_crash_looping_run_names_the_restarting_tasks(redis, tmp_path, capsys):
     """On a cluster the only trace of a crash loop in Redis is the components' own start records."""
-    from keysplit.storm.bolts import ROUTER, record_start
+    from keysplit.storm.components import ROUTER, record_start
 
     run_id = load(redis, tmp_path, capsys)
     url, secret = redis

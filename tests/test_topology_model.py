@@ -72,7 +72,7 @@ def test_open_loop_latency_at_low_load_is_service_plus_flush_wait():
 
 
 def test_a_counters_partial_counts_leave_before_it_acks_its_words():
-    # CounterBolt.process_tick emits its partial counts, then acks the words. 300 words of one key reach one
+    # CounterBolt.flush emits its partial counts, then acks the words. 300 words of one key reach one
     # counter before its first tick; at 5 ms a tuple the acks take 1.5 s, the one partial count 5 ms. So the
     # aggregator holds the count before its next tick and every line is acked then, two periods after the start
     # (were the count sent after the acks, it would miss that tick and wait for the third).

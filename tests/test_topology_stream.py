@@ -1,11 +1,12 @@
 """The streamed topology model gives the decisions of the whole-array model it replaced, chunk by chunk.
 
-``reference_kernel`` is that model's event loop as it was (every line's and word's arrays at once), kept here
-only as the reference: the streamed kernel, fed in chunks of any size (one line, fewer lines than max pending,
-many), must give the same emit and completion time of every line, the same counter busy times and timeouts,
-hence the same summary; without the lines' times (the Spark task) the percentiles come from its histogram and
-are within one bin (1/16384) above. The Spark task's own path (pieces per source merged by sequence number,
-released in chunk order whatever order they come in) and a real replay are checked against it too.
+``reference_kernel`` is that model's event loop as it was (every line's and word's arrays at once), with the
+counters' own clock added since (``CounterBolt.process``), kept here only as the reference: the streamed kernel,
+fed in chunks of any size (one line, fewer lines than max pending, many), must give the same emit and completion
+time of every line, the same counter busy times and timeouts, hence the same summary; without the lines' times (the
+Spark task) the percentiles come from its histogram and are within one bin (1/16384) above. The Spark task's own
+path (pieces per source merged by sequence number, released in chunk order whatever order they come in) and a real
+replay are checked against it too.
 """
 
 from __future__ import annotations
@@ -27,9 +28,28 @@ from spark_replay.model_task import estimate_task, model_slices
 
 
 @numba.njit(cache=True)
+def reference_flush(w, start, c_head, c_tail, c_free, c_busy, c_last, nxt, word_key, stamp, stamp_no, tuple_cost,
+                    ht, hs, hk, ha, n, seq):
+    """Counter ``w`` flushes at ``start``: a partial count per distinct word, then an ack per word."""
+    head = c_head[w]
+    c_head[w] = -1
+    c_tail[w] = -1
+    c_last[w] = start
+    stamp_no += 1
+    words, distinct = _count(head, nxt, word_key, stamp, stamp_no, -1)
+    c_free[w] = start + tuple_cost * (words + distinct)
+    c_busy[w] += tuple_cost * (words + distinct)
+    if head >= 0:  # the partial counts leave as emitted, before the words' acks (CounterBolt)
+        ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, start + tuple_cost * distinct, _PARTIAL, head)
+        seq += 1
+    return ht, hs, hk, ha, n, seq, stamp_no
+
+
+@numba.njit(cache=True)
 def reference_kernel(line_start, word_worker, word_agg, word_key, n_keys, n_workers, n_aggs, service, runner,
-                    tuple_cost, commit_cost, ack_delay, tick, phase, cap, rate, timeout, hop):
-    """The event loop (see the module docstring). Times in seconds; ``rate`` 0 means closed loop.
+                    tuple_cost, commit_cost, ack_delay, tick, phase, cap, rate, timeout, hop, period):
+    """The event loop (see the module docstring). Times in seconds; ``rate`` 0 means closed loop; a counter also
+    flushes after a word that ends ``period`` or more after its last flush (its own clock).
 
     Returns ``(emit, done, counter_busy, timeouts)``; ``done[i]`` is line i's completion time."""
     n_lines = line_start.shape[0] - 1
@@ -48,6 +68,7 @@ def reference_kernel(line_start, word_worker, word_agg, word_key, n_keys, n_work
     c_tail = np.full(n_workers, -1, dtype=np.int64)
     c_free = np.zeros(n_workers)
     c_busy = np.zeros(n_workers)
+    c_last = np.zeros(n_workers)
     a_head = np.full(n_aggs, -1, dtype=np.int64)
     a_tail = np.full(n_aggs, -1, dtype=np.int64)
     a_free = np.zeros(n_aggs)
@@ -106,20 +127,16 @@ def reference_kernel(line_start, word_worker, word_agg, word_key, n_keys, n_work
             c_free[w] = start + service
             c_busy[w] += service
             _append(c_head, c_tail, nxt, w, j, -1)
+            if c_free[w] - c_last[w] >= period:
+                ht, hs, hk, ha, n, seq, stamp_no = reference_flush(w, c_free[w], c_head, c_tail, c_free, c_busy,
+                                                                   c_last, nxt, word_key, stamp, stamp_no,
+                                                                   tuple_cost, ht, hs, hk, ha, n, seq)
         elif kind == _TICK:
             # every counter's tick, queued behind its backlog: it flushes the words that arrived before it
             for w in range(n_workers):
-                head = c_head[w]
-                c_head[w] = -1
-                c_tail[w] = -1
-                stamp_no += 1
-                words, distinct = _count(head, nxt, word_key, stamp, stamp_no, -1)
-                start = max(now, c_free[w])
-                c_free[w] = start + tuple_cost * (words + distinct)
-                c_busy[w] += tuple_cost * (words + distinct)
-                if head >= 0:  # the partial counts leave as emitted, before the words' acks (CounterBolt)
-                    ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, start + tuple_cost * distinct, _PARTIAL, head)
-                    seq += 1
+                ht, hs, hk, ha, n, seq, stamp_no = reference_flush(w, max(now, c_free[w]), c_head, c_tail, c_free,
+                                                                   c_busy, c_last, nxt, word_key, stamp, stamp_no,
+                                                                   tuple_cost, ht, hs, hk, ha, n, seq)
             # every aggregator's tick: acks what reached it before the tick (its partial counts, FIFO)
             for a in range(n_aggs):
                 head = a_head[a]
@@ -182,7 +199,7 @@ def reference(params: TopologyParams, starts: np.ndarray, workers: np.ndarray, k
         starts, workers.astype(np.int64), (keys % p.aggregators).astype(np.int64), keys.astype(np.int64),
         int(keys.max()) + 1, p.workers, p.aggregators, p.service_s, p.overhead_us / 1e6, p.tuple_us / 1e6,
         p.commit_s, p.ack_delay_ms / 1000.0, p.tick_secs, p.tick_phase_s, p.max_pending * p.spouts, p.rate or 0.0,
-        p.message_timeout, p.hop_delay_ms / 1000.0)
+        p.message_timeout, p.hop_delay_ms / 1000.0, p.flush_secs)
 
 
 def old_summary(params: TopologyParams, emit, done, busy, timeouts, words: int) -> dict:

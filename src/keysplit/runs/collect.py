@@ -121,7 +121,7 @@ RECEIVED = {"grouping": "keysplit.grouping", "workers": "keysplit.workers", "spl
 
 
 def what_ran(config: dict[str, Any], received: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list]]:
-    """The run's config with what the components received (``storm/bolts.py`` ``received_configuration``) in
+    """The run's config with what the components received (``storm/components.py`` ``received_configuration``) in
     place of what was recorded when the feed was loaded, and the fields that differed: ``{field: [recorded,
     received]}``. A ``sparse submit -o keysplit.cpu_delay_ms=...`` that disagrees with ``--load-only``'s options
     thus changes the summary, never the other way round.

@@ -25,7 +25,7 @@ from typing import Any
 
 from keysplit.errors import KeysplitError
 from keysplit.runs.redis_server import ManagedServer, kill_server, restart_server
-from keysplit.storm.bolts import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
+from keysplit.storm.components import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
 
 #: What ``--kill`` accepts; the task kinds are the topology's component names.
 TASK_KINDS = (SPOUT, ROUTER, COUNTER, AGGREGATOR, TOPK)

@@ -21,7 +21,7 @@ from keysplit.runs.faults import check_kills, parse_kill
 from keysplit.runs.records import check_run_id
 from keysplit.sizes import MAX_CPU_DELAY_MS
 from keysplit.specs import parse_spec
-from keysplit.storm.bolts import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
+from keysplit.storm.components import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
 from keysplit.storm.feed import create_group
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.settings import WordCountSettings

@@ -2,7 +2,7 @@
 that what runs on the cluster is what the record says: the shape through the ``KEYSPLIT_*`` variables the
 topology file reads when sparse imports it, everything else through ``-o``, ``topology.workers`` through
 ``--workers``. (The components also record the configuration they received, and ``--collect`` reports that:
-storm/bolts.py ``received_configuration``.)
+storm/components.py ``received_configuration``.)
 
 Before submitting, Nimbus is asked for its version (Storm's Thrift ``getClusterInfo``: each ``NimbusSummary``
 carries one, through streamparse's client and its ssh tunnel when the env asks for it), and a run with

@@ -31,7 +31,7 @@ from keysplit.runs.records import claim, mark_interrupted, reserve, set_state
 from keysplit.runs.redis_server import managed_server, persistence_problem
 from keysplit.specs import parse_spec
 from keysplit.storm import exactly_once
-from keysplit.storm.bolts import SPOUT
+from keysplit.storm.components import SPOUT
 from keysplit.storm.feed import feed_done
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.settings import PASSWORD_ENV, WordCountSettings, split_password, with_password

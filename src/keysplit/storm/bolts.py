@@ -2,8 +2,9 @@
 
 router --fields(route) or direct--> counter --fields(word)--> aggregator --global--> topk (the router's two
 streams and ``keysplit.route``: storm/router.py). Counters and aggregators hold
-their input tuples until the tick that flushes what those tuples contributed, then emit anchored to them
-and ack them (docs/design/exactly-once.md): a crash anywhere loses nothing, the spout replays the line.
+their input tuples until the flush that sends on what those tuples contributed (a counter's every period by its
+own clock, or at its tick; an aggregator's at its tick), then emit anchored to them and ack them
+(docs/design/exactly-once.md): a crash anywhere loses nothing, the spout replays the line.
 
 Every word travels with its occurrence ``(line, position)``; with ``keysplit.delivery=exactly-once`` (the
 default) the aggregators commit counts with them so that a replayed line adds nothing twice
@@ -12,8 +13,8 @@ against its declared fields) and the aggregators add the counts as they come.
 
 With ``keysplit.batch`` B > 1 the router sends the words bound for one counter together, up to B words or
 ``keysplit.batch_ms`` after the first, in one tuple on the ``batches`` streams (storm/router.py, ``Batcher``); a
-counter counts a batch word by word, with the CPU delay for each word, and acks the batch tuple once at its tick.
-Its tick then sends its partial counts the same way: one tuple per aggregator on the ``flushes`` stream (the words
+counter counts a batch word by word, with the CPU delay for each word, and acks the batch tuple once at its flush.
+The flush sends its partial counts the same way: one tuple per aggregator on the ``flushes`` stream (the words
 that Storm's fields grouping on the word would send there, their counts and occurrences), not one per word. A
 partial count is anchored to every input tuple that carried its words, and a batch carries words of tens of lines:
 one tuple per partial count would give each of them the roots of every line of its batches (a hot word's count
@@ -33,6 +34,7 @@ from streamparse import Bolt, Stream
 
 from keysplit.redis_client import client
 from keysplit.storm import quiet_exit
+from keysplit.storm.components import AGGREGATOR, COUNTER, record_start
 from keysplit.storm.counting import (
     PartialCounts,
     Totals,
@@ -48,10 +50,8 @@ from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.router import Batch, Batcher, GroupingChannel, Router, component_tasks, fields_index, route_value
-from keysplit.storm.settings import STORM_COST_SETTINGS, WordCountSettings
+from keysplit.storm.settings import WordCountSettings
 
-#: Component names in the topology (the router needs the counter's to find its task ids).
-SPOUT, ROUTER, COUNTER, AGGREGATOR, TOPK = "feed", "router", "counter", "aggregator", "topk"
 #: The router's streams: (word, route) fields-grouped on route, and (word) emitted directly (keysplit.route); with
 #: keysplit.batch > 1, (words, route) and (words) of a batch (storm/router.py).
 WORDS_STREAM, DIRECT_STREAM = "words", "words_direct"
@@ -70,31 +70,6 @@ def _setup(bolt: Bolt, conf, context) -> tuple[WordCountSettings, RunKeys, int]:
     settings = WordCountSettings.from_conf(conf)
     index = component_tasks(context, bolt.component_name).index(int(bolt.task_id))
     return settings, RunKeys(settings.run_id), index
-
-
-def received_configuration(conf, context) -> dict:
-    """What the topology runs with, as a task sees it: the ``keysplit.*`` settings of its configuration (the
-    password's file or variable name aside), Storm's settings the run depends on, and the task counts of the
-    context. Every task of a topology receives the same configuration and context."""
-    settings = WordCountSettings.from_conf(conf)
-    keep = {k: v for k, v in settings.conf().items()
-            if k not in ("keysplit.redis_url", "keysplit.redis_password_file", "keysplit.redis_password_env")}
-    tasks = {name: len(component_tasks(context, name)) for name in (SPOUT, ROUTER, COUNTER, AGGREGATOR)}
-    return {**keep, "sources": tasks[ROUTER], "counter_tasks": tasks[COUNTER], "aggregators": tasks[AGGREGATOR],
-            "spouts": tasks[SPOUT], "max_pending": conf.get("topology.max.spout.pending"),
-            "message_timeout_secs": conf.get("topology.message.timeout.secs"),
-            "worker_processes": conf.get("topology.workers"),
-            "storm": {k: conf[k] for k in STORM_COST_SETTINGS if conf.get(k) is not None}}
-
-
-def record_start(conn, keys: RunKeys, component: str, index: int, conf=None, context=None) -> None:
-    """Count this process start of task ``component[index]``: on a cluster, where the runner's worker and task
-    counters do not exist, the starts beyond one per task are what `--collect` can report as restarts. The
-    first task to start also records the configuration it received (:func:`received_configuration`), so the
-    run's summary says what ran, whatever the run's record said when its feed was loaded."""
-    conn.hincrby(keys.starts, f"{component}:{index}", 1)
-    if conf is not None:
-        conn.set(keys.received, json.dumps(received_configuration(conf, context)), nx=True)
 
 
 class RouterBolt(CoalescedWrites, Bolt):
@@ -185,7 +160,15 @@ class RouterBolt(CoalescedWrites, Bolt):
 
 
 class CounterBolt(CoalescedWrites, Bolt):
-    """The paper's worker: partial counts with an optional per-word CPU delay, flushed every tick.
+    """The paper's worker: partial counts with an optional per-word CPU delay, flushed every period T
+    (``keysplit.flush``).
+
+    It flushes after any tuple that ends T or more after its last flush, and at every tick. The tick alone would
+    not do: it waits in the task's input queue behind the tuples queued before it (as on Storm, where
+    ``Executor.setupTicks`` publishes ticks to the executor's receive queue), so a counter with a backlog would
+    flush, and its lines complete, only once the whole backlog is counted, every counter at about the same moment;
+    the spout's lines in flight then complete in waves, and the counters idle while the spout works through each
+    wave's acks (docs/design/batches.md, "Fourth round"). The tick flushes what an idle counter holds.
 
     With ``auto_ack`` off pystorm acks nothing, ticks included, so every ``process_tick`` here acks its tick
     (the top-k bolt, and the router without batches, keep pystorm's auto-ack, which acks ticks too; acking twice
@@ -214,6 +197,8 @@ class CounterBolt(CoalescedWrites, Bolt):
         self.alive = time.perf_counter()  # when this counter last told Storm it is alive (count_batch)
         self.last_report = time.time()
         self.first_tuple: float | None = None  # when the first word reached this task (the run's first hop)
+        self.flush_secs = settings.flush_secs
+        self.flushed_at = time.perf_counter()  # when the last flush began
 
     def process(self, tup):
         if self.first_tuple is None:
@@ -227,7 +212,10 @@ class CounterBolt(CoalescedWrites, Bolt):
             if self.clock is not None:  # the paper's CPU delay (storm/cpu_delay.py), as a batch of one word
                 self.clock.one(started)
             self.partial.add(values[0], tup.id, (values[-2], values[-1]) if self.exactly_once else None)
-        self.busy += time.perf_counter() - started
+        done = time.perf_counter()
+        self.busy += done - started
+        if done - self.flushed_at >= self.flush_secs:
+            self.flush()
 
     def count_batch(self, tup_id, words: list[str], occurrences: str, started: float) -> None:
         """A router's batch, word by word, each with the CPU delay (storm/cpu_delay.py).
@@ -253,6 +241,12 @@ class CounterBolt(CoalescedWrites, Bolt):
             clock.end()
 
     def process_tick(self, tup):
+        self.flush()
+        self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
+
+    def flush(self) -> None:
+        """Send the partial counts since the last flush on, anchored to the inputs they cover, then ack those."""
+        self.flushed_at = time.perf_counter()
         flushed = self.partial.drain()
         inputs = self.partial.drain_inputs()
         self.report()  # before the acks, so a run that sees every line acked also sees these loads
@@ -263,10 +257,9 @@ class CounterBolt(CoalescedWrites, Bolt):
                 self.emit([word, count, encode_occurrences(occurrences)], anchors=covered)
         for tup_id in inputs:  # each input once, however many words (and counts) it carried
             self.ack(tup_id)
-        self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
 
     def emit_flushes(self, flushed) -> None:
-        """The partial counts of a tick as one tuple per aggregator (:func:`~keysplit.storm.counting.flushes`) with
+        """The partial counts of a flush as one tuple per aggregator (:func:`~keysplit.storm.counting.flushes`) with
         the ``route`` that Storm's fields grouping sends to that aggregator, the one its fields grouping on each of
         these words would pick (:func:`~keysplit.storm.router.fields_index`); anchored to every input they cover."""
         n = self.aggregators

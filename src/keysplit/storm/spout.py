@@ -9,7 +9,8 @@ from streamparse import Spout, Stream
 from keysplit.datasets import decode_record
 from keysplit.redis_client import client
 from keysplit.storm import quiet_exit
-from keysplit.storm.bolts import ROUTE_FIELD, ROUTER, record_start
+from keysplit.storm.bolts import ROUTE_FIELD
+from keysplit.storm.components import ROUTER, record_start
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.feed import StreamFeed
 from keysplit.storm.keys import RunKeys

@@ -23,22 +23,18 @@ from typing import Any
 from streamparse import Grouping, Topology
 
 from keysplit.storm.bolts import (
-    AGGREGATOR,
     BATCH_DIRECT_STREAM,
     BATCH_STREAM,
-    COUNTER,
     DIRECT_STREAM,
     FLUSH_STREAM,
     ROUTE_FIELD,
-    ROUTER,
-    SPOUT,
-    TOPK,
     WORDS_STREAM,
     AggregatorBolt,
     CounterBolt,
     RouterBolt,
     TopKBolt,
 )
+from keysplit.storm.components import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
 from keysplit.storm.settings import WordCountSettings
 from keysplit.storm.spout import RedisStreamSpout
 

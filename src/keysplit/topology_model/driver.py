@@ -33,6 +33,7 @@ from keysplit.topology_model.kernel import (
     _S_CAP,
     _S_COMMIT,
     _S_CTUPLE,
+    _S_FLUSH,
     _S_HOP,
     _S_PHASE,
     _S_RATE,
@@ -67,13 +68,13 @@ def _regrow(arrays: list[np.ndarray], lo: int, hi: int, size: int) -> list[np.nd
 
 def kernel_settings(p: TopologyParams) -> np.ndarray:
     """The kernel's settings (its ``_S_*`` slots) from the parameters: times in seconds."""
-    out = np.zeros(15)
+    out = np.zeros(_S_FLUSH + 1)
     out[_S_SERVICE], out[_S_RUNNER], out[_S_TUPLE], out[_S_COMMIT] = (p.cpu_delay_ms / 1000.0, p.overhead_us / 1e6,
                                                                       p.tuple_us / 1e6, p.commit_s)
     out[_S_ACK], out[_S_TICK], out[_S_PHASE] = p.ack_delay_ms / 1000.0, p.tick_secs, p.tick_phase_s
     out[_S_CAP], out[_S_RATE], out[_S_TIMEOUT] = p.max_pending * p.spouts, p.rate or 0.0, p.message_timeout
     out[_S_HOP], out[_S_WORD], out[_S_CTUPLE] = p.hop_delay_ms / 1000.0, p.word_us / 1e6, p.counter_overhead_us / 1e6
-    out[_S_BATCH], out[_S_WAIT] = p.batch, p.batch_ms / 1000.0
+    out[_S_BATCH], out[_S_WAIT], out[_S_FLUSH] = p.batch, p.batch_ms / 1000.0, p.flush_secs
     return out
 
 
@@ -101,7 +102,7 @@ class StreamedModel:
                      np.empty(size, dtype=np.int64))
         w, a, b = params.workers, params.aggregators, params.sources * params.workers
         self.counters = (np.full(w, -1, dtype=np.int64), np.full(w, -1, dtype=np.int64), np.zeros(w), np.zeros(w),
-                         np.zeros(w, dtype=np.int64))
+                         np.zeros(w, dtype=np.int64), np.zeros(w))
         self.aggs = (np.full(a, -1, dtype=np.int64), np.full(a, -1, dtype=np.int64), np.zeros(a),
                      np.zeros(a, dtype=np.int64))
         # each router's batch for each counter: chain of its words, their number, the batches it sent

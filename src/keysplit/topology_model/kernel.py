@@ -25,10 +25,13 @@ What the model follows, each a fact of the topology (``keysplit.storm``, ``keysp
 - **ticks** reach every counter and aggregator at the same instants ``tick_phase + k * T``, ``T`` the tick period
   (``topology.tick.tuple.freq.secs``, whole seconds: ``max(1, round(flush))``, as
   ``WordCountSettings.tick_secs``); a tick enters the task's input queue behind what is already there (the
-  local runner appends it, as Storm's executor receive queue does), so a counter with a backlog flushes late;
-- **flush-then-ack**: at its tick a counter emits one partial count per distinct word it served since the last
-  tick (``tuple_us`` each), anchored to the words, and then acks its input tuples (``tuple_us`` each), in that
-  order (``keysplit.storm.bolts.CounterBolt.process_tick``): the partial counts leave before the acks; each goes to
+  local runner appends it, as Storm's executor receive queue does), so a counter with a backlog sees it late;
+- **a counter's own clock**: a counter also flushes right after a tuple that ends ``flush`` seconds or more after
+  its last flush (``CounterBolt.process``), so one with a backlog flushes every period as it works through it; the
+  tick flushes what an idle counter holds;
+- **flush-then-ack**: at a flush a counter emits one partial count per distinct word it served since the last
+  flush (``tuple_us`` each), anchored to the words, and then acks its input tuples (``tuple_us`` each), in that
+  order (``keysplit.storm.bolts.CounterBolt.flush``): the partial counts leave before the acks; each goes to
   the aggregator of its word (the runner's fields hash), which serves it in ``tuple_us`` and holds it until
   the aggregator's next tick; with batches the counter emits one tuple per aggregator its words go to, not one per
   word (``CounterBolt.emit_flushes``), and the aggregator receives that one; the aggregator's tick (``commit_us``
@@ -59,9 +62,10 @@ _F_RUNNER, _F_FIRST, _F_LAST, _F_SUM, _F_COMP, _F_MAX, _F_MIN, _F_LAG = range(8)
 #: Slots of the kernel's settings (``settings``, float64; times in seconds): a counter's time per word (the CPU
 #: delay), the runner's per tuple sent to a counter, a tuple's in a tick, an aggregator's per partial count, the ack
 #: delay, the tick period and phase, the lines in flight at most, the rate (0: closed loop), the message timeout,
-#: the hop to a counter, the runner's per word, a counter's per input tuple, the batch size (words) and wait.
+#: the hop to a counter, the runner's per word, a counter's per input tuple, the batch size (words) and wait, the
+#: flush period of a counter's own clock.
 _S_SERVICE, _S_RUNNER, _S_TUPLE, _S_COMMIT, _S_ACK, _S_TICK, _S_PHASE, _S_CAP, _S_RATE, _S_TIMEOUT, _S_HOP, \
-    _S_WORD, _S_CTUPLE, _S_BATCH, _S_WAIT = range(15)
+    _S_WORD, _S_CTUPLE, _S_BATCH, _S_WAIT, _S_FLUSH = range(16)
 
 
 @numba.njit(cache=True)
@@ -142,6 +146,40 @@ def _count(head, nxt, word_key, stamp, stamp_no, mask):
     return words, distinct
 
 
+@numba.njit(cache=True)
+def _flush_counter(w, start, counters, w_nxt, w_key, w_agg, wm, stamp, stamp_no, a_seen, batch, tuple_cost,
+                   ht, hs, hk, ha, n, seq):
+    """Counter ``w`` flushes at ``start`` what it served since its last flush (``CounterBolt.flush``): its
+    partial counts leave, then its input tuples are acked; it is busy meanwhile. Returns the heap, the next
+    sequence number and stamp."""
+    c_head, c_tail, c_free, c_busy, c_tuples, c_last = counters
+    head = c_head[w]
+    c_head[w] = -1
+    c_tail[w] = -1
+    c_last[w] = start
+    stamp_no += 1
+    _, distinct = _count(head, w_nxt, w_key, stamp, stamp_no, wm)
+    emitted = distinct
+    if batch > 1 and head >= 0:  # one tuple per aggregator its words go to (CounterBolt.emit_flushes)
+        for a in range(a_seen.shape[0]):
+            a_seen[a] = 0
+        emitted = 0
+        j = head
+        while j >= 0:
+            a = w_agg[j & wm]
+            if a_seen[a] == 0:
+                a_seen[a] = 1
+                emitted += 1
+            j = w_nxt[j & wm]
+    c_free[w] = start + tuple_cost * (c_tuples[w] + emitted)
+    c_busy[w] += tuple_cost * (c_tuples[w] + emitted)
+    c_tuples[w] = 0
+    if head >= 0:  # the partial counts leave as emitted, before the inputs' acks (CounterBolt)
+        ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, start + tuple_cost * emitted, _PARTIAL, head)
+        seq += 1
+    return ht, hs, hk, ha, n, seq, stamp_no
+
+
 #: The latency histogram's bin of a latency in ms: :mod:`keysplit.latency`'s binning, compiled (the kernel counts
 #: at its finest, ``latency.BINS`` bins). Numba's cache checks only the kernel's own file: after a change to
 #: ``keysplit/latency.py`` the kernel's cache (``__pycache__/kernel.*.nbi``/``.nbc``) must be removed.
@@ -158,8 +196,9 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
     - ``state``: ``(iv, fv, window)``, the loop's integer and float scalars between calls (slots ``_I_*``,
       ``_F_*``) and the spouts' window (:mod:`keysplit.topology_model.window`);
     - ``heap``: ``(time, sequence, kind, argument)`` of the pending events, a binary min-heap;
-    - ``counters``: per counter, ``(head, tail, free, busy, tuples)``: the chain of words served since its last
-      tick, when it is next free, its busy time, the input tuples since its last tick; ``aggregators``: per
+    - ``counters``: per counter, ``(head, tail, free, busy, tuples, last)``: the chain of words served since its
+      last flush, when it is next free, its busy time, the input tuples since its last flush, when that flush
+      began; ``aggregators``: per
       aggregator, ``(head, tail, free, seen)``: the chain of words whose partial counts reached it, when it is next
       free, a scratch count;
     - ``batches``: per (router, counter) at ``router * workers + counter``, ``(head, tail, count, generation)``:
@@ -181,7 +220,7 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
     (the heap's arrays may have grown)."""
     iv, fv, window = state
     ht, hs, hk, ha = heap
-    c_head, c_tail, c_free, c_busy, c_tuples = counters
+    c_head, c_tail, c_free, c_busy, c_tuples, c_last = counters
     a_head, a_tail, a_free, a_seen = aggregators
     b_head, b_tail, b_count, b_gen = batches
     l_left, l_emit, l_src = lines
@@ -193,7 +232,7 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
     commit_cost, ack_delay, tick, phase = settings[_S_COMMIT], settings[_S_ACK], settings[_S_TICK], settings[_S_PHASE]
     rate, timeout, hop = settings[_S_RATE], settings[_S_TIMEOUT], settings[_S_HOP]  # the cap is the window's
     word_cost, counter_tuple = settings[_S_WORD], settings[_S_CTUPLE]
-    batch, wait = int(settings[_S_BATCH]), settings[_S_WAIT]
+    batch, wait, period = int(settings[_S_BATCH]), settings[_S_WAIT], settings[_S_FLUSH]
     n_batches = b_head.shape[0]
     n, seq, next_line, pending = iv[_I_HEAP], iv[_I_SEQ], iv[_I_NEXT_LINE], iv[_I_PENDING]
     completed, emit_waiting, timeouts, stamp_no = iv[_I_COMPLETED], iv[_I_WAITING] != 0, iv[_I_TIMEOUTS], iv[_I_STAMP]
@@ -287,6 +326,10 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
             else:
                 w_nxt[c_tail[w] & wm] = j
             c_tail[w] = last
+            if c_free[w] - c_last[w] >= period:  # the counter's own clock: it flushes right after this tuple
+                ht, hs, hk, ha, n, seq, stamp_no = _flush_counter(w, c_free[w], counters, w_nxt, w_key, w_agg, wm,
+                                                                  stamp, stamp_no, a_seen, batch, tuple_cost,
+                                                                  ht, hs, hk, ha, n, seq)
         elif kind == _FLUSH:
             b = arg % n_batches
             if b_gen[b] == arg // n_batches and b_count[b] > 0:  # the batch it was set for has not left yet
@@ -297,30 +340,9 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
         elif kind == _TICK:
             # every counter's tick, queued behind its backlog: it flushes the words that arrived before it
             for w in range(n_workers):
-                head = c_head[w]
-                c_head[w] = -1
-                c_tail[w] = -1
-                stamp_no += 1
-                words, distinct = _count(head, w_nxt, w_key, stamp, stamp_no, wm)
-                emitted = distinct
-                if batch > 1 and head >= 0:  # one tuple per aggregator its words go to (CounterBolt.emit_flushes)
-                    for a in range(n_aggs):
-                        a_seen[a] = 0
-                    emitted = 0
-                    j = head
-                    while j >= 0:
-                        a = w_agg[j & wm]
-                        if a_seen[a] == 0:
-                            a_seen[a] = 1
-                            emitted += 1
-                        j = w_nxt[j & wm]
-                start = max(now, c_free[w])
-                c_free[w] = start + tuple_cost * (c_tuples[w] + emitted)
-                c_busy[w] += tuple_cost * (c_tuples[w] + emitted)
-                c_tuples[w] = 0
-                if head >= 0:  # the partial counts leave as emitted, before the inputs' acks (CounterBolt)
-                    ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, start + tuple_cost * emitted, _PARTIAL, head)
-                    seq += 1
+                ht, hs, hk, ha, n, seq, stamp_no = _flush_counter(w, max(now, c_free[w]), counters, w_nxt, w_key,
+                                                                  w_agg, wm, stamp, stamp_no, a_seen, batch,
+                                                                  tuple_cost, ht, hs, hk, ha, n, seq)
             # every aggregator's tick: acks what reached it before the tick (its partial counts, FIFO)
             for a in range(n_aggs):
                 head = a_head[a]
