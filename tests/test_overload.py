@@ -183,15 +183,16 @@ def test_the_model_of_a_saturated_closed_loop_settles_below_the_timeout():
 
     from keysplit.topology_model import TopologyParams, simulate
 
-    # 2 counters at 3 ms a word serve ~130 lines of 5 words a second: 5,000 lines in flight wait ~38 s (a counter
-    # flushes at a tick queued behind its backlog, so the whole first wave completes at once, late)
+    # 2 counters at 3 ms a word serve ~130 lines of 5 words a second: the first 5,000 lines in flight wait up to
+    # ~38 s, behind each other
     p = TopologyParams(workers=2, aggregators=1, cpu_delay_ms=3.0, max_pending=5000, message_timeout=3.0)
-    r = simulate(p, *stream(12000, 5, 2))
+    r = simulate(p, *stream(16000, 5, 2))
     window, lowest, cuts = r.window
     assert cuts >= 2 and lowest <= window < 1000
     assert r.summary()["window"] == window
     # the model replays nothing, so the first wave stays late; the lines sent under the settled window are not
-    assert np.percentile(r.latency_ms[:5000], 50) > 3000 > np.percentile(r.latency_ms[-1000:], 99)
+    # (their acks, and so their emits, come at the aggregator's ticks: they complete in exactly 3 s, the timeout)
+    assert np.percentile(r.latency_ms[:5000], 50) > 3000 >= np.percentile(r.latency_ms[-2000:], 99)
     # a loop that never times out keeps max pending, as before the rule
     calm = simulate(TopologyParams(workers=4, aggregators=2, cpu_delay_ms=2.0, max_pending=200), *stream(6000, 5, 4))
     assert calm.window == (200, 200, 0)

@@ -39,6 +39,10 @@ What the model follows, each a fact of the topology (``keysplit.storm``, ``keysp
   :func:`~keysplit.topology_model.calibration.calibrate`) ends with the ack, and the line is complete
   ``ack_delay_ms`` later (the top-k bolt, the acker, the spout's ack) once every word of it is acked.
 
+Over 400 lines: the event loop and every helper it calls stay in this one file, because numba's cache of a
+compiled function checks only its own file's time stamp: a helper edited in another file would leave the cached
+kernel stale.
+
 Not modelled: message timeouts re-emitting a line (the lines that would exceed ``message_timeout`` are counted
 in ``timeouts``; a run that replayed lines is outside the model), task restarts, and CPU contention beyond the
 runner's serial stage.
