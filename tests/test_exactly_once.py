@@ -56,6 +56,9 @@ def test_a_commit_sent_again_adds_nothing_and_returns_the_same_totals(conn):
     assert dedup.commit([("a", [0, 2, 2, 0])]) == [4]  # one old, one new occurrence
     assert exactly_once.dropped(conn, keys) == 5
     assert conn.hgetall(keys.counts) == {"a": "4", "b": "1"}
+    # as the aggregators send them: the occurrences' text, as the tuples carried it; a word quoted in JSON
+    assert dedup.commit([("a", "2,0,3,1"), ('q"\\é', "3,2")]) == [5, 1]
+    assert dedup.commit([]) == []
 
 
 def test_commits_and_completions_larger_than_one_redis_call_count_each_occurrence_once(conn):

@@ -38,7 +38,6 @@ from keysplit.storm.components import AGGREGATOR, COUNTER, record_start
 from keysplit.storm.counting import (
     PartialCounts,
     Totals,
-    decode_occurrences,
     decode_words,
     encode_occurrences,
     encode_words,
@@ -227,7 +226,7 @@ class CounterBolt(CoalescedWrites, Bolt):
         pipe behind the tuples written before it. A pipe of 64 KiB holds about 5,000 batched words (13 bytes each,
         100 one-word tuples), 20 s at 4 ms a word: a hot counter with a backlog would be killed for being busy."""
         add, clock = self.partial.add, self.clock
-        occ = decode_occurrences(occurrences) if self.exactly_once else None
+        occ = occurrences.split(",") if self.exactly_once else None  # text: a flush sends it on, never parsed
         if clock is not None:
             clock.begin(started)
         for k, word in enumerate(words):
@@ -317,7 +316,7 @@ class AggregatorBolt(CoalescedWrites, Bolt):
         self.totals = Totals({w: int(c) for w, c in self.conn.hgetall(self.keys.counts).items()})
         self.pending: list = []
         self.partials = 0  # partial counts since the last commit (one a tuple, or many in a counter's flush)
-        self.batch: dict[str, list[int]] = {}  # exactly-once: word -> occurrences since the last commit
+        self.batch: dict[str, list[str]] = {}  # exactly-once: word -> its occurrences' texts since the last commit
 
     def process(self, tup):
         if tup.stream == FLUSH_STREAM:  # a counter's partial counts for this aggregator (CounterBolt.emit_flushes)
@@ -336,7 +335,7 @@ class AggregatorBolt(CoalescedWrites, Bolt):
         if self.dedup is None:
             self.totals.add(word, int(count))
         else:
-            self.batch.setdefault(word, []).extend(decode_occurrences(occurrences))
+            self.batch.setdefault(word, []).append(occurrences)  # text, as it goes into the commit's JSON
 
     def process_tick(self, tup):
         self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
@@ -360,7 +359,7 @@ class AggregatorBolt(CoalescedWrites, Bolt):
                 pipe.hincrby(self.keys.counts, word, count)
             pipe.execute()
         else:
-            batch = list(self.batch.items())
+            batch = [(word, ",".join(filter(None, texts))) for word, texts in self.batch.items()]
             for (word, _), total in zip(batch, self.dedup.commit(batch)):
                 self.totals.set(word, int(total))
             self.batch = {}

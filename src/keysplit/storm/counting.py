@@ -27,23 +27,20 @@ def top_items(counts: dict[str, int], k: int) -> list[list]:
     return [[w, c] for w, c in best]
 
 
-def encode_occurrences(occurrences: list[int]) -> str:
-    """A partial count's occurrences ``[line, position, ...]`` as one string tuple value.
+def encode_occurrences(occurrences: list[int] | list[str]) -> str:
+    """A partial count's occurrences ``[line, position, ...]`` as one string tuple value. A counter keeps the
+    occurrences a router's batch carried as the text they came in, and the aggregator puts that text into its
+    commit's JSON (:meth:`~keysplit.storm.exactly_once.Dedup.commit`): nobody parses them on the way.
 
     Tuple values are scalars only: a JSON array emitted over multi-lang becomes a JSON library's list object in
     the worker JVM, which Kryo cannot write when the tuple crosses to another worker (apache/storm
     ``serialization/SerializationFactory.java`` registers no such class, and ``conf/defaults.yaml`` has
     ``topology.fall.back.on.java.serialization: false``): the sending worker dies.
 
-    >>> encode_occurrences([7, 0, 7, 2]), decode_occurrences("7,0,7,2"), decode_occurrences("")
-    ('7,0,7,2', [7, 0, 7, 2], [])
+    >>> encode_occurrences([7, 0, 7, 2]), encode_occurrences("7,0,7,2".split(","))
+    ('7,0,7,2', '7,0,7,2')
     """
     return ",".join(map(str, occurrences))
-
-
-def decode_occurrences(text: str) -> list[int]:
-    """The list :func:`encode_occurrences` encoded."""
-    return [int(v) for v in text.split(",")] if text else []
 
 
 def encode_words(words: Sequence[str]) -> str:
@@ -107,7 +104,7 @@ class PartialCounts:
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
         self.covered: dict[str, list[Hashable]] = {}
-        self.occurrences: dict[str, list[int]] = {}  # word -> [line, position, line, position, ...]
+        self.occurrences: dict[str, list] = {}  # word -> [line, position, ...], ints or the texts a batch carried
         self.seen: set[str] = set()  # every word this worker has held: its memory (DistCost)
         self.new_keys: list[str] = []
         self.inputs: list[Hashable] = []  # the input tuples since the last flush, each once

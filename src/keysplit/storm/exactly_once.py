@@ -40,7 +40,8 @@ from keysplit.storm.keys import RunKeys
 #: Delivery guarantees of the word count's totals (``keysplit.delivery``); the first is the default.
 DELIVERIES = ("exactly-once", "at-least-once")
 
-# KEYS: counts, seen, done, floor, dropped, peak. ARGV[1]: JSON [[word, [line, pos, line, pos, ...]], ...].
+# KEYS: counts, seen, done, floor, dropped, peak. ARGV[1]: JSON [word, ...]; ARGV[2]: JSON [[line, pos, line, pos,
+# ...], ...], each word's occurrences (two arrays, so that the client builds the second from the texts tuples carry).
 # Returns each word's total after the commit, in order (what the aggregator's top-k must show); counts the
 # occurrences it drops as committed before in ``dropped``, and the most marks ever held in ``peak``.
 COMMIT = """
@@ -55,11 +56,12 @@ local function counted(line)
   return c
 end
 local totals, dropped = {}, 0
-for i, item in ipairs(cjson.decode(ARGV[1])) do
+local occurrences = cjson.decode(ARGV[2])
+for i, word in ipairs(cjson.decode(ARGV[1])) do
   -- one HSET per word (per 1000 occurrences), not one HSETNX per occurrence: it returns how many of its fields
   -- were new, which is the count to add (an occurrence twice in the list is new once, as HSETNX in turn said);
   -- the calls, not the hash operations, were most of the script's time
-  local occ, new, fields = item[2], 0, {}
+  local occ, new, fields = occurrences[i], 0, {}
   for j = 1, #occ, 2 do
     if not counted(occ[j]) then
       fields[#fields + 1] = string.format('%d:%d', occ[j], occ[j + 1])
@@ -70,9 +72,9 @@ for i, item in ipairs(cjson.decode(ARGV[1])) do
   if #fields > 0 then new = new + redis.call('HSET', KEYS[2], unpack(fields)) end
   dropped = dropped + #occ / 2 - new
   if new > 0 then
-    totals[i] = redis.call('HINCRBY', KEYS[1], item[1], new)
+    totals[i] = redis.call('HINCRBY', KEYS[1], word, new)
   else
-    totals[i] = tonumber(redis.call('HGET', KEYS[1], item[1]) or '0')
+    totals[i] = tonumber(redis.call('HGET', KEYS[1], word) or '0')
   end
 end
 if dropped > 0 then redis.call('INCRBY', KEYS[5], dropped) end
@@ -114,11 +116,16 @@ class Dedup:
         self._commit = conn.register_script(COMMIT)
         self._complete = conn.register_script(COMPLETE)
 
-    def commit(self, batch: Sequence[tuple[str, Sequence[int]]], client: redis.Redis | None = None) -> list[int]:
-        """Add each word's occurrences ``[line, pos, line, pos, ...]`` not counted before; the words' totals."""
+    def commit(self, batch: Sequence[tuple[str, str | Sequence[int]]], client: redis.Redis | None = None
+               ) -> list[int]:
+        """Add each word's occurrences ``[line, pos, line, pos, ...]`` not counted before; the words' totals. The
+        occurrences may be given as the text a tuple carries them in (``"7,0,7,2"``): the script's JSON is built
+        around it, never parsed."""
         k = self.keys
+        words = json.dumps([word for word, _ in batch], separators=(",", ":"), ensure_ascii=False)
+        texts = (occ if isinstance(occ, str) else ",".join(map(str, occ)) for _, occ in batch)
         return self._commit(keys=[k.counts, k.dedup_seen, k.dedup_done, k.dedup_floor, k.dedup_dropped, k.dedup_peak],
-                            args=[json.dumps(batch, separators=(",", ":"), ensure_ascii=False)], client=client)
+                            args=[words, f"[[{'],['.join(texts)}]]" if batch else "[]"], client=client)
 
     def complete(self, lines: Iterable[tuple[int, int]], client=None):
         """Lines ``(line, words)`` whose tuple trees completed: forget their marks, move the floor (returned;
