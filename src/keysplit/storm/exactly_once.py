@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 
 import redis
 
+from keysplit.storm.counting import encode_occurrences
 from keysplit.storm.keys import RunKeys
 
 #: Delivery guarantees of the word count's totals (``keysplit.delivery``); the first is the default.
@@ -123,7 +124,7 @@ class Dedup:
         around it, never parsed."""
         k = self.keys
         words = json.dumps([word for word, _ in batch], separators=(",", ":"), ensure_ascii=False)
-        texts = (occ if isinstance(occ, str) else ",".join(map(str, occ)) for _, occ in batch)
+        texts = (occ if isinstance(occ, str) else encode_occurrences(occ) for _, occ in batch)
         return self._commit(keys=[k.counts, k.dedup_seen, k.dedup_done, k.dedup_floor, k.dedup_dropped, k.dedup_peak],
                             args=[words, f"[[{'],['.join(texts)}]]" if batch else "[]"], client=client)
 
