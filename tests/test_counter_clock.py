@@ -10,7 +10,6 @@ acks of what they cover) every T as it goes; what it counted after its last flus
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import select
 import subprocess
@@ -19,6 +18,7 @@ import time
 
 import pytest
 
+from keysplit.local.protocol import MessageReader, encode
 from keysplit.runs import redis_server
 from keysplit.storm.bolts import BATCH_STREAM, FLUSH_STREAM
 from keysplit.storm.components import AGGREGATOR, COUNTER, ROUTER
@@ -36,22 +36,28 @@ def redis_url(tmp_path):
     redis_server.stop_server(tmp_path, force=True)
 
 
-def send(proc: subprocess.Popen, message: dict) -> None:
-    proc.stdin.write((json.dumps(message) + "\nend\n").encode())
-    proc.stdin.flush()
+class Wire:
+    """The multi-lang pipes of one component subprocess, in the local runner's wire form
+    (:mod:`keysplit.local.protocol`)."""
 
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.reader = MessageReader()
+        self.received: list = []
 
-def receive(proc: subprocess.Popen, wait: float = 5.0) -> dict:
-    """The counter's next message; fails if none comes within ``wait`` seconds (stdout is unbuffered, so select
-    sees every byte not read yet)."""
-    lines = []
-    while not lines or lines[-1] != "end\n":
-        ready, _, _ = select.select([proc.stdout], [], [], wait)
-        assert ready, f"the counter sent nothing for {wait} s"
-        line = proc.stdout.readline().decode()
-        assert line, "the counter exited"
-        lines.append(line)
-    return json.loads("".join(lines[:-1]))
+    def send(self, message: dict) -> None:
+        self.proc.stdin.write(encode(message).encode())
+        self.proc.stdin.flush()
+
+    def receive(self, wait: float = 5.0) -> dict:
+        """The component's next message; fails if none comes within ``wait`` seconds."""
+        while not self.received:
+            ready, _, _ = select.select([self.proc.stdout], [], [], wait)
+            assert ready, f"the counter sent nothing for {wait} s"
+            data = os.read(self.proc.stdout.fileno(), 65536)
+            assert data, "the counter exited"
+            self.received += self.reader.feed(data)
+        return self.received.pop(0)
 
 
 def test_a_counter_with_a_backlog_flushes_every_period_without_waiting_for_its_tick(tmp_path, redis_url):
@@ -61,20 +67,21 @@ def test_a_counter_with_a_backlog_flushes_every_period_without_waiting_for_its_t
     context = {"taskid": 2, "componentid": COUNTER,
                "task->component": {"1": ROUTER, "2": COUNTER, "3": AGGREGATOR, "4": AGGREGATOR}}
     proc = subprocess.Popen([sys.executable, "-m", "streamparse.run", "keysplit.storm.bolts.CounterBolt"],
-                            cwd=tmp_path, env={**os.environ, PASSWORD_ENV: password}, bufsize=0,
+                            cwd=tmp_path, env={**os.environ, PASSWORD_ENV: password},
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    wire = Wire(proc)
     try:
-        send(proc, {"conf": conf, "context": context, "pidDir": str(tmp_path)})
-        assert "pid" in receive(proc)
+        wire.send({"conf": conf, "context": context, "pidDir": str(tmp_path)})
+        assert "pid" in wire.receive()
         started = time.perf_counter()
         for b in range(BATCHES):  # the whole backlog at once, as a router's batches queue behind a busy counter
             words = [f"w{(b * WORDS + k) % 7}" for k in range(WORDS)]
             occurrences = encode_occurrences([v for k in range(WORDS) for v in (b, k)])
-            send(proc, {"id": f"b{b}", "comp": ROUTER, "stream": BATCH_STREAM, "task": 1,
+            wire.send({"id": f"b{b}", "comp": ROUTER, "stream": BATCH_STREAM, "task": 1,
                         "tuple": [encode_words(words), 0, occurrences]})
         flushes: list[dict] = []  # per flush: when its acks came, its partial counts' words, the batches acked
         while sum(len(f["acked"]) for f in flushes) < BATCHES:
-            message = receive(proc, wait=1.0)  # a flush is due every 0.2 s
+            message = wire.receive(wait=1.0)  # a flush is due every 0.2 s
             if message.get("command") == "emit":
                 assert message["stream"] == FLUSH_STREAM
                 if not flushes or flushes[-1]["acked"]:  # a flush's partial counts leave before its acks
@@ -97,10 +104,10 @@ def test_a_counter_with_a_backlog_flushes_every_period_without_waiting_for_its_t
         assert all(FLUSH_SECS * 0.9 <= g <= FLUSH_SECS + 0.2 for g in gaps), gaps  # one period (+ one batch)
 
         # the tick flushes the rest once the counter reaches it, behind its backlog, and is acked too
-        send(proc, {"id": "tick", "comp": "__system", "stream": "__tick", "task": -1, "tuple": [1]})
+        wire.send({"id": "tick", "comp": "__system", "stream": "__tick", "task": -1, "tuple": [1]})
         rest = []
         while "tick" not in rest:
-            message = receive(proc)
+            message = wire.receive()
             if message.get("command") == "ack":
                 rest.append(message["id"])
         assert acked + rest == [f"b{b}" for b in range(BATCHES)] + ["tick"]
