@@ -62,15 +62,42 @@ def test_a_commit_sent_again_adds_nothing_and_returns_the_same_totals(conn):
 
 
 def test_commits_and_completions_larger_than_one_redis_call_count_each_occurrence_once(conn):
-    # the scripts send a word's marks in HSETs of 1000 and the completed lines in calls of 1000: an occurrence
-    # listed twice (an attempt and its replay in one tick) is one, also when its copies fall in different calls
+    # the scripts read and write marks in calls of 1000 fields and move lines in and out of done in calls of 1000:
+    # an occurrence listed twice (an attempt and its replay in one tick) is one, also when its copies are far apart
     keys = RunKeys("eo-chunks")
     dedup = Dedup(conn, keys)
     occurrences = [v for line in range(1500) for v in (line, 0)]
     assert dedup.commit([("a", occurrences + occurrences[:4] + [0, 1]), ("b", [3, 1])]) == [1501, 1]
     assert exactly_once.dropped(conn, keys) == 2
     assert dedup.commit([("a", occurrences[2000:2004])]) == [1501]
-    assert dedup.complete([(line, 2) for line in range(1500)]) == 1500
+    assert dedup.complete([(line, 2) for line in range(1, 1500)]) == 0  # line 0 is not complete: all wait
+    assert conn.hlen(keys.dedup_done) == 1499
+    assert dedup.complete([(0, 2)]) == 1500
+    assert exactly_once.memory(conn, keys)[1] == 0 and not conn.exists(keys.dedup_seen, keys.dedup_done)
+
+
+def test_a_long_line_is_marked_word_by_word_in_every_segment(conn):
+    # a mark holds 48 positions of a line: a line of 150 words has four, each position still its own occurrence
+    keys = RunKeys("eo-long")
+    dedup = Dedup(conn, keys)
+    first = [v for p in range(0, 150, 2) for v in (0, p)]  # the even positions of line 0
+    assert dedup.commit([("a", first), ("b", [1, 47, 1, 48])]) == [75, 2]
+    assert exactly_once.memory(conn, keys)[1] == 4 + 2  # line 0's segments 0-3, line 1's 0 and 1
+    everything = [v for p in range(150) for v in (0, p)]
+    assert dedup.commit([("a", everything), ("b", [1, 48, 1, 49])]) == [150, 3]  # only the odd ones are new
+    assert exactly_once.dropped(conn, keys) == 75 + 1
+    assert dedup.complete([(1, 50), (0, 150)]) == 2
+    assert exactly_once.memory(conn, keys)[1] == 0 and not conn.exists(keys.dedup_seen, keys.dedup_done)
+
+
+def test_a_completion_sent_again_before_the_floor_passes_leaves_nothing_behind(conn):
+    keys = RunKeys("eo-retried")
+    dedup = Dedup(conn, keys)
+    dedup.commit([("a", [0, 0, 1, 0, 2, 0])])
+    assert dedup.complete([(1, 1), (2, 1)]) == 0
+    assert dedup.complete([(1, 1), (2, 1)]) == 0  # a retried script: lines 1 and 2 wait in done, once each
+    assert conn.hlen(keys.dedup_done) == 2
+    assert dedup.complete([(0, 1), (1, 1)]) == 3  # line 1 in this call and in done: the floor forgets both
     assert exactly_once.memory(conn, keys)[1] == 0 and not conn.exists(keys.dedup_seen, keys.dedup_done)
 
 
@@ -87,8 +114,10 @@ def test_completed_lines_are_forgotten_and_late_tuples_of_them_count_nothing(con
     dedup = Dedup(conn, keys)
     dedup.commit([("a", [0, 0, 1, 0, 2, 0]), ("b", [1, 1])])
     assert dedup.complete([(1, 2)]) == 0  # line 1 done, line 0 is not: the floor stays
+    # a stale tuple of line 1 while the floor is still below it: line 1's marks say it is counted
+    assert dedup.commit([("a", [1, 0]), ("b", [1, 1])]) == [3, 1]
     assert dedup.complete([(0, 1)]) == 2  # now both: the floor passes them
-    assert conn.smembers(keys.dedup_done) == set()
+    assert not conn.exists(keys.dedup_done)
     assert sorted(conn.hkeys(keys.dedup_seen)) == ["2:0"]  # only the line still in flight is remembered
     # a stale tuple of lines 0 and 1 (an attempt that timed out) arrives after they completed
     assert dedup.commit([("a", [0, 0, 1, 0]), ("b", [1, 1])]) == [3, 1]
@@ -106,7 +135,7 @@ def test_the_state_stays_bounded_by_the_lines_in_flight_however_long_the_stream(
         # lines complete out of order: an even line 50 lines later, an odd one 53 lines later
         dedup.complete([(d, 4) for d in (line - 50, line - 53) if d >= 0 and d % 2 == (0 if d == line - 50 else 1)])
         marks.append(exactly_once.memory(conn, keys)[1])
-    assert max(marks) <= 4 * 54  # the words of the lines in flight, never more
+    assert max(marks) <= 54  # one mark (a line of up to 48 words) a line above the floor, never more
     assert max(marks[-500:]) == max(marks[100:600])  # no growth with the stream
     dedup.complete([(line, 4) for line in range(1940, 2000)])
     assert exactly_once.floor(conn, keys) == 2000 and exactly_once.memory(conn, keys)[1] == 0

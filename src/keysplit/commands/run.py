@@ -307,7 +307,7 @@ def print_summary(s: dict) -> None:
                                          f"{k['target']} at {k['acked']} lines acked" for k in s["kills"]) + "\n")
     if s.get("dedup_peak_bytes") is not None:
         out.write(f"exactly-once state in Redis: peak {s['dedup_peak_bytes'] / 1024:,.0f} KiB "
-                  f"({s['dedup_peak_marks']:,} committed words of lines in flight)\n")
+                  f"({s['dedup_peak_marks']:,} marks of lines in flight)\n")
     if s.get("timed_out"):
         out.write(f"\nnote: {timeout_note(s)}\n")
 

@@ -10,19 +10,22 @@ nothing that was already added; a stale tuple of an earlier attempt that arrives
 
 What is remembered, and when it is forgotten (Redis, per run; :class:`~keysplit.storm.keys.RunKeys`):
 
-- ``dedup:seen``, a hash with a field ``"line:position"`` per committed occurrence of a line not yet complete;
-- ``dedup:done``, the set of complete lines at or above the floor, and ``dedup:floor``, the lowest line that is
-  not complete (every line below it is);
+- ``dedup:seen``, a hash of commit marks: field ``"line:segment"``, a bit mask of the committed positions
+  ``segment * SPAN`` to ``segment * SPAN + SPAN - 1`` of a line at or above the floor (one field for a line of up
+  to :data:`SPAN` words);
+- ``dedup:done``, a hash of the complete lines above the floor (each with its number of mark fields), and
+  ``dedup:floor``, the lowest line that is not complete (every line below it is);
 - ``dedup:dropped``, how many occurrences the commits dropped as counted before, and ``dedup:peak``, the most
-  marks ``seen`` ever held (measures, not state).
+  mark fields ``seen`` ever held (measures, not state).
 
 A line is complete when its spout gets the ack of its whole tuple tree: in Storm that means every bolt acked
 every tuple of it, and the aggregators ack only after the commit, so every occurrence of the line is in the
-totals. The spout then runs :data:`COMPLETE` (in the same transaction as the ``XACK``): the line joins ``done``,
-its fields leave ``seen``, and the floor moves past every complete line. A commit drops any occurrence of a line
-below the floor or in ``done``: that line is already counted in full. Nothing else is kept, so the memory is that
-of the lines in flight: the spouts never emit a line more than ``window`` lines above the floor
-(:class:`~keysplit.storm.feed.StreamFeed`), which bounds both sets whatever the stream's length.
+totals and its marks have every bit set. The spout then runs :data:`COMPLETE` (in the same transaction as the
+``XACK``): the line joins ``done`` and the floor moves past every complete line, deleting their marks. A commit
+drops any occurrence of a line below the floor, or whose bit is set: a complete line above the floor keeps its
+marks until the floor passes it. Nothing else is kept, so the memory is that of the lines in flight: the spouts
+never emit a line more than ``window`` lines above the floor (:class:`~keysplit.storm.feed.StreamFeed`), which
+bounds both hashes whatever the stream's length.
 
 Both scripts are idempotent, so a client may retry them after a lost connection, and a Redis restarted from its
 append-only file holds a prefix of the commands, where the totals and the marks always agree.
@@ -41,72 +44,129 @@ from keysplit.storm.keys import RunKeys
 #: Delivery guarantees of the word count's totals (``keysplit.delivery``); the first is the default.
 DELIVERIES = ("exactly-once", "at-least-once")
 
+#: Positions of a line one commit mark holds: a mark is a bit mask in a Redis hash field, read and written by Lua
+#: as a double, which holds every integer below 2^53 exactly.
+SPAN = 48
+
 # KEYS: counts, seen, done, floor, dropped, peak. ARGV[1]: JSON [word, ...]; ARGV[2]: JSON [[line, pos, line, pos,
 # ...], ...], each word's occurrences (two arrays, so that the client builds the second from the texts tuples carry).
 # Returns each word's total after the commit, in order (what the aggregator's top-k must show); counts the
 # occurrences it drops as committed before in ``dropped``, and the most marks ever held in ``peak``.
+#
+# The marks: field "line:segment" of ``seen``, bit p of it set when position segment * SPAN + p of the line is
+# committed. One field per line of up to SPAN words, not one per occurrence: the script reads the fields its
+# occurrences fall in with one HMGET, sets their bits in Lua and writes the changed ones with one HSET, where a
+# field per occurrence cost a string, a hash entry and an append-only-file record each (and as many again to
+# delete). A complete line above the floor keeps its marks, every bit set, until the floor passes it (COMPLETE), so
+# a commit asks nothing but the floor to know what is counted in full.
 COMMIT = """
 local floor = tonumber(redis.call('GET', KEYS[4]) or '0')
-local complete = {}
-local function counted(line)
-  local c = complete[line]
-  if c == nil then
-    c = line < floor or redis.call('SISMEMBER', KEYS[3], string.format('%d', line)) == 1
-    complete[line] = c
-  end
-  return c
-end
-local totals, dropped = {}, 0
-local occurrences = cjson.decode(ARGV[2])
-for i, word in ipairs(cjson.decode(ARGV[1])) do
-  -- one HSET per word (per 1000 occurrences), not one HSETNX per occurrence: it returns how many of its fields
-  -- were new, which is the count to add (an occurrence twice in the list is new once, as HSETNX in turn said);
-  -- the calls, not the hash operations, were most of the script's time
-  local occ, new, fields = occurrences[i], 0, {}
+local words, occurrences = cjson.decode(ARGV[1]), cjson.decode(ARGV[2])
+local mfloor = math.floor
+-- each occurrence's mark field (an index into fields) and bit, in order; 0 for a line below the floor
+local fields, slot, where, bit, n = {}, {}, {}, {}, 0
+for i = 1, #words do
+  local occ = occurrences[i]
   for j = 1, #occ, 2 do
-    if not counted(occ[j]) then
-      fields[#fields + 1] = string.format('%d:%d', occ[j], occ[j + 1])
-      fields[#fields + 1] = '1'
-      if #fields == 2000 then new = new + redis.call('HSET', KEYS[2], unpack(fields)); fields = {} end
+    local line, pos = occ[j], occ[j + 1]
+    n = n + 1
+    if line < floor then
+      where[n] = 0
+    else
+      local segment = mfloor(pos / SPAN)
+      local key = line  -- a number for a line's first segment (most lines have no other), else a string
+      if segment > 0 then key = line .. ':' .. segment end
+      local f = slot[key]
+      if f == nil then
+        fields[#fields + 1] = string.format('%d:%d', line, segment)
+        f = #fields
+        slot[key] = f
+      end
+      where[n], bit[n] = f, 2 ^ (pos - segment * SPAN)
     end
   end
-  if #fields > 0 then new = new + redis.call('HSET', KEYS[2], unpack(fields)) end
-  dropped = dropped + #occ / 2 - new
+end
+local marks = {}
+for s = 1, #fields, 1000 do
+  local part = redis.call('HMGET', KEYS[2], unpack(fields, s, math.min(s + 999, #fields)))
+  for k = 1, #part do marks[s + k - 1] = tonumber(part[k]) or 0 end
+end
+local totals, dropped, changed, k = {}, 0, {}, 0
+for i, word in ipairs(words) do
+  local new = 0
+  for _ = 1, #occurrences[i], 2 do
+    k = k + 1
+    local f = where[k]
+    if f > 0 then
+      local b, m = bit[k], marks[f]
+      if m % (b + b) < b then  -- not committed before (nor earlier in this commit)
+        marks[f] = m + b
+        changed[f] = true
+        new = new + 1
+      end
+    end
+  end
+  dropped = dropped + #occurrences[i] / 2 - new
   if new > 0 then
     totals[i] = redis.call('HINCRBY', KEYS[1], word, new)
   else
     totals[i] = tonumber(redis.call('HGET', KEYS[1], word) or '0')
   end
 end
+local out = {}
+for f in pairs(changed) do
+  out[#out + 1] = fields[f]
+  out[#out + 1] = string.format('%.0f', marks[f])
+  if #out == 2000 then redis.call('HSET', KEYS[2], unpack(out)); out = {} end
+end
+if #out > 0 then redis.call('HSET', KEYS[2], unpack(out)) end
 if dropped > 0 then redis.call('INCRBY', KEYS[5], dropped) end
 local held = redis.call('HLEN', KEYS[2])
 if held > tonumber(redis.call('GET', KEYS[6]) or '0') then redis.call('SET', KEYS[6], held) end
 return totals
-"""
+""".replace("SPAN", str(SPAN))
 
 # KEYS: seen, done, floor. ARGV: line, words, line, words, ... of lines whose tuple trees completed.
-# Returns the new floor.
+# Returns the new floor. ``done`` maps a complete line above the floor to its number of mark fields, so that the
+# floor, passing it later, deletes them; the lines of this call the floor passes at once never enter it.
 COMPLETE = """
 local floor = tonumber(redis.call('GET', KEYS[3]) or '0')
--- the lines' SADDs and their marks' HDELs go in calls of up to 1000 members, whatever the lines' lengths
-local lines, fields = {}, {}
+local segments = {}
 for i = 1, #ARGV, 2 do
-  if tonumber(ARGV[i]) >= floor then
-    lines[#lines + 1] = ARGV[i]
-    if #lines == 1000 then redis.call('SADD', KEYS[2], unpack(lines)); lines = {} end
-    for p = 0, tonumber(ARGV[i + 1]) - 1 do
-      fields[#fields + 1] = ARGV[i] .. ':' .. p
-      if #fields == 1000 then redis.call('HDEL', KEYS[1], unpack(fields)); fields = {} end
-    end
-  end
+  local line = tonumber(ARGV[i])
+  if line >= floor then segments[line] = math.ceil(tonumber(ARGV[i + 1]) / SPAN) end
 end
-if #lines > 0 then redis.call('SADD', KEYS[2], unpack(lines)) end
+-- move the floor past every complete line, forgetting its marks (HDELs of up to 1000 fields)
+local start, fields, passed = floor, {}, {}
+while true do
+  local name, count = string.format('%d', floor), segments[floor]
+  if count ~= nil then
+    segments[floor] = nil
+  else
+    count = tonumber(redis.call('HGET', KEYS[2], name))
+    if count == nil then break end
+  end
+  passed[#passed + 1] = name  -- also a line of this call: a retried call may have put it in done already
+  if #passed == 1000 then redis.call('HDEL', KEYS[2], unpack(passed)); passed = {} end
+  for segment = 0, count - 1 do
+    fields[#fields + 1] = string.format('%d:%d', floor, segment)
+    if #fields == 1000 then redis.call('HDEL', KEYS[1], unpack(fields)); fields = {} end
+  end
+  floor = floor + 1
+end
+if #passed > 0 then redis.call('HDEL', KEYS[2], unpack(passed)) end
 if #fields > 0 then redis.call('HDEL', KEYS[1], unpack(fields)) end
-local start = floor
-while redis.call('SREM', KEYS[2], string.format('%d', floor)) == 1 do floor = floor + 1 end
 if floor ~= start then redis.call('SET', KEYS[3], floor) end
+-- the other lines of this call wait in done for the floor
+local rest = {}
+for line, count in pairs(segments) do
+  rest[#rest + 1] = string.format('%d', line)
+  rest[#rest + 1] = count
+  if #rest == 2000 then redis.call('HSET', KEYS[2], unpack(rest)); rest = {} end
+end
+if #rest > 0 then redis.call('HSET', KEYS[2], unpack(rest)) end
 return floor
-"""
+""".replace("SPAN", str(SPAN))
 
 
 class Dedup:
@@ -147,12 +207,13 @@ def dropped(conn: redis.Redis, keys: RunKeys) -> int:
 
 
 def peak_marks(conn: redis.Redis, keys: RunKeys) -> int:
-    """The most commit marks the run ever held at once (kept by the commit script: exact, not sampled)."""
+    """The most mark fields the run ever held at once (kept by the commit script: exact, not sampled); one a line
+    above the floor with a committed word, for lines of up to :data:`SPAN` words."""
     return int(conn.get(keys.dedup_peak) or 0)
 
 
 def memory(conn: redis.Redis, keys: RunKeys) -> tuple[int, int]:
-    """``(bytes, marks)``: Redis memory of the de-duplication state now, and the committed occurrences it marks."""
+    """``(bytes, marks)``: Redis memory of the de-duplication state now, and its mark fields (:data:`SPAN`)."""
     pipe = conn.pipeline(transaction=False)
     for key in (keys.dedup_seen, keys.dedup_done, keys.dedup_floor):
         pipe.memory_usage(key)

@@ -26,11 +26,11 @@ key                         content
 ``...:grouping_stats``      string: JSON of the leader router's grouping ``stats()`` (summary's grouping_stats)
 ``...:starts``              hash: ``component:index`` -> process starts of that task (restarts = starts - 1)
 ``...:received``            string: JSON of the configuration the first task to start received (what ran)
-``...:dedup:seen``          hash: ``line:position`` -> 1 for each committed word of a line not yet complete
-``...:dedup:done``          set: complete lines at or above the floor (:mod:`.exactly_once`)
+``...:dedup:seen``          hash: ``line:segment`` -> bit mask of the committed words of a line above the floor
+``...:dedup:done``          hash: complete line above the floor -> its mark fields (:mod:`.exactly_once`)
 ``...:dedup:floor``         string: the lowest line not yet complete
 ``...:dedup:dropped``       string: word occurrences the commits dropped as counted before (replays)
-``...:dedup:peak``          string: the most marks ``dedup:seen`` ever held
+``...:dedup:peak``          string: the most mark fields ``dedup:seen`` ever held
 ==========================  =====================================================================
 """
 
