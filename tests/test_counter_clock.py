@@ -22,7 +22,7 @@ from keysplit.local.protocol import MessageReader, encode
 from keysplit.runs import redis_server
 from keysplit.storm.bolts import BATCH_STREAM, FLUSH_STREAM
 from keysplit.storm.components import AGGREGATOR, COUNTER, ROUTER
-from keysplit.storm.counting import encode_occurrences, encode_words
+from keysplit.storm.counting import encode_pairs, encode_words, occurrence
 from keysplit.storm.settings import PASSWORD_ENV, split_password
 
 FLUSH_SECS = 0.2
@@ -76,7 +76,7 @@ def test_a_counter_with_a_backlog_flushes_every_period_without_waiting_for_its_t
         started = time.perf_counter()
         for b in range(BATCHES):  # the whole backlog at once, as a router's batches queue behind a busy counter
             words = [f"w{(b * WORDS + k) % 7}" for k in range(WORDS)]
-            occurrences = encode_occurrences([v for k in range(WORDS) for v in (b, k)])
+            occurrences = encode_pairs([occurrence(b, k) for k in range(WORDS)])
             wire.send({"id": f"b{b}", "comp": ROUTER, "stream": BATCH_STREAM, "task": 1,
                         "tuple": [encode_words(words), 0, occurrences]})
         flushes: list[dict] = []  # per flush: when its acks came, its partial counts' words, the batches acked

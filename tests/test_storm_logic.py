@@ -17,11 +17,13 @@ from keysplit.groupings.hosting import route
 from keysplit.latency import LatencyHistogram
 from keysplit.runs import redis_server
 from keysplit.storm.counting import (
+    BatchedCounts,
     PartialCounts,
     Totals,
     decode_words,
     encode_words,
     merge_top,
+    occurrence,
     top_items,
 )
 from keysplit.storm.feed import StreamFeed, create_group, feed_done
@@ -215,8 +217,9 @@ def test_batches_carry_every_word_once_in_stream_order_and_free_a_line_after_its
     assert batcher.next_due() is None and not batcher.refs
     got: dict[int, list] = {}
     for target, words, occ, lines in sent:
-        got.setdefault(target, []).extend(zip(words, occ[::2], occ[1::2]))
-        assert set(lines) == {f"id{o}" for o in occ[::2]}, "anchored to exactly the lines it carries"
+        pairs = [tuple(map(int, pair.split(","))) for pair in occ]  # each word's "line,position"
+        got.setdefault(target, []).extend((word, line, position) for word, (line, position) in zip(words, pairs))
+        assert set(lines) == {f"id{line}" for line, _ in pairs}, "anchored to exactly the lines it carries"
     assert got == routed_per_target  # every word once, at its target, in routed order
     assert sorted(acked) == sorted(f"id{line}" for line in range(400)), "every line acked exactly once"
     assert batcher.batches == len(sent) and batcher.words == sum(len(v) for v in got.values())
@@ -241,16 +244,34 @@ def test_a_batch_leaves_once_full_or_when_its_first_word_is_batch_ms_old():
     assert acked[-1] == "d"
 
 
-def test_a_counter_covers_each_input_once_however_many_words_it_carried():
-    partial = PartialCounts()
-    batches = {"t1": ["a", "b", "a", "a"], "t2": ["b", "c"], "t3": ["a"]}
-    for tup, words in batches.items():
-        for position, word in enumerate(words):
-            partial.add(word, tup, (int(tup[1]), position))
-    flushed = {word: (count, covered, occ) for word, count, covered, occ in partial.drain()}
-    assert flushed == {"a": (4, ["t1", "t3"], [1, 0, 1, 2, 1, 3, 3, 0]), "b": (2, ["t1", "t2"], [1, 1, 2, 0]),
-                       "c": (1, ["t2"], [2, 1])}
-    assert partial.drain_inputs() == ["t1", "t2", "t3"] and partial.processed == 7
+def test_a_counter_flush_sends_each_aggregator_its_words_anchored_to_the_batches_that_carried_them():
+    """A counter's partial counts with batches (counting.BatchedCounts): per aggregator one tuple holding every word
+    the fields grouping sends there, each counted once per occurrence with its occurrences as the batches carried
+    them, anchored to each batch with one of those words once; every batch acked once."""
+    rng = random.Random(5)
+    aggregator_of = {f"w{i}": i % 3 for i in range(40)}
+    counts = BatchedCounts(aggregator_of.__getitem__)
+    batches = {f"t{b}": [f"w{int(rng.paretovariate(1.0)) % 40}" for _ in range(rng.randint(1, 12))] for b in range(60)}
+    for b, (tup, words) in enumerate(batches.items()):
+        counts.add_batch(tup, words, [occurrence(b, position) for position in range(len(words))])
+        if b == 29:  # a flush halfway
+            first = counts.drain()
+            assert counts.drain_inputs() == [f"t{i}" for i in range(30)]
+    flushed = [first, counts.drain()]
+    assert counts.drain_inputs() == [f"t{i}" for i in range(30, 60)]
+    seen = Counter()
+    for part, flush in enumerate(flushed):
+        for a, (words, numbers, occurrences, anchors) in flush.items():
+            for word, n, occ in zip(decode_words(words), numbers.split(","), occurrences.split(";")):
+                assert aggregator_of[word] == a and int(n) == len(occ.split(",")) // 2
+                seen.update((word, pair) for pair in zip(occ.split(",")[::2], occ.split(",")[1::2]))
+            carried = [t for t in list(batches)[30 * part:30 * part + 30]
+                       if any(aggregator_of[w] == a for w in batches[t])]
+            assert anchors == carried  # every batch with a word of this aggregator, once, in order
+    expected = Counter((w, (str(b), str(p))) for b, words in enumerate(batches.values()) for p, w in enumerate(words))
+    assert seen == expected  # every occurrence once, under its word
+    assert counts.processed == sum(map(len, batches.values()))
+    assert counts.distinct == len({w for words in batches.values() for w in words})
 
 
 def test_the_components_fields_hash_is_storms():

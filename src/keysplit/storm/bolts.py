@@ -36,12 +36,14 @@ from keysplit.redis_client import client
 from keysplit.storm import quiet_exit
 from keysplit.storm.components import AGGREGATOR, COUNTER, record_start
 from keysplit.storm.counting import (
+    BatchedCounts,
     PartialCounts,
     Totals,
+    decode_pairs,
     decode_words,
     encode_occurrences,
+    encode_pairs,
     encode_words,
-    flushes,
     merge_top,
 )
 from keysplit.storm.cpu_delay import DelayClock, tighten_timer_slack
@@ -55,7 +57,6 @@ from keysplit.storm.settings import WordCountSettings
 #: keysplit.batch > 1, (words, route) and (words) of a batch (storm/router.py).
 WORDS_STREAM, DIRECT_STREAM = "words", "words_direct"
 BATCH_STREAM, BATCH_DIRECT_STREAM = "batches", "batches_direct"
-BATCH_STREAMS = frozenset((BATCH_STREAM, BATCH_DIRECT_STREAM))
 #: The counters' partial counts with batches: one tuple per aggregator at each tick, fields-grouped on route.
 FLUSH_STREAM = "flushes"
 #: Seconds between the ``sync`` messages a counter sends while it works through batches (CounterBolt.count_batch).
@@ -115,7 +116,7 @@ class RouterBolt(CoalescedWrites, Bolt):
             threading.Thread(target=self._flusher, name="batch-flusher", daemon=True).start()
 
     def _emit_batch(self, target: int, batch: Batch) -> None:
-        words, occurrences = encode_words(batch.words), encode_occurrences(batch.occurrences)
+        words, occurrences = encode_words(batch.words), encode_pairs(batch.occurrences)
         if self.direct:
             self.emit([words, occurrences], stream=BATCH_DIRECT_STREAM, direct_task=target, anchors=list(batch.lines),
                       need_task_ids=False)
@@ -183,13 +184,14 @@ class CounterBolt(CoalescedWrites, Bolt):
         self.conn = client(settings.redis_connect_url())
         record_start(self.conn, self.keys, self.component_name, self.index, conf, context)
         self.batched = settings.batch > 1  # partial counts in one tuple per aggregator (module docstring)
-        self.aggregators = len(component_tasks(context, AGGREGATOR))
-        self.aggregator_of: dict[str, int] = {}  # word -> the aggregator Storm's fields grouping on it picks
+        self.aggregators = aggregators = len(component_tasks(context, AGGREGATOR))
         self.exactly_once = settings.exactly_once
         self.clock = DelayClock(settings.cpu_delay_ms / 1000.0) if settings.cpu_delay_ms else None
         if self.clock is not None:
             tighten_timer_slack()
-        self.partial = PartialCounts()
+        # the aggregator Storm's fields grouping on a word picks (storm/router.py fields_index)
+        self.partial = (BatchedCounts(lambda word: fields_index(word, aggregators)) if self.batched
+                        else PartialCounts())
         self.busy = 0.0
         self.reported = 0
         self.tuples = 0  # input tuples: one a word, or one a batch
@@ -205,7 +207,7 @@ class CounterBolt(CoalescedWrites, Bolt):
         started = time.perf_counter()
         values = tup.values
         self.tuples += 1
-        if tup.stream in BATCH_STREAMS:
+        if self.batched:
             self.count_batch(tup.id, decode_words(values[0]), values[-1], started)
         else:
             if self.clock is not None:  # the paper's CPU delay (storm/cpu_delay.py), as a batch of one word
@@ -225,19 +227,17 @@ class CounterBolt(CoalescedWrites, Bolt):
         and kills one silent for ``topology.subprocess.timeout.secs`` (30 s), while its heartbeat request waits in the
         pipe behind the tuples written before it. A pipe of 64 KiB holds about 5,000 batched words (13 bytes each,
         100 one-word tuples), 20 s at 4 ms a word: a hot counter with a backlog would be killed for being busy."""
-        add, clock = self.partial.add, self.clock
-        occ = occurrences.split(",") if self.exactly_once else None  # text: a flush sends it on, never parsed
+        clock = self.clock
         if clock is not None:
             clock.begin(started)
-        for k, word in enumerate(words):
-            if clock is not None:
+            for _ in words:
                 now = clock.work()
                 if now - self.alive > ALIVE_SECS:
                     self.alive = now
                     self.send_message({"command": "sync"})
-            add(word, tup_id, (occ[2 * k], occ[2 * k + 1]) if occ is not None else None)
-        if clock is not None:
             clock.end()
+        # counted once the batch's time is spent: only a flush, after the whole tuple, can tell the difference
+        self.partial.add_batch(tup_id, words, decode_pairs(occurrences) if self.exactly_once else None)
 
     def process_tick(self, tup):
         self.flush()
@@ -258,18 +258,13 @@ class CounterBolt(CoalescedWrites, Bolt):
             self.ack(tup_id)
 
     def emit_flushes(self, flushed) -> None:
-        """The partial counts of a flush as one tuple per aggregator (:func:`~keysplit.storm.counting.flushes`) with
-        the ``route`` that Storm's fields grouping sends to that aggregator, the one its fields grouping on each of
-        these words would pick (:func:`~keysplit.storm.router.fields_index`); anchored to every input they cover."""
+        """The partial counts of a flush as one tuple per aggregator (:meth:`~keysplit.storm.counting.BatchedCounts.
+        drain`) with the ``route`` that Storm's fields grouping sends to that aggregator, the one its fields grouping
+        on each of these words would pick (:func:`~keysplit.storm.router.fields_index`); anchored to every input they
+        cover."""
         n = self.aggregators
-        for a, (words, counts, occurrences, anchors) in flushes(flushed, self.aggregator_index).items():
+        for a, (words, counts, occurrences, anchors) in flushed.items():
             self.emit([words, counts, occurrences, route_value(a, n)], stream=FLUSH_STREAM, anchors=anchors)
-
-    def aggregator_index(self, word: str) -> int:
-        a = self.aggregator_of.get(word)
-        if a is None:
-            a = self.aggregator_of[word] = fields_index(word, self.aggregators)
-        return a
 
     def report(self):
         now = time.time()

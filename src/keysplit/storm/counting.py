@@ -1,8 +1,9 @@
 """The counting logic of the word-count / top-k topology (PKG paper §6: partial counts aggregated every T).
 
-- :class:`PartialCounts` is a counter ("worker"): counts since the last flush, the input tuples each count
-  covers (so the flushed count can be anchored to them and they are acked only after it), and the memory
-  and load metrics of the worker.
+- :class:`PartialCounts` is a counter ("worker") fed one word a tuple: counts since the last flush, the input tuples
+  each count covers (so the flushed count can be anchored to them and they are acked only after it), and the
+  memory and load metrics of the worker. :class:`BatchedCounts` is the same fed a router's batches, kept as its
+  flush sends them: per aggregator.
 - :class:`Totals` is an aggregator: merged totals of the words routed to it by fields grouping, the
   increments not yet written to Redis, and its local top-k.
 - :func:`merge_top` is the global top-k: the k largest of the aggregators' local top-k lists. Each word
@@ -58,35 +59,121 @@ def decode_words(text: str) -> list[str]:
     return text.split(KEY_SEPARATOR)
 
 
-def flushes(drained: Iterable[tuple[str, int, list[Hashable], list[int]]], aggregator_of: Callable[[str], int]
-            ) -> dict[int, tuple[str, str, str, list[Hashable]]]:
-    """A counter's partial counts (:meth:`PartialCounts.drain`) as one tuple per aggregator: per aggregator index
-    (``aggregator_of(word)``) its words (:func:`encode_words`), their counts (``"3,1"``) and occurrences (each
-    word's :func:`encode_occurrences`, ``;`` between words), and every input tuple they cover, each once.
+def encode_pairs(pairs: Sequence[str]) -> str:
+    """A batch's occurrences, each the text ``"line,position"`` (:func:`occurrence`), as one string tuple value:
+    the pairs joined by spaces, so that a counter splits them back into pairs with one ``split`` and a flush joins a
+    word's pairs with commas into the text its partial count carries (:func:`encode_occurrences`'s form).
 
-    >>> flushes([("a", 2, ["t1", "t2"], [7, 0, 8, 1]), ("b", 1, ["t2"], [8, 0]), ("c", 1, ["t3"], [9, 0])],
-    ...         lambda w: 0 if w < "c" else 1)
-    {0: ('a\\tb', '2,1', '7,0,8,1;8,0', ['t1', 't2']), 1: ('c', '1', '9,0', ['t3'])}
+    >>> encode_pairs([occurrence(7, 0), occurrence(7, 2)]), decode_pairs("7,0 7,2")
+    ('7,0 7,2', ['7,0', '7,2'])
     """
-    groups: dict[int, tuple[list, list, list, dict]] = {}
-    for word, count, covered, occurrences in drained:
-        a = aggregator_of(word)
-        group = groups.get(a)
-        if group is None:
-            group = groups[a] = ([], [], [], {})
-        group[0].append(word)
-        group[1].append(str(count))
-        group[2].append(encode_occurrences(occurrences))
-        group[3].update(dict.fromkeys(covered))
-    return {a: (encode_words(words), ",".join(counts), ";".join(occ), list(anchors))
-            for a, (words, counts, occ, anchors) in groups.items()}
+    return " ".join(pairs)
+
+
+def decode_pairs(text: str) -> list[str]:
+    """The ``"line,position"`` pairs :func:`encode_pairs` joined."""
+    return text.split(" ")
+
+
+def occurrence(line: int, position: int) -> str:
+    """The text of one occurrence: ``"line,position"``."""
+    return f"{line},{position}"
+
+
+class BatchedCounts:
+    """A counter task's state between two flushes when its input is a router's batches, kept as the flush sends it:
+    one tuple per aggregator (storm/bolts.py, ``CounterBolt.emit_flushes``).
+
+    Per word its count and its occurrences as the ``"line,position"`` texts the batches carried (never parsed:
+    the aggregator's commit puts them into its script's JSON); per aggregator the input tuples (batches) that
+    carried one of its words, each once, in order: the anchors of the flush's tuple to it. ``aggregator_of(word)``
+    is the aggregator Storm's fields grouping on the word picks, asked once per word for the task's life.
+
+    >>> c = BatchedCounts(lambda w: 0 if w < "c" else 1)
+    >>> c.add_batch("t1", ["a", "b", "a"], ["7,0", "7,1", "8,0"]); c.add_batch("t2", ["c", "a"], ["9,0", "9,1"])
+    >>> c.drain()
+    {0: ('a\\tb', '3,1', '7,0,8,0,9,1;7,1', ['t1', 't2']), 1: ('c', '1', '9,0', ['t2'])}
+    >>> c.drain_inputs(), c.processed, c.distinct, c.drain(), c.drain_inputs()
+    (['t1', 't2'], 5, 3, {}, [])
+    """
+
+    def __init__(self, aggregator_of: Callable[[str], int]) -> None:
+        self.aggregator_of = aggregator_of
+        self.aggregator: dict[str, int] = {}  # word -> its aggregator, once asked
+        self.counts: dict[str, int] = {}
+        self.occurrences: dict[str, list[str]] = {}
+        self.anchors: dict[int, list[Hashable]] = {}  # aggregator -> the inputs since the last flush with its words
+        self.inputs: list[Hashable] = []
+        self.seen: set[str] = set()  # every word this worker has held: its memory (DistCost)
+        self.new_keys: list[str] = []
+        self.processed = 0
+
+    def add_batch(self, tup: Hashable, words: Sequence[str], pairs: Sequence[str] | None) -> None:
+        """Count the words of input tuple ``tup``, with their occurrences ``pairs`` (None: at-least-once, none)."""
+        counts, aggregator = self.counts, self.aggregator
+        touched = set()
+        for word in words:
+            n = counts.get(word)
+            if n is None:
+                counts[word] = 1
+                if word not in self.seen:
+                    self.seen.add(word)
+                    self.new_keys.append(word)
+                    aggregator[word] = self.aggregator_of(word)
+            else:
+                counts[word] = n + 1
+            touched.add(aggregator[word])
+        if pairs is not None:
+            occurrences = self.occurrences
+            for word, pair in zip(words, pairs):
+                held = occurrences.get(word)
+                if held is None:
+                    occurrences[word] = [pair]
+                else:
+                    held.append(pair)
+        for a in touched:
+            self.anchors.setdefault(a, []).append(tup)
+        self.inputs.append(tup)
+        self.processed += len(words)
+
+    def drain(self) -> dict[int, tuple[str, str, str, list[Hashable]]]:
+        """Per aggregator index: its words (:func:`encode_words`), their counts (``"3,1"``), their occurrences (each
+        word's pairs joined by commas, ``;`` between words; empty at-least-once) and the inputs they cover; resets
+        the counts."""
+        groups: dict[int, tuple[list, list, list]] = {}
+        aggregator, occurrences = self.aggregator, self.occurrences
+        for word, n in self.counts.items():
+            group = groups.get(aggregator[word])
+            if group is None:
+                group = groups[aggregator[word]] = ([], [], [])
+            group[0].append(word)
+            group[1].append(str(n))
+            group[2].append(",".join(occurrences.get(word, ())))
+        out = {a: (encode_words(words), ",".join(counts), ";".join(occ), self.anchors[a])
+               for a, (words, counts, occ) in groups.items()}
+        self.counts, self.occurrences, self.anchors = {}, {}, {}
+        return out
+
+    def drain_inputs(self) -> list[Hashable]:
+        """The input tuples since the last call, each once (to ack after the flush's emits)."""
+        out, self.inputs = self.inputs, []
+        return out
+
+    def drain_new_keys(self) -> list[str]:
+        """Words held for the first time since the last call (to add to the worker's key set in Redis)."""
+        out, self.new_keys = self.new_keys, []
+        return out
+
+    @property
+    def distinct(self) -> int:
+        return len(self.seen)
 
 
 class PartialCounts:
-    """A counter task's state between two flushes (aggregation period T).
+    """A counter task's state between two flushes (aggregation period T), one word a tuple (``keysplit.batch`` 1).
 
     A count covers each input tuple that carried one of its words once, however many of its words the tuple
-    carried (a router's batch, storm/router.py): the count's anchors. ``inputs`` are the input tuples since the
+    carried: the count's anchors. ``inputs`` are the input tuples since the
     last flush, each once, in order: what the flush acks (acking an id twice is fatal on Storm).
 
     >>> p = PartialCounts()
@@ -104,7 +191,7 @@ class PartialCounts:
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
         self.covered: dict[str, list[Hashable]] = {}
-        self.occurrences: dict[str, list] = {}  # word -> [line, position, ...], ints or the texts a batch carried
+        self.occurrences: dict[str, list] = {}  # word -> [line, position, ...]
         self.seen: set[str] = set()  # every word this worker has held: its memory (DistCost)
         self.new_keys: list[str] = []
         self.inputs: list[Hashable] = []  # the input tuples since the last flush, each once

@@ -34,7 +34,7 @@ is anchored to every line it carries a word of (Storm's multi-anchoring: apache/
 its own edge id, and ``task/ShellBolt.java`` ``handleEmit`` resolves each anchor id among the bolt's pending
 inputs, so every anchor must still be unacked), and a line is acked only once every batch carrying one of its words
 was emitted. Its values are strings (:func:`~keysplit.storm.counting.encode_words` and
-:func:`~keysplit.storm.counting.encode_occurrences`) and the route value: what Kryo writes between workers.
+:func:`~keysplit.storm.counting.encode_pairs`) and the route value: what Kryo writes between workers.
 """
 
 from __future__ import annotations
@@ -238,14 +238,14 @@ class Router:
 
 
 class Batch:
-    """The words a router holds for one counter: each word, its occurrence ``(line, position)`` flattened, the lines
+    """The words a router holds for one counter: each word, its occurrence ``"line,position"``, the lines
     (input tuple ids) it carries words of, in order, and when its first word came (monotonic seconds)."""
 
     __slots__ = ("lines", "occurrences", "opened", "words")
 
     def __init__(self, opened: float) -> None:
         self.words: list[str] = []
-        self.occurrences: list[int] = []
+        self.occurrences: list[str] = []
         self.lines: dict[Hashable, None] = {}
         self.opened = opened
 
@@ -290,12 +290,13 @@ class Batcher:
         refs = self.refs
         refs[line_id] = 1
         open_, size = self.open, self.size
+        prefix = f"{line},"  # each word's occurrence text, counting.occurrence(line, position), a format less a word
         for position, (word, target) in enumerate(routed):
             batch = open_.get(target)
             if batch is None:
                 batch = open_[target] = Batch(self.clock())
             batch.words.append(word)
-            batch.occurrences += (line, position)
+            batch.occurrences.append(prefix + str(position))
             if line_id not in batch.lines:
                 batch.lines[line_id] = None
                 refs[line_id] += 1
