@@ -50,7 +50,16 @@ from keysplit.storm.cpu_delay import DelayClock, tighten_timer_slack
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.multilang import CoalescedWrites
-from keysplit.storm.router import Batch, Batcher, GroupingChannel, Router, component_tasks, fields_index, route_value
+from keysplit.storm.router import (
+    Batch,
+    Batcher,
+    GroupingChannel,
+    Router,
+    component_tasks,
+    decode_lines,
+    fields_index,
+    route_value,
+)
 from keysplit.storm.settings import WordCountSettings
 
 #: The router's streams: (word, route) fields-grouped on route, and (word) emitted directly (keysplit.route); with
@@ -142,21 +151,22 @@ class RouterBolt(CoalescedWrites, Bolt):
             os._exit(1)
 
     def process(self, tup):
-        record, line = tup.values[:2]
-        routed = self.router.route(record, self.router.elapsed())
+        router, now = self.router, self.router.elapsed()
+        lines = [(line, router.route(record, now)) for line, record in decode_lines(*tup.values[:2])]
         if self.batcher is not None:
             with self.lock:
                 idle = not self.batcher.open
-                self.batcher.add_line(tup.id, line, routed)
+                self.batcher.add_tuple(tup.id, lines)
                 if idle and self.batcher.open:
                     self.lock.notify()  # the flusher waits without a deadline while no batch is open
             return
-        if self.direct:
-            for position, (word, task) in enumerate(routed):
-                self.emit([word, line, position], stream=DIRECT_STREAM, direct_task=task)
-        else:  # Storm's fields grouping on route delivers each word to the chosen task
-            for position, (word, route) in enumerate(routed):
-                self.emit([word, route, line, position], stream=WORDS_STREAM, need_task_ids=False)
+        for line, routed in lines:
+            if self.direct:
+                for position, (word, task) in enumerate(routed):
+                    self.emit([word, line, position], stream=DIRECT_STREAM, direct_task=task)
+            else:  # Storm's fields grouping on route delivers each word to the chosen task
+                for position, (word, route) in enumerate(routed):
+                    self.emit([word, route, line, position], stream=WORDS_STREAM, need_task_ids=False)
 
 
 class CounterBolt(CoalescedWrites, Bolt):

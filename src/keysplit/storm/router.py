@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 from keysplit.datasets import decode_record
 from keysplit.errors import KeysplitError
@@ -237,9 +237,39 @@ class Router:
         self.next_sync = clock + self.channel.poll_secs  # type: ignore[union-attr]
 
 
+#: What joins the records of a spout tuple's lines (a record's keys hold no line break: datasets.clean_key), and what
+#: joins their line numbers, and their feed entry ids in the tuple's id.
+RECORD_SEPARATOR, LIST_SEPARATOR = "\n", " "
+
+
+def encode_lines(lines: Sequence[tuple[str, str, int]]) -> tuple[str, str, str]:
+    """A spout tuple of several lines ``(entry id, encoded record, line number)``: its ``records`` and ``lines``
+    values and its id (storm/spout.py). Strings, as every tuple value (what Kryo writes between workers).
+
+    >>> encode_lines([("5-0", "\\ta\\tb", 7), ("5-1", "\\tc", 8)])
+    ('\\ta\\tb\\n\\tc', '7 8', '5-0 5-1')
+    >>> decode_lines('\\ta\\tb\\n\\tc', '7 8'), decode_ids('5-0 5-1')
+    ([(7, '\\ta\\tb'), (8, '\\tc')], ['5-0', '5-1'])
+    """
+    return (RECORD_SEPARATOR.join(record for _, record, _ in lines),
+            LIST_SEPARATOR.join(str(line) for _, _, line in lines),
+            LIST_SEPARATOR.join(entry_id for entry_id, _, _ in lines))
+
+
+def decode_lines(records: str, numbers: str) -> list[tuple[int, str]]:
+    """A spout tuple's ``(line number, encoded record)`` pairs (:func:`encode_lines`)."""
+    return list(zip(map(int, numbers.split(LIST_SEPARATOR)), records.split(RECORD_SEPARATOR)))
+
+
+def decode_ids(tup_id: str) -> list[str]:
+    """The feed entry ids of a spout tuple's lines, from its id (:func:`encode_lines`)."""
+    return tup_id.split(LIST_SEPARATOR)
+
+
 class Batch:
-    """The words a router holds for one counter: each word, its occurrence ``"line,position"``, the lines
-    (input tuple ids) it carries words of, in order, and when its first word came (monotonic seconds)."""
+    """The words a router holds for one counter: each word, its occurrence ``"line,position"``, the input tuples
+    (``lines``: spout tuples, of one or more lines each) it carries words of, in order, and when its first word came
+    (monotonic seconds)."""
 
     __slots__ = ("lines", "occurrences", "opened", "words")
 
@@ -253,21 +283,22 @@ class Batch:
 class Batcher:
     """A router's batches (module docstring): per target, the words routed to it since its last batch left.
 
-    ``emit(target, batch)`` sends a batch (anchored to ``batch.lines``); ``ack(line)`` acks a line once every batch
-    that carries a word of it was emitted. A line's reference count is the batches holding its words, plus one while
-    the line itself is being added, so a batch that fills in the middle of a line does not free it early.
-    ``size`` words at most per batch, ``wait`` seconds at most from its first word (:meth:`flush_due`; the caller
-    calls it when :meth:`next_due` says, from a timer thread: a multi-lang bolt runs only when a tuple arrives).
+    ``emit(target, batch)`` sends a batch (anchored to ``batch.lines``, the input tuples it carries words of);
+    ``ack(tup)`` acks an input tuple (a spout tuple of one or more lines) once every batch that carries a word of it
+    was emitted. A tuple's reference count is the batches holding its words, plus one while its lines are being
+    added, so a batch that fills in the middle of them does not free it early. ``size`` words at most per batch,
+    ``wait`` seconds at most from its first word (:meth:`flush_due`; the caller calls it when :meth:`next_due` says,
+    from a timer thread: a multi-lang bolt runs only when a tuple arrives).
 
     >>> sent, acked = [], []
     >>> b = Batcher(2, 0.05, lambda t, batch: sent.append((t, batch.words, list(batch.lines))), acked.append,
     ...             clock=lambda: 0.0)
-    >>> b.add_line("L0", 7, [("a", 1), ("b", 2), ("c", 1)])
+    >>> b.add_tuple("T0", [(7, [("a", 1), ("b", 2), ("c", 1)])])
     >>> sent, acked
-    ([(1, ['a', 'c'], ['L0'])], [])
-    >>> b.add_line("L1", 8, [("d", 2)])
+    ([(1, ['a', 'c'], ['T0'])], [])
+    >>> b.add_tuple("T1", [(8, [("d", 2)]), (9, [])])
     >>> sent[-1], acked
-    ((2, ['b', 'd'], ['L0', 'L1']), ['L0', 'L1'])
+    ((2, ['b', 'd'], ['T0', 'T1']), ['T0', 'T1'])
     """
 
     def __init__(self, size: int, wait: float, emit: Callable[[int, Batch], None], ack: Callable[[Hashable], None],
@@ -280,29 +311,30 @@ class Batcher:
         self.ack = ack
         self.clock = clock
         self.open: dict[int, Batch] = {}  # target -> its batch; in the order they opened, so the oldest is first
-        self.refs: dict[Hashable, int] = {}  # line -> batches still holding a word of it (+1 while being added)
+        self.refs: dict[Hashable, int] = {}  # input tuple -> batches still holding a word of it (+1 while added)
         self.batches = 0  # batches emitted
         self.words = 0  # words emitted in them
 
-    def add_line(self, line_id: Hashable, line: int, routed: Sequence[tuple[str, int]]) -> None:
-        """The words of one line (input tuple ``line_id``, feed line number ``line``), ``(word, target)`` in order:
-        each joins its target's batch, and a batch that reaches ``size`` words is emitted at once."""
+    def add_tuple(self, tup: Hashable, lines: Iterable[tuple[int, Sequence[tuple[str, int]]]]) -> None:
+        """The lines of input tuple ``tup``: each its feed line number and its words ``(word, target)`` in order;
+        each word joins its target's batch, and a batch that reaches ``size`` words is emitted at once."""
         refs = self.refs
-        refs[line_id] = 1
+        refs[tup] = 1
         open_, size = self.open, self.size
-        prefix = f"{line},"  # each word's occurrence text, counting.occurrence(line, position), a format less a word
-        for position, (word, target) in enumerate(routed):
-            batch = open_.get(target)
-            if batch is None:
-                batch = open_[target] = Batch(self.clock())
-            batch.words.append(word)
-            batch.occurrences.append(prefix + str(position))
-            if line_id not in batch.lines:
-                batch.lines[line_id] = None
-                refs[line_id] += 1
-            if len(batch.words) >= size:
-                self._send(target)
-        self._release(line_id)
+        for line, routed in lines:
+            prefix = f"{line},"  # occurrence texts, counting.occurrence(line, position), one format a line
+            for position, (word, target) in enumerate(routed):
+                batch = open_.get(target)
+                if batch is None:
+                    batch = open_[target] = Batch(self.clock())
+                batch.words.append(word)
+                batch.occurrences.append(prefix + str(position))
+                if tup not in batch.lines:
+                    batch.lines[tup] = None
+                    refs[tup] += 1
+                if len(batch.words) >= size:
+                    self._send(target)
+        self._release(tup)
 
     def next_due(self) -> float | None:
         """When the oldest open batch must leave (monotonic seconds), or None when none is open."""
@@ -325,16 +357,16 @@ class Batcher:
 
     def _send(self, target: int) -> None:
         batch = self.open.pop(target)
-        self.emit(target, batch)  # anchored to lines not acked yet: their references include this batch
+        self.emit(target, batch)  # anchored to input tuples not acked yet: their references include this batch
         self.batches += 1
         self.words += len(batch.words)
-        for line_id in batch.lines:
-            self._release(line_id)
+        for tup in batch.lines:
+            self._release(tup)
 
-    def _release(self, line_id: Hashable) -> None:
-        left = self.refs[line_id] - 1
+    def _release(self, tup: Hashable) -> None:
+        left = self.refs[tup] - 1
         if left:
-            self.refs[line_id] = left
+            self.refs[tup] = left
         else:
-            del self.refs[line_id]
-            self.ack(line_id)
+            del self.refs[tup]
+            self.ack(tup)

@@ -15,7 +15,7 @@ from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.feed import StreamFeed
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.multilang import CoalescedWrites
-from keysplit.storm.router import component_tasks, route_value
+from keysplit.storm.router import component_tasks, decode_ids, encode_lines, route_value
 from keysplit.storm.settings import WordCountSettings
 from keysplit.storm.spout_pacing import RatePacer
 from keysplit.storm.window import AdaptiveWindow
@@ -23,12 +23,20 @@ from keysplit.storm.window import AdaptiveWindow
 quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
 
 #: Lines a spout emits for one ``next`` at most (fewer when its windows or the feed hold no more).
-LINES_PER_NEXT = 16
+LINES_PER_NEXT = 64
 
 
 class RedisStreamSpout(CoalescedWrites, Spout):
-    """Emits each feed entry's encoded record and line number with the entry id as tuple id; acks XACK (and, for
-    exactly-once totals, complete the line: storm/exactly_once.py), fails replay.
+    """Emits feed entries' encoded records and line numbers, several lines in a tuple whose id is their entry ids;
+    an ack XACKs each line (and, for exactly-once totals, completes it: storm/exactly_once.py), a fail replays each.
+
+    Several lines a tuple: each ``next`` takes the lines ready now (up to :data:`LINES_PER_NEXT`, each within the
+    feed's windows) and emits those bound for one router together, in feed order; it never waits for a line to fill
+    a tuple, so a spout with one line ready emits a tuple of one line. Storm's cost is per tuple: its emit, its
+    acker entry and ack, the router's read and ack of it, and every batch anchored to it (storm/router.py), so a
+    line a tuple made the spout, the router and the acker work per line what the counters work per batch
+    (docs/design/batches.md, "Fifth round"). The lines of a tuple complete, and are replayed, together; each still
+    keeps its own identity (its line number: exactly-once) and its own place in the feed's windows.
 
     With ``keysplit.rate`` R > 0 (open loop) the P spout tasks together emit R words per second, line i due at
     (words before it) / R as the replay's ``sequence / rate`` says (storm/spout_pacing.py).
@@ -44,7 +52,7 @@ class RedisStreamSpout(CoalescedWrites, Spout):
     fields grouping on it, the trick the counters' stream uses (storm/router.py ``route_value``). Lines of a feed
     loaded without that field go round-robin by line number."""
 
-    outputs = [Stream(fields=["record", "line", ROUTE_FIELD])]
+    outputs = [Stream(fields=["records", "lines", ROUTE_FIELD])]
 
     def initialize(self, conf, context):
         settings = WordCountSettings.from_conf(conf)
@@ -74,28 +82,34 @@ class RedisStreamSpout(CoalescedWrites, Spout):
         # Several lines per call: Storm's ShellSpout forwards one nextTuple as one ``next`` and then reads the
         # subprocess's emits until its ``sync`` (apache/storm storm-client/src/jvm/org/apache/storm/spout/
         # ShellSpout.java, querySubprocess), so a call may emit many tuples. Each line still passes the feed's
-        # adaptive and exactly-once windows (StreamFeed.next), so at most max pending lines are ever out; the
-        # ``next``/``sync`` round trip per line was a third of the spout's messages.
+        # adaptive and exactly-once windows (StreamFeed.next), so at most max pending lines are ever out.
+        by_router: dict[int, list[tuple[str, str, int]]] = {}
         for _ in range(LINES_PER_NEXT):
-            if not self.emit_line():
-                return
+            item = self.next_line()
+            if item is None:
+                break
+            entry_id, record, line, router = item
+            by_router.setdefault(router, []).append((entry_id, record, line))
+        for router, lines in by_router.items():
+            records, numbers, tup_id = encode_lines(lines)
+            self.emit([records, numbers, self.routes[router]], tup_id=tup_id)
 
-    def emit_line(self) -> bool:
-        """Emit the next line if one is ready (and due, open loop); whether one was emitted."""
+    def next_line(self) -> tuple[str, str, int, int] | None:
+        """The next line if one is ready (and due, open loop): ``(entry id, record, line, router)``."""
         if self.pacer is not None and not self.pacer.ready(time.time()):
-            return False  # not yet due: the runner's spout wait strategy calls again shortly
+            return None  # not yet due: the runner's spout wait strategy calls again shortly
         item = self.feed.next()
         if item is None:  # Storm's spout wait strategy sleeps before asking again
-            return False
+            return None
         if self.pacer is not None:
             self.pacer.sent(len(decode_record(item[1])[1]), time.time(), forgive=self.feed.flow.cuts > 0)
         entry_id, record, line, source = item
-        router = source if 0 <= source < self.routers else line % self.routers
-        self.emit([record, line, self.routes[router]], tup_id=entry_id)
-        return True
+        return entry_id, record, line, source if 0 <= source < self.routers else line % self.routers
 
     def ack(self, tup_id):
-        self.feed.ack(tup_id)
+        for entry_id in decode_ids(tup_id):
+            self.feed.ack(entry_id)
 
     def fail(self, tup_id):
-        self.feed.fail(tup_id)
+        for entry_id in decode_ids(tup_id):
+            self.feed.fail(entry_id)
