@@ -1,9 +1,9 @@
 """The counting logic of the word-count / top-k topology (PKG paper §6: partial counts aggregated every T).
 
-- :class:`PartialCounts` is a counter ("worker") fed one word a tuple: counts since the last flush, the input tuples
-  each count covers (so the flushed count can be anchored to them and they are acked only after it), and the
-  memory and load metrics of the worker. :class:`BatchedCounts` is the same fed a router's batches, kept as its
-  flush sends them: per aggregator.
+- :class:`PartialCounts` is a counter ("worker") fed one word a tuple: counts since the last flush, the input
+  tuples each count covers (so the flushed count can be anchored to them and they are acked only after it), and
+  the memory and load metrics of the worker (:class:`CounterState`, which every counter keeps).
+  :class:`BatchedCounts` is the same fed a router's batches, kept as its flush sends them: per aggregator.
 - :class:`Totals` is an aggregator: merged totals of the words routed to it by fields grouping, the
   increments not yet written to Redis, and its local top-k.
 - :func:`merge_top` is the global top-k: the k largest of the aggregators' local top-k lists. Each word
@@ -80,7 +80,33 @@ def occurrence(line: int, position: int) -> str:
     return f"{line},{position}"
 
 
-class BatchedCounts:
+class CounterState:
+    """What every counter task keeps between two flushes, whatever its input: the input tuples since the last flush,
+    each once, in order (what the flush acks: acking an id twice is fatal on Storm), the words it has held (its
+    memory, DistCost) and the words it processed."""
+
+    def __init__(self) -> None:
+        self.inputs: list[Hashable] = []
+        self.seen: set[str] = set()
+        self.new_keys: list[str] = []
+        self.processed = 0
+
+    def drain_inputs(self) -> list[Hashable]:
+        """The input tuples since the last call, each once (to ack after the flush's emits)."""
+        out, self.inputs = self.inputs, []
+        return out
+
+    def drain_new_keys(self) -> list[str]:
+        """Words held for the first time since the last call (to add to the worker's key set in Redis)."""
+        out, self.new_keys = self.new_keys, []
+        return out
+
+    @property
+    def distinct(self) -> int:
+        return len(self.seen)
+
+
+class BatchedCounts(CounterState):
     """A counter task's state between two flushes when its input is a router's batches, kept as the flush sends it:
     one tuple per aggregator (storm/bolts.py, ``CounterBolt.emit_flushes``).
 
@@ -98,15 +124,12 @@ class BatchedCounts:
     """
 
     def __init__(self, aggregator_of: Callable[[str], int]) -> None:
+        super().__init__()
         self.aggregator_of = aggregator_of
         self.aggregator: dict[str, int] = {}  # word -> its aggregator, once asked
         self.counts: dict[str, int] = {}
         self.occurrences: dict[str, list[str]] = {}
         self.anchors: dict[int, list[Hashable]] = {}  # aggregator -> the inputs since the last flush with its words
-        self.inputs: list[Hashable] = []
-        self.seen: set[str] = set()  # every word this worker has held: its memory (DistCost)
-        self.new_keys: list[str] = []
-        self.processed = 0
 
     def add_batch(self, tup: Hashable, words: Sequence[str], pairs: Sequence[str] | None) -> None:
         """Count the words of input tuple ``tup``, with their occurrences ``pairs`` (None: at-least-once, none)."""
@@ -154,22 +177,7 @@ class BatchedCounts:
         self.counts, self.occurrences, self.anchors = {}, {}, {}
         return out
 
-    def drain_inputs(self) -> list[Hashable]:
-        """The input tuples since the last call, each once (to ack after the flush's emits)."""
-        out, self.inputs = self.inputs, []
-        return out
-
-    def drain_new_keys(self) -> list[str]:
-        """Words held for the first time since the last call (to add to the worker's key set in Redis)."""
-        out, self.new_keys = self.new_keys, []
-        return out
-
-    @property
-    def distinct(self) -> int:
-        return len(self.seen)
-
-
-class PartialCounts:
+class PartialCounts(CounterState):
     """A counter task's state between two flushes (aggregation period T), one word a tuple (``keysplit.batch`` 1).
 
     A count covers each input tuple that carried one of its words once, however many of its words the tuple
@@ -189,13 +197,10 @@ class PartialCounts:
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self.counts: dict[str, int] = {}
         self.covered: dict[str, list[Hashable]] = {}
         self.occurrences: dict[str, list] = {}  # word -> [line, position, ...]
-        self.seen: set[str] = set()  # every word this worker has held: its memory (DistCost)
-        self.new_keys: list[str] = []
-        self.inputs: list[Hashable] = []  # the input tuples since the last flush, each once
-        self.processed = 0
 
     def add(self, word: str, tup: Hashable, occurrence: tuple[int, int] | None = None) -> None:
         """Count one occurrence of ``word`` carried by input tuple ``tup``; ``occurrence`` is its
@@ -228,21 +233,6 @@ class PartialCounts:
         self.covered = {}
         self.occurrences = {}
         return out
-
-    def drain_inputs(self) -> list[Hashable]:
-        """The input tuples since the last call, each once (to ack after the flush's emits)."""
-        out, self.inputs = self.inputs, []
-        return out
-
-    def drain_new_keys(self) -> list[str]:
-        """Words held for the first time since the last call (to add to the worker's key set in Redis)."""
-        out, self.new_keys = self.new_keys, []
-        return out
-
-    @property
-    def distinct(self) -> int:
-        return len(self.seen)
-
 
 class Totals:
     """An aggregator's merged counts.
