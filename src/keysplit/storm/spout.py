@@ -33,8 +33,8 @@ class RedisStreamSpout(CoalescedWrites, Spout):
     Several lines a tuple: each ``next`` takes the lines ready now (up to :data:`LINES_PER_NEXT`, each within the
     feed's windows) and emits those bound for one router together, in feed order; it never waits for a line to fill
     a tuple, so a spout with one line ready emits a tuple of one line. Storm's cost is per tuple: its emit, its
-    acker entry and ack, the router's read and ack of it, and every batch anchored to it (storm/router.py), so a
-    line a tuple made the spout, the router and the acker work per line what the counters work per batch
+    acker entry and ack, the router's read and ack of it, and every batch anchored to it (storm/router.py), so with
+    one line a tuple the spout, the router and the acker paid per line what the counters pay per batch
     (docs/design/batches.md, "Fifth round"). The lines of a tuple complete, and are replayed, together; each still
     keeps its own identity (its line number: exactly-once) and its own place in the feed's windows.
 
