@@ -29,9 +29,10 @@ def top_items(counts: dict[str, int], k: int) -> list[list]:
 
 
 def encode_occurrences(occurrences: list[int] | list[str]) -> str:
-    """A partial count's occurrences ``[line, position, ...]`` as one string tuple value. A counter keeps the
-    occurrences a router's batch carried as the text they came in, and the aggregator puts that text into its
-    commit's JSON (:meth:`~keysplit.storm.exactly_once.Dedup.commit`): nobody parses them on the way.
+    """A partial count's occurrences ``[line, position, ...]`` as one string tuple value. A counter fed batches
+    builds the same text by joining the pairs the batches carried (:class:`BatchedCounts`), and the aggregator puts
+    the text into its commit's JSON (:meth:`~keysplit.storm.exactly_once.Dedup.commit`): nobody parses it on the
+    way.
 
     Tuple values are scalars only: a JSON array emitted over multi-lang becomes a JSON library's list object in
     the worker JVM, which Kryo cannot write when the tuple crosses to another worker (apache/storm

@@ -48,8 +48,9 @@ DELIVERIES = ("exactly-once", "at-least-once")
 #: as a double, which holds every integer below 2^53 exactly.
 SPAN = 48
 
-# KEYS: counts, seen, done, floor, dropped, peak. ARGV[1]: JSON [word, ...]; ARGV[2]: JSON [[line, pos, line, pos,
-# ...], ...], each word's occurrences (two arrays, so that the client builds the second from the texts tuples carry).
+# KEYS: counts, seen, floor, dropped, peak (not done: see below). ARGV[1]: JSON [word, ...]; ARGV[2]: JSON [[line,
+# pos, line, pos, ...], ...], each word's occurrences (two arrays, so that the client builds the second from the texts
+# tuples carry).
 # Returns each word's total after the commit, in order (what the aggregator's top-k must show); counts the
 # occurrences it drops as committed before in ``dropped``, and the most marks ever held in ``peak``.
 #
@@ -60,7 +61,7 @@ SPAN = 48
 # delete). A complete line above the floor keeps its marks, every bit set, until the floor passes it (COMPLETE), so
 # a commit asks nothing but the floor to know what is counted in full.
 COMMIT = """
-local floor = tonumber(redis.call('GET', KEYS[4]) or '0')
+local floor = tonumber(redis.call('GET', KEYS[3]) or '0')
 local words, occurrences = cjson.decode(ARGV[1]), cjson.decode(ARGV[2])
 local mfloor = math.floor
 -- each occurrence's mark field (an index into fields) and bit, in order; 0 for a line below the floor
@@ -120,9 +121,9 @@ for f in pairs(changed) do
   if #out == 2000 then redis.call('HSET', KEYS[2], unpack(out)); out = {} end
 end
 if #out > 0 then redis.call('HSET', KEYS[2], unpack(out)) end
-if dropped > 0 then redis.call('INCRBY', KEYS[5], dropped) end
+if dropped > 0 then redis.call('INCRBY', KEYS[4], dropped) end
 local held = redis.call('HLEN', KEYS[2])
-if held > tonumber(redis.call('GET', KEYS[6]) or '0') then redis.call('SET', KEYS[6], held) end
+if held > tonumber(redis.call('GET', KEYS[5]) or '0') then redis.call('SET', KEYS[5], held) end
 return totals
 """.replace("SPAN", str(SPAN))
 
@@ -185,7 +186,7 @@ class Dedup:
         k = self.keys
         words = json.dumps([word for word, _ in batch], separators=(",", ":"), ensure_ascii=False)
         texts = (occ if isinstance(occ, str) else encode_occurrences(occ) for _, occ in batch)
-        return self._commit(keys=[k.counts, k.dedup_seen, k.dedup_done, k.dedup_floor, k.dedup_dropped, k.dedup_peak],
+        return self._commit(keys=[k.counts, k.dedup_seen, k.dedup_floor, k.dedup_dropped, k.dedup_peak],
                             args=[words, f"[[{'],['.join(texts)}]]" if batch else "[]"], client=client)
 
     def complete(self, lines: Iterable[tuple[int, int]], client=None):
