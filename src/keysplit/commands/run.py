@@ -41,16 +41,23 @@ from keysplit.stream import SPLITS
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run",
-        help="run the word-count / top-k Storm topology locally and measure throughput and latency",
-        description="Load a dataset into Redis and run the streamparse word-count / top-k topology on this "
-        "machine (one process per task, Storm's multi-lang protocol) until every line is acked. Prints "
-        "throughput, complete latency, per-worker loads, imbalance, memory and the top-k; everything is "
-        "stored in Redis under the run id for `keysplit compare`.",
-        epilog=GROUPINGS_EPILOG + "\n\nexample:\n  keysplit run wordcount --grouping pkg --dataset "
-        "zipf:z=1.4,keys=10000,messages=20000,seed=1 --workers 8 --cpu-delay 2",
+        help="run a Storm topology locally (the word count, or your streamparse topology file) and measure it",
+        description="Run a streamparse topology on this machine, with no JVM (one process per task, Storm's "
+        "multi-lang protocol): `wordcount`, keysplit's word-count / top-k topology, loads --dataset into Redis "
+        "and runs until every line is acked, printing throughput, complete latency, per-worker loads, imbalance, "
+        "memory and the top-k (stored in Redis under the run id for `keysplit compare`); a topology file "
+        "(path/to/topology.py) runs until every row of --dataset is acked when it reads keysplit's feed "
+        "(keysplit.toolkit.FeedSpout), else for --duration seconds, and prints each keyed stage's loads.",
+        epilog=GROUPINGS_EPILOG + "\n\nexamples:\n  keysplit run wordcount --grouping pkg --dataset "
+        "zipf:z=1.4,keys=10000,messages=20000,seed=1 --workers 8 --cpu-delay 2\n"
+        "  keysplit run topologies/pageviews.py --dataset csv:views.csv,key=page --worker-processes 2",
         formatter_class=GroupingsHelpFormatter,
     )
-    p.add_argument("topology", choices=["wordcount"], help="the topology to run")
+    p.add_argument("topology", metavar="TOPOLOGY",
+                   help="wordcount (keysplit's word-count / top-k topology), or your streamparse topology's file, "
+                   "path/to/topology.py[:Class] (docs/guides/your-topology.md)")
+    p.add_argument("--duration", type=positive_float, metavar="SECS",
+                   help="a topology file without keysplit's feed: run this long, then stop")
     p.add_argument("--grouping", "-g", metavar="G", help="grouping spec, e.g. pkg, pkg:d=4, kg, sg (required)")
     p.add_argument("--dataset", metavar="SPEC", help="dataset spec (see `keysplit datasets --help`; required)")
     p.add_argument("--sources", "-S", type=positive_int, default=5, metavar="S", help="router tasks (default 5)")
@@ -112,6 +119,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="summarise a run that a Storm cluster finished (after --load-only and `sparse submit`)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=run)
+    p.set_defaults(parser_defaults={a.dest: a.default for a in p._actions})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -134,6 +142,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.topology != "wordcount":
+        from keysplit.commands.run_topology import run_file
+
+        return run_file(args, args.parser_defaults)
+    if args.duration is not None:
+        raise KeysplitError("--duration is for a topology file; the word count ends when every line is acked")
     modes = [f"--{name.replace('_', '-')}" for name in ("collect", "resume", "load_only") if getattr(args, name)]
     if len(modes) > 1:
         raise KeysplitError(f"{' and '.join(modes)} cannot be combined")

@@ -65,6 +65,8 @@ def write_dataset(dataset: Dataset, out: str, words_per_line: int | None = None)
     """
     if words_per_line is not None:
         return _write_text(dataset, out, words_per_line)
+    if hasattr(dataset, "rows") and hasattr(dataset, "columns"):  # a generator of whole rows (pageviews)
+        return _write_rows(dataset, out)
     records = iter(dataset.records())
     first = next(records, None)
     if first is None:
@@ -87,6 +89,23 @@ def write_dataset(dataset: Dataset, out: str, words_per_line: int | None = None)
     except OSError as exc:
         raise DatasetError(f"cannot write {out}: {exc.strerror or exc}") from None
     return f"csv:{out},key=key" + (",time=time" if timed else ""), count
+
+
+def _write_rows(dataset, out: str) -> tuple[str, int]:
+    """A generator's rows with all their columns (the first is its time, the second its key)."""
+    opener = gzip.open if out.endswith(".gz") else open
+    columns = list(dataset.columns)
+    count = 0
+    try:
+        with opener(out, "wt", encoding="utf-8", newline="") as fh:
+            writer = csv.writer(fh, lineterminator="\n")
+            writer.writerow(columns)
+            for row in dataset.rows():
+                writer.writerow([row[c] for c in columns])
+                count += 1
+    except OSError as exc:
+        raise DatasetError(f"cannot write {out}: {exc.strerror or exc}") from None
+    return f"csv:{out},key={columns[1]},time={columns[0]}", count
 
 
 def _write_text(dataset: Dataset, out: str, words_per_line: int) -> tuple[str, int]:

@@ -283,4 +283,36 @@ class CountrySkew(Generator):
         return np.where(hot, self._hot, others)
 
 
-GENERATORS: dict[str, type[Generator]] = {g.name: g for g in (Zipf, LogNormal, Drift, CountrySkew)}
+class PageViews(Zipf):
+    """``pageviews:z=,keys=,messages=,rate=,seed=``: page views, a CSV of ``(time, page, bytes)`` rows for a toolkit
+    topology (topologies/pageviews.py): the pages are Zipf's keys named ``/page/<rank>``, view i comes at time
+    i / rate seconds, and its bytes are drawn from a log-normal of median 8 KiB (a second stream of the same seed)."""
+
+    name = "pageviews"
+    summary = "page views (time, page, bytes): Zipf pages with log-normal sizes, for a toolkit topology"
+    PARAMS = {**Zipf.PARAMS, "keys": Param(int, 2_000, "distinct pages", lambda v: 1 <= v <= MAX_ZIPF_KEYS,
+                                           f"1 to {MAX_ZIPF_KEYS:,}"),
+              "messages": _count("views", 20_000),
+              "rate": _real(1000.0, "views per second (the time column)", lambda v: v > 0, "above 0")}
+    #: The columns :meth:`rows` gives, in the order a CSV file has them.
+    columns = ("time", "page", "bytes")
+
+    def key_name(self, index: int) -> str:
+        return f"/page/{index}"
+
+    def records(self) -> Iterator[Record]:
+        rate = self.params["rate"]
+        for i, (_, keys) in enumerate(super().records()):
+            yield i / rate, keys
+
+    def rows(self) -> Iterator[dict[str, str]]:
+        """Each view as its CSV row (text, as a file holds it)."""
+        sizes = np.random.Generator(np.random.PCG64(self.params["seed"] + 1))
+        chunk: list[int] = []
+        for i, (ts, keys) in enumerate(self.records()):
+            if i % _CHUNK == 0:
+                chunk = np.maximum(1, sizes.lognormal(math.log(8192), 1.0, _CHUNK)).astype(np.int64).tolist()
+            yield {"time": repr(ts), "page": keys[0], "bytes": str(chunk[i % _CHUNK])}
+
+
+GENERATORS: dict[str, type[Generator]] = {g.name: g for g in (Zipf, LogNormal, Drift, CountrySkew, PageViews)}

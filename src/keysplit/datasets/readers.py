@@ -228,9 +228,11 @@ class CsvDataset(_ColumnDataset):
                 raise DatasetError(
                     f"{path}: no column {wanted!r} in the CSV header (columns: {', '.join(columns) or 'none'})"
                 )
+        self.columns = columns
         self.key_index = columns.index(key)
         self.time_index = columns.index(time) if time else None
         self.width = len(columns)
+        self.row: list[str] = []  # the row of the record parse_line returned last
         self.ragged_rows = 0
         self.first_ragged: int | None = None
 
@@ -262,7 +264,16 @@ class CsvDataset(_ColumnDataset):
                 self.first_ragged = getattr(self, "line_number", None)
             return None
         ts = row[self.time_index] if self.time_index is not None else None
+        self.row = row
         return self.make_record(row[self.key_index], ts)
+
+    def rows(self) -> Iterator[tuple[Record, dict[str, str]]]:
+        """Each record with its row by column name, the key column as the record's (cleaned) key: what keysplit's
+        feed spout emits to a user's topology (keysplit.toolkit.FeedSpout); the same rows as :meth:`records`."""
+        for record in self.records():
+            row = dict(zip(self.columns, self.row))
+            row[self.key_column] = record[1][0]
+            yield record, row
 
     def records(self) -> Iterator[Record]:
         self.ragged_rows = 0

@@ -39,7 +39,7 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "*.egg-info", 
 JAR_CONTENTS = (
     "__init__.py", "errors.py", "specs.py", "hashing.py", "fingerprint.py", "stream.py", "redis_client.py",
     "latency.py",
-    "datasets/*.py", "groupings/*.py", "sketches/*.py", "storm/*.py",
+    "datasets/*.py", "groupings/*.py", "sketches/*.py", "storm/*.py", "toolkit/*.py",
     "partitioning/__init__.py", "partitioning/adaptive.py", "partitioning/construct.py", "partitioning/function.py",
     "partitioning/penalties.py", "partitioning/readj.py", "partitioning/redist.py", "partitioning/resources.py",
     "partitioning/scan.py", "partitioning/threshold.py", "partitioning/utility.py",

@@ -51,7 +51,7 @@ class Kill:
         return self.kind if self.kind == "redis" else f"{self.kind}:{self.index}"
 
 
-def parse_kill(text: str) -> Kill:
+def parse_kill(text: str, components: tuple[str, ...] = TASK_KINDS) -> Kill:
     """``COMPONENT[:INDEX]@FRACTION``, e.g. ``counter@0.5``, ``router:2@0.25``, ``redis@0.4``; FRACTION ``start``
     for a task or worker: during start-up.
 
@@ -60,8 +60,9 @@ def parse_kill(text: str) -> Kill:
     """
     what, at, frac = text.partition("@")
     kind, colon, index = what.strip().partition(":")
-    usage = f"--kill {text!r}: expected COMPONENT[:INDEX]@FRACTION with COMPONENT one of {', '.join(KINDS)}"
-    if not at or kind not in KINDS or (colon and not index.isdigit()) or (colon and kind == "redis"):
+    kinds = (*components, "worker", "redis")
+    usage = f"--kill {text!r}: expected COMPONENT[:INDEX]@FRACTION with COMPONENT one of {', '.join(kinds)}"
+    if not at or kind not in kinds or (colon and not index.isdigit()) or (colon and kind == "redis"):
         raise KeysplitError(usage)
     if frac.strip() == "start":
         if kind == "redis":
@@ -79,7 +80,7 @@ def parse_kill(text: str) -> Kill:
 def check_kills(kills: list[Kill], parallelism: dict[str, int], worker_processes: int) -> None:
     """Refuse a kill of a task or worker the topology does not have."""
     for kill in kills:
-        if kill.kind in TASK_KINDS and kill.index >= parallelism[kill.kind]:
+        if kill.kind in parallelism and kill.index >= parallelism[kill.kind]:
             raise KeysplitError(f"--kill {kill.target}: {kill.kind} has {parallelism[kill.kind]} task(s), "
                                 f"indices 0..{parallelism[kill.kind] - 1}")
         if kill.kind == "worker" and kill.index >= worker_processes:

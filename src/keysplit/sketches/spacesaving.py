@@ -138,6 +138,34 @@ class SpaceSaving:
         ranked = sorted(zip(self._keys, self._counts), key=lambda kv: (-kv[1], kv[0]))
         return ranked if k is None else ranked[:k]
 
+    def state(self) -> dict:
+        """The sketch as JSON-able data (:meth:`from_state` rebuilds it): what crosses processes when partial
+        sketches are merged downstream (keysplit.toolkit.accumulators.HeavyHitters)."""
+        return {"capacity": self.capacity, "n": self.n, "items": [list(item) for item in self.items()]}
+
+    @classmethod
+    def from_state(cls, state: dict) -> SpaceSaving:
+        """The sketch :meth:`state` described: the same counters, errors and stream length.
+
+        >>> s = SpaceSaving(2); s.update_many("aab")
+        >>> SpaceSaving.from_state(s.state()).state() == s.state()
+        True
+        """
+        out = cls(int(state["capacity"]))
+        out._load(int(state["n"]), [(str(k), int(c), int(e)) for k, c, e in state["items"]])
+        return out
+
+    def _load(self, n: int, items: Iterable[tuple[str, int, int]]) -> None:
+        """Monitor exactly ``items`` (at most ``capacity`` of them), over a stream of ``n`` items."""
+        self.n = n
+        for slot, (key, count, err) in enumerate(items):
+            self._slot_of[key] = slot
+            self._keys.append(key)
+            self._counts.append(count)
+            self._errors.append(err)
+            self._heap.append((count << self._shift) | slot)
+        heapq.heapify(self._heap)
+
     def merge(self, other: SpaceSaving) -> SpaceSaving:
         """A new sketch summarising both streams (capacity: the larger one); see the module docstring."""
         capacity = max(self.capacity, other.capacity)
@@ -151,12 +179,5 @@ class SpaceSaving:
             combined[key] = (c1 + c2, e1 + e2)
         kept = sorted(combined.items(), key=lambda kv: (-kv[1][0], kv[0]))[:capacity]
         out = SpaceSaving(capacity)
-        out.n = self.n + other.n
-        for slot, (key, (count, err)) in enumerate(kept):
-            out._slot_of[key] = slot
-            out._keys.append(key)
-            out._counts.append(count)
-            out._errors.append(err)
-            out._heap.append((count << out._shift) | slot)
-        heapq.heapify(out._heap)
+        out._load(self.n + other.n, ((key, count, err) for key, (count, err) in kept))
         return out

@@ -70,6 +70,7 @@ class StreamFeed:
         window: int = 0,
         flow: AdaptiveWindow | None = None,
         timeout_secs: float = 30.0,
+        words: Callable[[str], int] | None = None,
     ) -> None:
         self.conn = conn
         self.stream = keys.feed
@@ -84,6 +85,8 @@ class StreamFeed:
         self.window = window if dedup is not None else 0
         self.flow = flow
         self.timeout_secs = timeout_secs
+        # how many commit marks a line's record can have: its words (the word count), or one (a toolkit feed's row)
+        self.words = words or (lambda record: len(decode_record(record)[1]))
         self.floor = 0  # the lowest incomplete line, as last read (exactly-once)
         self._next_floor_read = 0.0
         # entry id -> (encoded record, last emit time, line number in the feed)
@@ -225,7 +228,7 @@ class StreamFeed:
             self.flow.on_ack(self.out, now)
         self.ack_buffer.append(entry_id)
         if self.dedup is not None:
-            self.completed.append((item[2], len(decode_record(item[0])[1])))
+            self.completed.append((item[2], self.words(item[0])))
         if len(self.ack_buffer) >= self.batch:
             self.flush_acks()
 

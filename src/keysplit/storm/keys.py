@@ -85,6 +85,14 @@ class RunKeys:
     def spout(self, index: int) -> str:
         return f"{self.prefix}spout:{index}"
 
+    def stage(self, component: str, what: str) -> str:
+        """A key of one keyed stage of a toolkit topology (keysplit.toolkit), by its component's name.
+
+        >>> RunKeys("r1").stage("route", "loads")
+        'keysplit:run:r1:stage:route:loads'
+        """
+        return f"{self.prefix}stage:{component}:{what}"
+
     def pattern(self) -> str:
         """A SCAN/KEYS pattern matching every key of the run."""
         return self.prefix + "*"

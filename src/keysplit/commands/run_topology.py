@@ -1,0 +1,91 @@
+"""``keysplit run path/to/topology.py``: a user's streamparse topology on this machine (keysplit.runs.topology_run).
+
+Shares ``keysplit run``'s parser: the options that shape the word count (``--grouping``, ``-S``, ``-W``, ...) are
+refused, because a topology file states its own groupings and parallelism; the ones Storm has (``--max-pending``,
+``--message-timeout``, ``--worker-processes``), the feed (``--dataset``, ``--split``), faults (``--kill``), Redis
+and the output options apply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from keysplit.commands.common import print_json, print_table
+from keysplit.datasets import open_dataset
+from keysplit.errors import KeysplitError
+from keysplit.runs.redis_server import session
+
+#: `keysplit run` options that only the word count has (a topology file states these itself).
+WORDCOUNT_ONLY = ("grouping", "sources", "workers", "counter_tasks", "cpu_delay", "aggregators", "spouts", "flush",
+                  "batch", "batch_ms", "rate", "top", "route", "resume", "collect", "load_only", "counts_out",
+                  "aimd_increase", "aimd_decrease", "aimd_min")
+
+
+def run_file(args: argparse.Namespace, parser_defaults: dict) -> int:
+    from keysplit.runs.topology_run import TopologyRunOptions, load_topology, run_topology
+
+    given = [f"--{name.replace('_', '-')}" for name in WORDCOUNT_ONLY
+             if getattr(args, name, None) != parser_defaults.get(name)]
+    if given:
+        raise KeysplitError(f"{', '.join(given)}: only for `keysplit run wordcount`; a topology file states its "
+                            "groupings and parallelism in its specs (KeyRouter.spec(grouping=..., par=...))")
+    if args.duration is not None and args.dataset:
+        raise KeysplitError("--duration is for a topology without keysplit's feed; with --dataset the run ends when "
+                            "every row is acked")
+    loaded = load_topology(args.topology)
+    opts = TopologyRunOptions(
+        dataset=open_dataset(args.dataset) if args.dataset else None, split=args.split, duration=args.duration,
+        max_pending=args.max_pending, message_timeout=args.message_timeout, worker_processes=args.worker_processes,
+        delivery=args.delivery, timeout=args.timeout, kills=tuple(args.kill), storm_env=args.env, run_id=args.run_id)
+    from keysplit.runs.topology_run import check_options
+
+    check_options(loaded, opts)  # before any server starts
+    from keysplit.commands.run import _progress
+
+    with session(_redis(args)) as (conn, url), _progress() as progress:
+        summary = run_topology(loaded, opts, conn, url, progress=progress)
+    if args.json:
+        print_json(summary)
+    else:
+        print_summary(summary)
+    return 0
+
+
+def _redis(args: argparse.Namespace) -> str | None:
+    from keysplit.commands.common import redis_url
+
+    return redis_url(args)
+
+
+def print_summary(s: dict) -> None:
+    out = sys.stdout
+    out.write(f"run {s['run_id']}: {s['topology']}" + (f", dataset {s['dataset']}" if s.get("dataset") else "") + "\n")
+    out.write("  components: " + ", ".join(f"{name} x{par}" for name, par in s["components"].items())
+              + f"; {s['worker_processes']} worker process(es); delivery {s['delivery']}\n")
+    if "acked" in s:
+        lat = s["latency_ms"]
+        out.write(f"throughput: {s['rows_per_second']:,.0f} rows/s over {s['duration_s']:.1f} s ({s['acked']:,} rows "
+                  f"acked, {s['replayed']} replayed)\n")
+        out.write(f"latency (ms): mean {lat['mean']:.1f}  p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}\n")
+    out.write(f"worker restarts: {s['worker_restarts']}  task deaths: {s['task_deaths']}  task restarts: "
+              f"{s['task_restarts']}\n")
+    for name, r in s["routers"].items():
+        total = sum(r["loads"]) or 1
+        out.write(f"\n{name}: grouping {r['grouping']} on {r['key']!r}, {r['sources']} source(s) -> {r['workers']} "
+                  f"task(s) of {r['to']}; imbalance I(m)/m {r['imbalance_fraction']:.4f}"
+                  + (f"; {r['failed']} tuple(s) failed (no usable key)" if r["failed"] else "") + "\n")
+        print_table([{"task": i, "load": n, "share": 100.0 * n / total} for i, n in enumerate(r["loads"])],
+                    [("task", "task", str), ("tuples", "load", str), ("share %", "share", "{:.1f}".format)])
+    for name, p in s["partials"].items():
+        out.write(f"\n{name}: {p['accumulator']}, keys held per task {p['keys']} (sum {sum(p['keys'])}: the state "
+                  "a split key costs)\n")
+    for name, m in s["merges"].items():
+        out.write(f"\n{name}: {m['keys']:,} keys committed\n")
+        if m["top"]:
+            print_table([{"rank": i + 1, "key": k, "result": v} for i, (k, v) in enumerate(m["top"])],
+                        [("rank", "rank", str), ("key", "key", str), ("result", "result", str)])
+    if s.get("kills"):
+        out.write("\nkills: " + ", ".join(f"{k['target']} during start-up" if k.get("fraction") == "start" else
+                                         f"{k['target']} at {k['acked']} rows acked" for k in s["kills"]) + "\n")
+    out.write(f"\ntask logs: {s['log_dir']}\n")

@@ -1,0 +1,308 @@
+"""The two-stage keyed aggregation a split key needs: partial state per task, merged per key downstream.
+
+``PartialAggregate`` (behind a :class:`~keysplit.toolkit.router.KeyRouter`) adds each record to its key's state
+with the accumulator (:mod:`keysplit.toolkit.accumulators`) and flushes every period T, by its own clock and at its
+tick, as the word count's counters do: one tuple per merge task on the ``partials`` stream, anchored to the inputs
+it covers, then acks them. ``MergeAggregate`` merges the partial states of the keys it owns
+(:func:`~keysplit.toolkit.contract.merge_index`), commits them every period, emits ``(key, result)`` for each key
+that changed, anchored to the partials it merged, and acks those. A crash anywhere before the commit loses nothing:
+the spout replays the rows whose trees did not complete.
+
+Delivery (docs/design/toolkit.md):
+
+- **at-least-once** (Storm's acking, any source): a row replayed after its contribution was committed is merged
+  again. With the run's Redis the merge keeps its results there (and reloads them when it restarts); without it,
+  its state lives in the process, and the stream of results downstream is the only output.
+- **exactly-once** (keysplit's feed as the source, ``keysplit.delivery=exactly-once``, Redis): partials carry each
+  row's contribution with its record id, and the merge commits with a compare-and-set that marks each record once
+  and writes the new states atomically (:data:`COMMIT`); a record already marked, or complete (below the feed's
+  floor), is dropped. The marks are the word count's (``dedup:seen``, field ``"record:0"``), so the feed's
+  completion of a row forgets them (storm/exactly_once.py COMPLETE) and their memory stays bounded by the window.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import time
+
+from streamparse import Bolt, Stream
+
+from keysplit.errors import KeysplitError
+from keysplit.storm import quiet_exit
+from keysplit.storm.multilang import CoalescedWrites
+from keysplit.storm.router import component_tasks, route_value
+from keysplit.toolkit.accumulators import AccumulatorError, load_accumulator
+from keysplit.toolkit.contract import (
+    PARTIAL_FIELDS,
+    PARTIALS_STREAM,
+    RECORD_FIELD,
+    RESULT_FIELDS,
+    ROUTE_FIELD,
+    decode_partials,
+    encode_partials,
+    key_text,
+    merge_index,
+)
+from keysplit.toolkit.runtime import ToolkitError, connect, fields_subscriber, input_fields, task_index
+
+quiet_exit.install()
+
+PARTIAL_CONFIG, MERGE_CONFIG = "keysplit.partial", "keysplit.merge"
+#: Attempts of an exactly-once commit whose compare-and-set lost to a concurrent writer (a restarted task's
+#: predecessor still finishing its last commit).
+COMMIT_ATTEMPTS = 20
+
+# KEYS: seen (commit marks), floor (lowest incomplete record), results, dropped. ARGV[1]: JSON [record, ...] to mark;
+# ARGV[2]: JSON [[key, old state text or false, new state text], ...]; ARGV[3]: records dropped as committed before.
+# Returns 1, or 0 (nothing written) when a record is marked or complete, or a state changed, since the caller read
+# them: the caller reads again and retries.
+COMMIT = """
+local floor = tonumber(redis.call('GET', KEYS[2]) or '0')
+local records = cjson.decode(ARGV[1])
+local fields = {}
+for i = 1, #records do
+  local r = records[i]
+  if r < floor then return 0 end
+  fields[i] = string.format('%d:0', r)
+end
+for s = 1, #fields, 1000 do
+  local marks = redis.call('HMGET', KEYS[1], unpack(fields, s, math.min(s + 999, #fields)))
+  for k = 1, #marks do
+    if (tonumber(marks[k]) or 0) % 2 == 1 then return 0 end
+  end
+end
+local states = cjson.decode(ARGV[2])
+for i = 1, #states do
+  local current = redis.call('HGET', KEYS[3], states[i][1])
+  if current ~= states[i][2] then return 0 end
+end
+for s = 1, #fields, 1000 do
+  local out = {}
+  for k = s, math.min(s + 999, #fields) do
+    out[#out + 1] = fields[k]
+    out[#out + 1] = 1
+  end
+  redis.call('HSET', KEYS[1], unpack(out))
+end
+for i = 1, #states do redis.call('HSET', KEYS[3], states[i][1], states[i][3]) end
+if tonumber(ARGV[3]) > 0 then redis.call('INCRBY', KEYS[4], ARGV[3]) end
+return 1
+"""
+
+
+def _config(conf, key: str, component: str) -> dict:
+    cfg = conf.get(key)
+    if not isinstance(cfg, dict):
+        raise ToolkitError(f"{component}: no {key} in its configuration; build it with Aggregate.partial/merge")
+    return cfg
+
+
+class PartialAggregate(CoalescedWrites, Bolt):
+    """Partial state per key, flushed every period to the merge task that owns the key (module docstring)."""
+
+    outputs = [Stream(fields=list(PARTIAL_FIELDS), name=PARTIALS_STREAM)]
+    auto_ack = False
+    auto_anchor = False
+
+    def initialize(self, conf, context):
+        me = self.component_name
+        cfg = _config(conf, PARTIAL_CONFIG, me)
+        settings, keys, self.conn = connect(conf)
+        self.acc = load_accumulator(cfg["accumulator"])
+        self.key_field = cfg["key"]
+        self.period = float(cfg["period"])
+        self.index, _ = task_index(context, me, self.task_id)
+        self.fields = input_fields(context)
+        # exactly-once needs every row's identity, which only keysplit's feed gives
+        self.exactly_once = settings.exactly_once and all(RECORD_FIELD in f for f in self.fields.values())
+        merge = fields_subscriber(context, PARTIALS_STREAM, ROUTE_FIELD, me)
+        merges = len(component_tasks(context, merge))
+        self.routes = [route_value(m, merges) for m in range(merges)]
+        self.owner: dict[str, int] = {}  # key -> its merge task (memoised hash)
+        self.states: dict[str, object] = {}  # key (JSON text) -> state, or [[record, contribution], ...]
+        self.inputs: list[list] = [[] for _ in range(merges)]  # per merge task, the inputs its partials cover
+        self.flushed_at = time.monotonic()
+        self.records = 0
+        self.seen: set[str] = set()  # keys this task ever held: the state a split key costs (replication)
+        self.failed = 0
+        self.tasks_key = keys.stage(me, "tasks")
+
+    def process(self, tup):
+        record = dict(zip(self.fields.get((tup.component, tup.stream), ()), tup.values))
+        key = record.get(self.key_field)
+        if key_text(key) is None:
+            return self._refuse(tup, f"its key {key!r} is not a JSON scalar")
+        name = json.dumps(key)
+        try:
+            if self.exactly_once:
+                self.states.setdefault(name, []).append([record[RECORD_FIELD], self.acc.one(record)])
+            else:
+                state = self.states.get(name)
+                self.states[name] = self.acc.add(self.acc.zero() if state is None else state, record)
+        except (AccumulatorError, KeysplitError, ValueError, TypeError) as exc:
+            return self._refuse(tup, str(exc))
+        owner = self.owner.get(name)
+        if owner is None:
+            owner = self.owner[name] = merge_index(name, len(self.routes))
+            self.seen.add(name)
+        self.inputs[owner].append(tup.id)
+        self.records += 1
+        if time.monotonic() - self.flushed_at >= self.period:
+            self.flush()
+
+    def _refuse(self, tup, why: str) -> None:
+        self.fail(tup)
+        self.failed += 1
+        if str(self.failed).rstrip("0") == "1":
+            self.logger.warning("%s: failed a tuple from %s/%s because %s (%d failed so far)", self.component_name,
+                                tup.component, tup.stream, why, self.failed)
+
+    def process_tick(self, tup):
+        self.flush()
+        self.ack(tup)  # ticks too: Storm's ShellBolt holds every input until it is acked or failed
+
+    def flush(self) -> None:
+        """Send each merge task the partial states of its keys, anchored to the inputs they cover; ack those."""
+        self.flushed_at = time.monotonic()
+        if not self.states:
+            return
+        by_merge: list[list] = [[] for _ in self.routes]
+        for name, state in self.states.items():
+            by_merge[self.owner[name]].append([name, None, state] if self.exactly_once else [name, state])
+        for m, entries in enumerate(by_merge):
+            if entries:
+                self.emit([encode_partials(entries), self.routes[m]], stream=PARTIALS_STREAM, anchors=self.inputs[m],
+                          need_task_ids=False)
+        for inputs in self.inputs:
+            for tup_id in inputs:
+                self.ack(tup_id)
+            inputs.clear()
+        self.states = {}
+        if self.conn is not None:
+            self.conn.hset(self.tasks_key, str(self.index),
+                           json.dumps({"records": self.records, "keys": len(self.seen), "failed": self.failed}))
+
+
+class MergeAggregate(CoalescedWrites, Bolt):
+    """Merges the partial states of the keys it owns and commits them every period (module docstring)."""
+
+    outputs = [Stream(fields=list(RESULT_FIELDS))]
+    auto_ack = False
+    auto_anchor = False
+
+    def initialize(self, conf, context):
+        me = self.component_name
+        cfg = _config(conf, MERGE_CONFIG, me)
+        self.settings, self.keys, self.conn = connect(conf)
+        self.acc = load_accumulator(cfg["accumulator"])
+        self.top = int(cfg.get("top") or 0)
+        self.period = float(cfg["period"])
+        self.index, self.merges = task_index(context, me, self.task_id)
+        self.results_key = self.keys.stage(me, "results")
+        self.top_key = self.keys.stage(me, "top")
+        self.totals: dict[str, object] = {}  # key (JSON text) -> merged state of the keys this task owns
+        if self.conn is not None:  # a restarted task continues from its committed results
+            for name, text in self.conn.hgetall(self.results_key).items():
+                if merge_index(name, self.merges) == self.index:
+                    self.totals[name] = json.loads(text)
+            self._commit = self.conn.register_script(COMMIT)
+        self.pending: list = []
+        self.batch: dict[str, list] = {}  # key -> partial states (or [record, contribution] pairs) since the commit
+        self.exact = False  # whether the partials carry record ids (exactly-once)
+        self.committed_at = time.monotonic()
+
+    def process(self, tup):
+        for entry in decode_partials(tup.values[0]):
+            if len(entry) == 3:
+                self.exact = True
+                self.batch.setdefault(entry[0], []).extend(entry[2])
+            else:
+                self.batch.setdefault(entry[0], []).append(entry[1])
+        self.pending.append(tup.id)
+        if time.monotonic() - self.committed_at >= self.period:
+            self.commit()
+
+    def process_tick(self, tup):
+        self.ack(tup)
+        if self.pending:
+            self.commit()
+
+    def commit(self) -> None:
+        """Merge and commit the partials since the last commit, emit the changed results, ack the partials."""
+        self.committed_at = time.monotonic()
+        if not self.pending:
+            return
+        if self.exact:
+            if self.conn is None:
+                raise ToolkitError(f"{self.component_name}: exactly-once merges commit to the run's Redis; set "
+                                   "keysplit.redis_url or keysplit.delivery=at-least-once")
+            changed = self._commit_exactly_once()
+        else:
+            changed = self._commit_at_least_once()
+        for name in changed:
+            self.emit([json.loads(name), self._result_text(name)], anchors=self.pending, need_task_ids=False)
+        if self.conn is not None and self.top and changed:
+            best = heapq.nlargest(self.top, self.totals.items(), key=lambda kv: (self.acc.result(kv[1]), kv[0]))
+            self.conn.hset(self.top_key, str(self.index),
+                           json.dumps([[json.loads(k), self.acc.result(s)] for k, s in best]))
+        for tup_id in self.pending:
+            self.ack(tup_id)
+        self.pending = []
+        self.batch = {}
+        self.exact = False
+
+    def _result_text(self, name: str):
+        """A result as a tuple value: an int or a string as it is, anything else as JSON text (Kryo's rule)."""
+        result = self.acc.result(self.totals[name])
+        return result if isinstance(result, (str, int)) and not isinstance(result, bool) else json.dumps(result)
+
+    def _commit_at_least_once(self) -> list[str]:
+        acc, totals = self.acc, self.totals
+        for name, states in self.batch.items():
+            state = totals.get(name, acc.zero())
+            for partial in states:
+                state = acc.merge(state, partial)
+            totals[name] = state
+        if self.conn is not None:
+            self.conn.hset(self.results_key, mapping={name: json.dumps(totals[name]) for name in self.batch})
+        return list(self.batch)
+
+    def _commit_exactly_once(self) -> list[str]:
+        """Read the marks, the floor and the stored states; merge what is new; compare-and-set (:data:`COMMIT`)."""
+        acc, keys = self.acc, self.keys
+        names = list(self.batch)
+        records = [r for name in names for r, _ in self.batch[name]]
+        for _ in range(COMMIT_ATTEMPTS):
+            pipe = self.conn.pipeline(transaction=False)
+            pipe.get(keys.dedup_floor)
+            pipe.hmget(keys.dedup_seen, [f"{r}:0" for r in records]) if records else pipe.ping()
+            pipe.hmget(self.results_key, names)
+            floor_text, marks, stored = pipe.execute()
+            floor = int(floor_text or 0)
+            marked = {r for r, m in zip(records, marks) if m and int(float(m)) % 2} if records else set()
+            taken: set[int] = set()
+            updates, dropped, new_states = [], 0, {}
+            for name, old in zip(names, stored):
+                state = json.loads(old) if old is not None else acc.zero()
+                fresh = False
+                for record, contribution in self.batch[name]:
+                    if record < floor or record in marked or record in taken:
+                        dropped += 1
+                        continue
+                    taken.add(record)
+                    state = acc.merge(state, contribution)
+                    fresh = True
+                if fresh:
+                    text = json.dumps(state)
+                    updates.append([name, old if old is not None else False, text])
+                    new_states[name] = state
+                elif old is not None:
+                    new_states[name] = json.loads(old)
+            ok = self._commit(keys=[keys.dedup_seen, keys.dedup_floor, self.results_key, keys.dedup_dropped],
+                              args=[json.dumps(sorted(taken)), json.dumps(updates), dropped])
+            if int(ok) == 1:
+                self.totals.update(new_states)
+                return [u[0] for u in updates]
+        raise ToolkitError(f"{self.component_name}: {COMMIT_ATTEMPTS} exactly-once commits in a row lost their "
+                           "compare-and-set; another task is writing this merge's keys")

@@ -1,0 +1,73 @@
+"""The toolkit's tuple contract in one place: the fields and streams keysplit adds to a user's topology, how a
+key becomes text, which merge task owns a key, and how partial states travel (Storm's ``declareOutputFields``
+for the toolkit's components).
+
+- A :class:`~keysplit.toolkit.router.KeyRouter` passes each tuple through with every field unchanged and
+  appends :data:`ROUTE_FIELD`, the value that makes Storm's fields grouping deliver it to the task its grouping
+  chose (:func:`keysplit.storm.router.route_value`, the route trick that works on every Storm release).
+- keysplit's feed spout (:class:`~keysplit.toolkit.spout.FeedSpout`) adds :data:`RECORD_FIELD`, the record's
+  sequence number in the feed: the identity exactly-once commits deduplicate by (storm/exactly_once.py), and
+  its own :data:`ROUTE_FIELD`, which deals records to the routers as the simulator deals them to sources.
+- A partial aggregate flushes, every period, one tuple per merge task on :data:`PARTIALS_STREAM`: the JSON text of
+  ``[[key, state], ...]`` (at-least-once) or ``[[key, [[record, contribution], ...]], ...]`` (exactly-once), and
+  the route value of the merge task that owns those keys (:func:`merge_index`).
+- A merge emits ``(key, result)`` on the default stream after each commit, for a user's bolt downstream.
+
+Values are strings and integers only: what Storm's Kryo serialises between workers on every release (a list or
+dict value halts a worker, a float is a BigDecimal on Storm 2.6+).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from keysplit.hashing import BASE_SEED, bucket
+
+#: The field a KeyRouter appends (and the feed spout emits to deal records to the routers).
+ROUTE_FIELD = "keysplit_route"
+#: The feed spout's record identity (its sequence number in the feed).
+RECORD_FIELD = "keysplit_record"
+#: Fields no user stream may declare: keysplit adds them.
+RESERVED_FIELDS = (ROUTE_FIELD, RECORD_FIELD)
+#: A partial aggregate's stream to its merge stage.
+PARTIALS_STREAM = "partials"
+PARTIAL_FIELDS = ("partials", ROUTE_FIELD)
+#: A merge's output fields (default stream).
+RESULT_FIELDS = ("key", "result")
+#: Seed of the hash that assigns keys to merge tasks (distinct from the routing and dealing seeds).
+MERGE_SEED = BASE_SEED + 700
+#: JSON scalar types a key may have.
+KEY_TYPES = (str, int, float, bool)
+
+
+def key_text(key: Any) -> str | None:
+    """A key as the groupings hash it: a string as it is, another JSON scalar as its JSON text; None when the
+    value cannot be a key (None, a list, a dict).
+
+    >>> key_text("home"), key_text(42), key_text(1.5), key_text(True), key_text(None)
+    ('home', '42', '1.5', 'true', None)
+    """
+    if isinstance(key, str):
+        return key
+    if isinstance(key, KEY_TYPES):
+        return json.dumps(key)
+    return None
+
+
+def merge_index(key: str, merges: int) -> int:
+    """The merge task (index among the merge component's sorted tasks) that owns ``key`` (its text).
+
+    >>> merge_index("home", 1), 0 <= merge_index("home", 3) < 3
+    (0, True)
+    """
+    return bucket(key, merges, MERGE_SEED)
+
+
+def encode_partials(entries: list) -> str:
+    """A flush's partial states for one merge task as tuple text (compact JSON)."""
+    return json.dumps(entries, separators=(",", ":"))
+
+
+def decode_partials(text: str) -> list:
+    return json.loads(text)

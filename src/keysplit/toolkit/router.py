@@ -1,0 +1,183 @@
+"""``KeyRouter``: any keysplit grouping on any keyed edge of a streamparse topology.
+
+In Storm terms it is a ``CustomStreamGrouping`` (``prepare(context, stream, targetTasks)``, ``chooseTasks(taskId,
+values)``) run as a bolt, because a Python topology cannot put a custom grouping on an edge (STORM-1188): the bolt
+reads the key field of each tuple, asks its grouping for a worker (one grouping instance per router task: the
+papers' sources), and emits the tuple with every field unchanged plus :data:`~keysplit.toolkit.contract.ROUTE_FIELD`,
+the value that makes Storm's own fields grouping on that field deliver it to the chosen task of the downstream
+component (``keysplit.storm.router.route_value``: the route trick that works on every Storm release). The emit is
+anchored to the input and the input acked after it, so Storm's at-least-once delivery holds across the hop.
+
+- **Workers** are the downstream component's tasks, sorted (or the first ``workers`` of them); the **source** index is
+  this task's index among the router's tasks, so ``build_grouping(spec, W, S)[s]`` is the simulator's source ``s``.
+- **Event time** ``now`` is the tuple's ``time`` field when the spec names one (then a run decides exactly as
+  ``keysplit simulate`` does on a dataset with that time column), else wall-clock seconds since this task started.
+- **Feedback**, through the run's Redis (``keysplit.redis_url``): PKG's probing reads the true loads (what every
+  router sent each worker), Gedik's routers share one partitioning function (router 0 leads, the others follow),
+  offline groupings read the exact frequencies stored with keysplit's feed. FISH's capacities default to equal
+  workers. Without Redis those groupings are refused when the task starts, in one line.
+- **Bad tuples**: one without the key field, or whose key is not a JSON scalar (None, a list), is failed (Storm
+  replays it from the spout, or drops it for an unreliable one) and logged; the worker stays up.
+"""
+
+from __future__ import annotations
+
+import time
+from streamparse import Bolt
+
+from keysplit.groupings import parse_grouping
+from keysplit.storm import quiet_exit
+from keysplit.storm.multilang import CoalescedWrites
+from keysplit.storm.router import GroupingChannel, Router, component_tasks
+from keysplit.toolkit.contract import ROUTE_FIELD, key_text
+from keysplit.toolkit.runtime import ToolkitError, connect, fields_subscriber, input_fields, task_index
+
+quiet_exit.install()
+
+#: The component configuration key holding a router's settings (its spec's ``config``).
+CONFIG_KEY = "keysplit.router"
+
+
+class _StageKeys:
+    """The three keys GroupingChannel uses, named for one router stage (a topology may have several)."""
+
+    def __init__(self, keys, component: str) -> None:
+        self.grouping_state = keys.stage(component, "grouping_state")
+        self.grouping_version = keys.stage(component, "grouping_version")
+        self.grouping_stats = keys.stage(component, "grouping_stats")
+
+
+class KeyRouter(CoalescedWrites, Bolt):
+    """Routes each tuple by its key field with a keysplit grouping (module docstring); build it with
+    :meth:`keysplit.toolkit.KeyRouter.spec`."""
+
+    outputs: list = []  # declared per spec: the upstream's fields plus the route field
+    auto_ack = False  # acked after its emit, or failed: never both (ShellBolt kills a worker that does both)
+    auto_anchor = False
+
+    def initialize(self, conf, context):
+        cfg = conf.get(CONFIG_KEY)
+        if not isinstance(cfg, dict):
+            raise ToolkitError(f"{self.component_name}: no {CONFIG_KEY} in its configuration; build it with "
+                               "KeyRouter.spec(...)")
+        me = self.component_name
+        self.settings, self.keys, conn = connect(conf)
+        self.conn = conn
+        index, sources = task_index(context, me, self.task_id)
+        target = cfg.get("to") or fields_subscriber(context, "default", ROUTE_FIELD, me)
+        tasks = component_tasks(context, target)
+        if not tasks:
+            raise ToolkitError(f"{me}: its downstream component {target!r} has no tasks in this topology")
+        workers = int(cfg.get("workers") or len(tasks))
+        spec = cfg["grouping"]
+        cls, params = parse_grouping(spec)
+        if conn is None and (cls.needs_full_pass or params.get("load") == "probe"
+                             or hasattr(cls, "export_state")):
+            raise ToolkitError(f"{me}: grouping {spec} needs the run's Redis (keysplit.redis_url) for its feedback "
+                               "(probed loads, shared state or exact frequencies)")
+        self.loads_key = self.keys.stage(me, "loads")
+
+        def probe() -> list[int]:  # PKG's periodic probing: what every router sent each worker so far
+            loads = conn.hgetall(self.loads_key)
+            return [int(loads.get(str(w), 0)) for w in range(workers)]
+
+        def frequencies():  # offline groupings: the exact key counts stored with keysplit's feed
+            from collections import Counter
+
+            stored = conn.hgetall(self.keys.frequencies)
+            if not stored:
+                raise ToolkitError(f"{me}: grouping {spec} needs exact key frequencies, which only keysplit's feed "
+                                   "stores (keysplit run --dataset ...)")
+            return Counter({k: int(v) for k, v in stored.items()})
+
+        channel = GroupingChannel(conn, _StageKeys(self.keys, me), self.settings.stats_secs) if conn else None
+        self.router = Router(spec, workers, index, sources, tasks, probe=probe if conn else None,
+                             frequencies=frequencies if conn else None, channel=channel, mode="fields")
+        self.key_field = cfg["key"]
+        self.time_field = cfg.get("time")
+        # per input stream: where the key (and time) is, and which positions pass through (an incoming route
+        # field, keysplit's feed spout's dealing value, is replaced by this router's)
+        self.layout: dict[tuple[str, str], tuple[int | None, int | None, list[int] | None]] = {}
+        for stream, fields in input_fields(context).items():
+            keep = [i for i, f in enumerate(fields) if f != ROUTE_FIELD]
+            self.layout[stream] = (fields.index(self.key_field) if self.key_field in fields else None,
+                                   fields.index(self.time_field) if self.time_field in fields else None,
+                                   None if len(keep) == len(fields) else keep)
+        self.unreported = [0] * workers  # tuples sent to each worker since the last write to Redis
+        self.failed = 0  # tuples failed since the last report
+        self.failed_total = 0
+        self.next_report = time.monotonic() + self.settings.stats_secs
+        if conn is not None:
+            conn.hset(self.keys.stage(me, "meta"), mapping={
+                "kind": "router", "grouping": self.router.grouping.describe(), "workers": workers,
+                "sources": sources, "to": target, "key": self.key_field})
+
+    def process(self, tup):
+        key_at, time_at, keep = self.layout.get((tup.component, tup.stream), (None, None, None))
+        values = tup.values
+        key = values[key_at] if key_at is not None and key_at < len(values) else None
+        text = key_text(key)
+        if text is None:
+            return self._refuse(tup, key_at)
+        router = self.router
+        if time_at is not None:
+            try:
+                now = float(values[time_at])
+            except (TypeError, ValueError):
+                return self._refuse(tup, key_at, f"its time field {self.time_field!r} holds {values[time_at]!r}")
+        else:
+            now = router.elapsed()
+        if router.role == "follower":
+            router.sync()
+        worker = router.grouping.choose(text, now)
+        if router.reports:
+            router.report()
+        out = list(values) if keep is None else [values[i] for i in keep]
+        out.append(router.targets[worker])
+        self.emit(out, anchors=[tup.id], need_task_ids=False)
+        self.ack(tup)
+        self.unreported[worker] += 1
+        if self.conn is not None and time.monotonic() >= self.next_report:
+            self.report()
+
+    def _refuse(self, tup, key_at: int | None, why: str | None = None) -> None:
+        """Fail a tuple that cannot be routed, and say why: the first one and then at 10, 100, 1000, ... of them."""
+        self.fail(tup)
+        self.failed += 1
+        self.failed_total += 1
+        if why is None:
+            why = (f"it has no field {self.key_field!r}" if key_at is None or key_at >= len(tup.values)
+                   else f"its key {tup.values[key_at]!r} is not a JSON scalar (string, number or boolean)")
+        if str(self.failed_total).rstrip("0") == "1":
+            self.logger.warning("%s: failed a tuple from %s/%s because %s (%d failed so far)", self.component_name,
+                                tup.component, tup.stream, why, self.failed_total)
+
+    def process_tick(self, tup):
+        if self.conn is not None:
+            self.report()
+        self.ack(tup)  # ticks too: Storm's ShellBolt holds every input until it is acked or failed
+
+    def report(self) -> None:
+        """Add what this task sent each worker since the last report to the stage's loads (the probe reads them)."""
+        self.next_report = time.monotonic() + self.settings.stats_secs
+        sent = self.unreported
+        if not any(sent) and not self.failed:
+            return
+        pipe = self.conn.pipeline(transaction=True)
+        for worker, n in enumerate(sent):
+            if n:
+                pipe.hincrby(self.loads_key, str(worker), n)
+        if self.failed:
+            pipe.hincrby(self.keys.stage(self.component_name, "failed"), str(self.task_id), self.failed)
+        pipe.execute()
+        self.unreported = [0] * len(sent)
+        self.failed = 0
+
+
+def check_grouping_spec(spec: str, where: str) -> None:
+    """A spec a router can run: it parses, and it is not the in-process global oracle."""
+    _, params = parse_grouping(spec)
+    if params.get("load") == "global":
+        raise ToolkitError(f"{where}: {spec}: the global oracle (load=global) shares one load vector between sources "
+                           "in one process; routers are separate processes (use load=local or load=probe)")
+

@@ -1,0 +1,334 @@
+"""Putting keysplit into a streamparse ``Topology`` class body: the spec builders and the build-time checks.
+
+Read as streamparse: ``X.spec(inputs=..., par=...)`` returns a component spec, a class attribute names it. The
+keysplit parts know what they need from their neighbours (the key field, the grouping's workers, the accumulator's
+fields), so every mistake that can be seen before a process starts is refused then, in one line:
+
+    class PageBytes(Topology):                      # keysplit.toolkit.Topology: checked when the class is made
+        views = FeedSpout.spec(fields=["time", "page", "bytes"])
+        route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg:d=2", par=2)
+        partial = Aggregate.partial(inputs=route, accumulator=Sum("bytes"), par=4)
+        total = Aggregate.merge(inputs=partial, top=10, par=2)
+
+A user's own bolt goes behind a router with ``MyBolt.spec(inputs=route.into(), par=4)``: the fields grouping on
+the route field that delivers each tuple to the task the grouping chose.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from streamparse import Grouping, Stream
+from streamparse import Topology as StreamparseTopology
+from streamparse.dsl.bolt import ShellBoltSpec
+from streamparse.dsl.component import ComponentSpec
+from streamparse.dsl.spout import ShellSpoutSpec
+from streamparse.dsl.topology import TopologyType
+from streamparse.thrift import GlobalStreamId
+
+from keysplit.errors import KeysplitError
+from keysplit.groupings import build_grouping
+from keysplit.specs import parse_spec
+from keysplit.toolkit.accumulators import Accumulator, check_accumulator
+from keysplit.toolkit.contract import PARTIAL_FIELDS, PARTIALS_STREAM, RECORD_FIELD, RESERVED_FIELDS, ROUTE_FIELD
+
+
+class TopologyBuildError(KeysplitError):
+    """A toolkit topology that cannot run, found while its class is built: one line naming the component."""
+
+
+#: Groupings that keep every key on one task; every other one may split a key's state across tasks.
+WHOLE_KEY_GROUPINGS = ("kg",)
+
+
+def splits_keys(grouping: str) -> bool:
+    """Whether a grouping may send one key to several tasks (PKG, the Choices, DKG, FISH, salting, shuffle, and
+    Gedik's functions, whose rebuilds move keys), so that a key's partial states need merging."""
+    return parse_spec(grouping)[0] not in WHOLE_KEY_GROUPINGS
+
+
+def _json_config(config: Mapping[str, Any] | None, extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = {**(config or {}), **extra}
+    try:
+        json.dumps(out)
+    except (TypeError, ValueError) as exc:
+        raise TopologyBuildError(f"component configuration must be JSON: {exc}") from None
+    return out
+
+
+def _ticks(period: float, what: str) -> int:
+    if isinstance(period, bool) or not isinstance(period, (int, float)) or not 0 < period <= 3600:
+        raise TopologyBuildError(f"{what}: period must be a number of seconds in (0, 3600], got {period!r}")
+    return max(1, round(period))  # Storm's tick frequency is whole seconds
+
+
+class _Spec:
+    """What the toolkit's specs add to streamparse's: the builder's facts, for the checks of their neighbours."""
+
+    toolkit_kind = ""
+
+
+class FeedSpoutSpec(_Spec, ShellSpoutSpec):
+    toolkit_kind = "feed"
+
+    def __init__(self, component_cls, *, fields: list[str], **kwargs) -> None:
+        super().__init__(component_cls, command="streamparse_run",
+                         script=f"{component_cls.__module__}.{component_cls.__name__}", **kwargs)
+        self.row_fields = fields
+
+
+class KeyRouterSpec(_Spec, ShellBoltSpec):
+    toolkit_kind = "router"
+
+    def __init__(self, component_cls, *, key: str, grouping: str, to: str | None, workers: int | None,
+                 passed: list[str], **kwargs) -> None:
+        super().__init__(component_cls, command="streamparse_run",
+                         script=f"{component_cls.__module__}.{component_cls.__name__}", **kwargs)
+        self.key, self.grouping, self.to, self.workers, self.passed = key, grouping, to, workers, passed
+
+    def into(self) -> dict:
+        """``inputs=`` for the bolt behind this router: the fields grouping on the route field, which delivers each
+        tuple to the task the grouping chose."""
+        return {self["default"]: Grouping.fields(ROUTE_FIELD)}
+
+
+class PartialSpec(_Spec, ShellBoltSpec):
+    toolkit_kind = "partial"
+
+    def __init__(self, component_cls, *, router: KeyRouterSpec, accumulator: Accumulator, **kwargs) -> None:
+        super().__init__(component_cls, command="streamparse_run",
+                         script=f"{component_cls.__module__}.{component_cls.__name__}", **kwargs)
+        self.router, self.accumulator = router, accumulator
+
+    def into(self) -> dict:
+        return {self[PARTIALS_STREAM]: Grouping.fields(ROUTE_FIELD)}
+
+
+class MergeSpec(_Spec, ShellBoltSpec):
+    toolkit_kind = "merge"
+
+    def __init__(self, component_cls, *, partial: PartialSpec, top: int, **kwargs) -> None:
+        super().__init__(component_cls, command="streamparse_run",
+                         script=f"{component_cls.__module__}.{component_cls.__name__}", **kwargs)
+        self.partial, self.top = partial, top
+
+
+def _stream_fields(inputs: Any, where: str) -> tuple[list[str], dict, bool]:
+    """The fields every input stream declares (they must agree), the inputs as streamparse takes them, and
+    whether they come from keysplit's feed spout (then dealt on its route field, as the simulator deals records)."""
+    if isinstance(inputs, ComponentSpec):
+        inputs = [inputs]
+    streams: dict = {}
+    if isinstance(inputs, Mapping):
+        streams = dict(inputs)
+    elif isinstance(inputs, (list, tuple)):
+        for item in inputs:
+            if isinstance(item, FeedSpoutSpec):
+                streams[item["default"]] = Grouping.fields(ROUTE_FIELD)
+            elif isinstance(item, ComponentSpec):
+                streams[item["default"]] = Grouping.SHUFFLE
+            elif isinstance(item, GlobalStreamId):
+                streams[item] = Grouping.SHUFFLE
+            else:
+                raise TopologyBuildError(f"{where}: inputs must be component specs or their streams, got {item!r}")
+    else:
+        raise TopologyBuildError(f"{where}: inputs must be a spec, a list of specs or a dict of stream -> grouping")
+    if not streams:
+        raise TopologyBuildError(f"{where}: needs at least one input")
+    declared: list[str] | None = None
+    from_feed = True
+    for stream_id in streams:
+        spec = stream_id.componentId if isinstance(stream_id, GlobalStreamId) else stream_id
+        if not isinstance(spec, ComponentSpec):
+            raise TopologyBuildError(f"{where}: name inputs by their spec objects (not by name), so that their fields "
+                                     "can be checked")
+        stream = stream_id.streamId if isinstance(stream_id, GlobalStreamId) else "default"
+        info = spec.outputs.get(stream)
+        if info is None:
+            raise TopologyBuildError(f"{where}: its input {spec.name or spec.component_cls.__name__} declares no "
+                                     f"stream {stream!r}")
+        fields = list(info.output_fields)
+        if declared is not None and fields != declared:
+            raise TopologyBuildError(f"{where}: its input streams declare different fields ({declared} and {fields})")
+        declared = fields
+        from_feed = from_feed and isinstance(spec, FeedSpoutSpec)
+    return declared or [], streams, from_feed
+
+
+class FeedSpout:
+    """keysplit's Redis feed as a spout: ``FeedSpout.spec(fields=[...])`` emits those fields of each row that
+    ``keysplit run --dataset csv:FILE,key=COL`` loaded (module :mod:`keysplit.toolkit.spout`)."""
+
+    @staticmethod
+    def spec(*, fields: list[str], name: str | None = None, par: int = 1,
+             config: Mapping[str, Any] | None = None) -> FeedSpoutSpec:
+        from keysplit.toolkit.spout import CONFIG_KEY
+        from keysplit.toolkit.spout import FeedSpout as Component
+
+        where = f"FeedSpout {name or ''}".strip()
+        if not fields or not all(isinstance(f, str) and f for f in fields) or len(set(fields)) != len(fields):
+            raise TopologyBuildError(f"{where}: fields must be distinct non-empty column names, got {fields!r}")
+        clash = [f for f in fields if f in RESERVED_FIELDS]
+        if clash:
+            raise TopologyBuildError(f"{where}: fields {clash} are keysplit's own; rename those columns")
+        return FeedSpoutSpec(Component, fields=list(fields), name=name, par=par,
+                             config=_json_config(config, {CONFIG_KEY: {"fields": list(fields)}}),
+                             outputs=[Stream(fields=[*fields, RECORD_FIELD, ROUTE_FIELD])])
+
+
+class KeyRouter:
+    """Any keysplit grouping on a keyed edge: ``KeyRouter.spec(inputs=..., key="page", grouping="pkg:d=2")``
+    (module :mod:`keysplit.toolkit.router`)."""
+
+    @staticmethod
+    def spec(*, inputs: Any, key: str, grouping: str, to: str | None = None, time: str | None = None,
+             workers: int | None = None, name: str | None = None, par: int = 1,
+             config: Mapping[str, Any] | None = None) -> KeyRouterSpec:
+        from keysplit.toolkit.router import CONFIG_KEY, check_grouping_spec
+        from keysplit.toolkit.router import KeyRouter as Component
+
+        where = f"KeyRouter {name or ''}".strip()
+        fields, streams, _ = _stream_fields(inputs, where)
+        missing = [f for f in (key, time) if f is not None and f not in fields]
+        if missing:
+            raise TopologyBuildError(f"{where}: its input declares no field {missing[0]!r} (fields: "
+                                     f"{', '.join(fields) or 'none'})")
+        try:
+            check_grouping_spec(grouping, where)
+        except KeysplitError as exc:
+            raise TopologyBuildError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise TopologyBuildError(f"{where}: workers must be a positive integer, got {workers!r}")
+        passed = [f for f in fields if f != ROUTE_FIELD]
+        cfg = {"key": key, "grouping": grouping, "to": to, "time": time, "workers": workers}
+        return KeyRouterSpec(Component, key=key, grouping=grouping, to=to, workers=workers, passed=passed,
+                             name=name, par=par, inputs=streams,
+                             config=_json_config(config, {CONFIG_KEY: cfg, "topology.tick.tuple.freq.secs": 1}),
+                             outputs=[Stream(fields=[*passed, ROUTE_FIELD])])
+
+
+class Aggregate:
+    """The two-stage keyed aggregation (module :mod:`keysplit.toolkit.aggregate`): ``Aggregate.partial`` behind a
+    router, ``Aggregate.merge`` behind the partial."""
+
+    @staticmethod
+    def partial(*, inputs: KeyRouterSpec, accumulator: Accumulator, period: float = 1.0, name: str | None = None,
+                par: int = 1, config: Mapping[str, Any] | None = None) -> PartialSpec:
+        """Partial state per key behind ``inputs`` (a KeyRouter spec), flushed every ``period`` seconds."""
+        from keysplit.toolkit.aggregate import PARTIAL_CONFIG, PartialAggregate
+
+        where = f"Aggregate.partial {name or ''}".strip()
+        if not isinstance(inputs, KeyRouterSpec):
+            raise TopologyBuildError(f"{where}: inputs must be a KeyRouter spec (the partial stage sits behind the "
+                                     "grouping that chose its tasks)")
+        acc = _checked(accumulator, where)
+        missing = [f for f in acc.fields if f not in inputs.passed]
+        if missing:
+            raise TopologyBuildError(f"{where}: {acc!r} reads field {missing[0]!r}, which the router's input does not "
+                                     f"declare (fields: {', '.join(inputs.passed)})")
+        if not acc.mergeable:
+            why = (f"grouping {inputs.grouping} splits keys across tasks" if splits_keys(inputs.grouping)
+                   else "the partial stage flushes every period")
+            raise TopologyBuildError(f"{where}: {type(acc).__name__} has no merge, but {why}, so partial states of one "
+                                     "key must be merged; implement merge(a, b)")
+        tick = _ticks(period, where)
+        cfg = {"key": inputs.key, "accumulator": acc.describe(), "period": float(period)}
+        return PartialSpec(PartialAggregate, router=inputs, accumulator=acc, name=name, par=par, inputs=inputs.into(),
+                           config=_json_config(config, {PARTIAL_CONFIG: cfg, "topology.tick.tuple.freq.secs": tick}),
+                           outputs=[Stream(fields=list(PARTIAL_FIELDS), name=PARTIALS_STREAM)])
+
+    @staticmethod
+    def merge(*, inputs: PartialSpec, top: int = 0, period: float = 1.0, name: str | None = None, par: int = 1,
+              config: Mapping[str, Any] | None = None) -> MergeSpec:
+        """Each key's partial states merged, committed every ``period`` seconds; ``top`` > 0 keeps the ``top`` keys
+        with the largest results (in Redis, for the run's summary)."""
+        from keysplit.toolkit.aggregate import MERGE_CONFIG, MergeAggregate
+
+        where = f"Aggregate.merge {name or ''}".strip()
+        if not isinstance(inputs, PartialSpec):
+            raise TopologyBuildError(f"{where}: inputs must be an Aggregate.partial spec")
+        if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= 10_000:
+            raise TopologyBuildError(f"{where}: top must be an integer in [0, 10000], got {top!r}")
+        if top and not inputs.accumulator.ranks:
+            raise TopologyBuildError(f"{where}: top={top} ranks keys by their result, and {inputs.accumulator!r}'s "
+                                     "result is not a number")
+        tick = _ticks(period, where)
+        cfg = {"accumulator": inputs.accumulator.describe(), "top": top, "period": float(period)}
+        return MergeSpec(MergeAggregate, partial=inputs, top=top, name=name, par=par, inputs=inputs.into(),
+                         config=_json_config(config, {MERGE_CONFIG: cfg, "topology.tick.tuple.freq.secs": tick}),
+                         outputs=[Stream(fields=["key", "result"])])
+
+
+def _checked(accumulator: Any, where: str) -> Accumulator:
+    try:
+        return check_accumulator(accumulator, where)
+    except KeysplitError as exc:
+        raise TopologyBuildError(str(exc)) from None
+
+
+def check_topology(topology: Any) -> None:
+    """Refuse, in one line naming the component, what only the whole topology shows: a router whose downstream
+    does not exist or is not subscribed on the route field, more choices than downstream tasks (``pkg:d=5`` in
+    front of 4 tasks), a partial without its merge, or two exactly-once merges on one feed."""
+    specs = {spec.name: spec for spec in getattr(topology, "specs", [])}
+    subscribers: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+    for spec in specs.values():
+        for stream_id, grouping in (spec.inputs or {}).items():
+            source = stream_id.componentId if isinstance(stream_id.componentId, str) else stream_id.componentId.name
+            subscribers.setdefault((source, stream_id.streamId), []).append((spec.name, grouping))
+
+    def routed(source: str, stream: str) -> list[str]:
+        return [name for name, g in subscribers.get((source, stream), []) if list(g.fields or []) == [ROUTE_FIELD]]
+
+    merges = []
+    for spec in specs.values():
+        if isinstance(spec, KeyRouterSpec):
+            where = f"KeyRouter {spec.name}"
+            behind = routed(spec.name, "default")
+            if spec.to is not None:
+                if spec.to not in specs:
+                    raise TopologyBuildError(f"{where}: its downstream component {spec.to!r} does not exist "
+                                             f"(components: {', '.join(sorted(specs))})")
+                if spec.to not in behind:
+                    raise TopologyBuildError(f"{where}: {spec.to!r} must subscribe with inputs={spec.name}.into() "
+                                             f"(a fields grouping on {ROUTE_FIELD!r})")
+                target = spec.to
+            elif len(behind) != 1:
+                raise TopologyBuildError(f"{where}: expected one component behind it subscribed with "
+                                         f"inputs={spec.name}.into(), found {behind or 'none'}")
+            else:
+                target = behind[0]
+            tasks = specs[target].par
+            workers = spec.workers or tasks
+            if not isinstance(tasks, int) or workers > tasks:
+                raise TopologyBuildError(f"{where}: workers={workers} is more than the {tasks} tasks of {target!r}")
+            try:
+                build_grouping(spec.grouping, workers, spec.par)
+            except KeysplitError as exc:
+                raise TopologyBuildError(f"{where} in front of {workers} tasks of {target!r}: {exc}") from None
+        elif isinstance(spec, PartialSpec):
+            behind = routed(spec.name, PARTIALS_STREAM)
+            if len(behind) != 1 or not isinstance(specs[behind[0]], MergeSpec):
+                raise TopologyBuildError(f"Aggregate.partial {spec.name}: needs exactly one Aggregate.merge behind it "
+                                         f"(found {behind or 'none'})")
+        elif isinstance(spec, MergeSpec):
+            merges.append(spec.name)
+    delivery = (getattr(topology, "config", None) or {}).get("keysplit.delivery", "exactly-once")
+    if len(merges) > 1 and delivery == "exactly-once":
+        raise TopologyBuildError(f"merge stages {', '.join(sorted(merges))}: an exactly-once merge marks each feed "
+                                 "record once, so a topology has one (or set config keysplit.delivery=at-least-once)")
+
+
+class _CheckedTopologyType(TopologyType):
+    def __new__(mcs, classname, bases, class_dict):
+        cls = super().__new__(mcs, classname, bases, class_dict)
+        if classname != "Topology" or class_dict.get("__module__") != __name__:
+            check_topology(cls)
+        return cls
+
+
+class Topology(StreamparseTopology, metaclass=_CheckedTopologyType):
+    """streamparse's ``Topology``, checked by :func:`check_topology` when the class is made."""
+
