@@ -22,6 +22,7 @@ from keysplit.commands.common import (
     stop_on_signals,
 )
 from keysplit.commands.knobs import add_shared_knobs
+from keysplit.commands.run_topology import run_seconds
 from keysplit.commands.simulate import GROUPINGS_EPILOG, GroupingsHelpFormatter
 from keysplit.datasets import open_dataset
 from keysplit.datasets.readers import FileDataset
@@ -56,8 +57,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("topology", metavar="TOPOLOGY",
                    help="wordcount (keysplit's word-count / top-k topology), or your streamparse topology's file, "
                    "path/to/topology.py[:Class] (docs/guides/your-topology.md)")
-    p.add_argument("--duration", type=positive_float, metavar="SECS",
+    p.add_argument("--duration", type=run_seconds, metavar="SECS",
                    help="a topology file without keysplit's feed: run this long, then stop")
+    p.add_argument("--until-idle", type=run_seconds, metavar="SECS",
+                   help="a topology file without keysplit's feed: stop once every spout tuple's tree is complete "
+                   "and no spout emitted for SECS (finite spouts: a test of your topology)")
     p.add_argument("--grouping", "-g", metavar="G", help="grouping spec, e.g. pkg, pkg:d=4, kg, sg (required)")
     p.add_argument("--dataset", metavar="SPEC", help="dataset spec (see `keysplit datasets --help`; required)")
     p.add_argument("--sources", "-S", type=positive_int, default=5, metavar="S", help="router tasks (default 5)")
@@ -146,8 +150,9 @@ def _run(args: argparse.Namespace) -> int:
         from keysplit.commands.run_topology import run_file
 
         return run_file(args, args.parser_defaults)
-    if args.duration is not None:
-        raise KeysplitError("--duration is for a topology file; the word count ends when every line is acked")
+    if args.duration is not None or args.until_idle is not None:
+        raise KeysplitError("--duration and --until-idle are for a topology file; the word count ends when every "
+                            "line is acked")
     modes = [f"--{name.replace('_', '-')}" for name in ("collect", "resume", "load_only") if getattr(args, name)]
     if len(modes) > 1:
         raise KeysplitError(f"{' and '.join(modes)} cannot be combined")

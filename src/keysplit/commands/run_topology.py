@@ -22,6 +22,21 @@ WORDCOUNT_ONLY = ("grouping", "sources", "workers", "counter_tasks", "cpu_delay"
                   "aimd_increase", "aimd_decrease", "aimd_min")
 
 
+#: The longest --duration / --until-idle: a day (a local run is a test, not a service).
+MAX_SECONDS = 86_400.0
+
+
+def run_seconds(text: str) -> float:
+    """A positive number of seconds up to :data:`MAX_SECONDS` (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"expected seconds in (0, {MAX_SECONDS:,.0f}], got {text}")
+    return value
+
+
 def run_file(args: argparse.Namespace, parser_defaults: dict) -> int:
     from keysplit.runs.topology_run import TopologyRunOptions, load_topology, run_topology
 
@@ -30,12 +45,15 @@ def run_file(args: argparse.Namespace, parser_defaults: dict) -> int:
     if given:
         raise KeysplitError(f"{', '.join(given)}: only for `keysplit run wordcount`; a topology file states its "
                             "groupings and parallelism in its specs (KeyRouter.spec(grouping=..., par=...))")
-    if args.duration is not None and args.dataset:
-        raise KeysplitError("--duration is for a topology without keysplit's feed; with --dataset the run ends when "
-                            "every row is acked")
+    if (args.duration is not None or args.until_idle is not None) and args.dataset:
+        raise KeysplitError("--duration and --until-idle are for a topology without keysplit's feed; with --dataset "
+                            "the run ends when every row is acked")
+    if args.duration is not None and args.until_idle is not None:
+        raise KeysplitError("--duration and --until-idle cannot be combined")
     loaded = load_topology(args.topology)
     opts = TopologyRunOptions(
         dataset=open_dataset(args.dataset) if args.dataset else None, split=args.split, duration=args.duration,
+        until_idle=args.until_idle,
         max_pending=args.max_pending, message_timeout=args.message_timeout, worker_processes=args.worker_processes,
         delivery=args.delivery, timeout=args.timeout, kills=tuple(args.kill), storm_env=args.env, run_id=args.run_id)
     from keysplit.runs.topology_run import check_options

@@ -62,6 +62,12 @@ class LoadedTopology:
         return [s for s in self.cls.specs if isinstance(s, kind)]
 
     @property
+    def spout_names(self) -> set[str]:
+        from streamparse.dsl.spout import JavaSpoutSpec, ShellSpoutSpec
+
+        return {s.name for s in self.cls.specs if isinstance(s, (ShellSpoutSpec, JavaSpoutSpec))}
+
+    @property
     def parallelism(self) -> dict[str, int]:
         return {s.name: s.par for s in self.cls.specs}
 
@@ -116,6 +122,7 @@ class TopologyRunOptions:
     dataset: Dataset | None = None
     split: str = "shuffle"
     duration: float | None = None
+    until_idle: float | None = None  # no feed: stop once every spout tree is complete and no spout emitted this long
     max_pending: int = 1000
     message_timeout: int = 30
     worker_processes: int = 1
@@ -136,9 +143,9 @@ def check_options(loaded: LoadedTopology, opts: TopologyRunOptions) -> tuple[Fee
         if opts.dataset is not None:
             raise KeysplitError(f"--dataset is for a topology that reads keysplit's feed, and {loaded.name} has no "
                                 "FeedSpout (keysplit.toolkit.FeedSpout)")
-        if not opts.duration:
+        if not opts.duration and not opts.until_idle:
             raise KeysplitError(f"{loaded.name} reads no keysplit feed, so nothing says when it is done: give "
-                                "--duration SECS")
+                                "--until-idle SECS (your spouts are finite) or --duration SECS")
     else:
         if opts.dataset is None:
             raise KeysplitError(f"{loaded.name} reads keysplit's feed ({feed.name}): give --dataset "
@@ -263,13 +270,24 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
         "keysplit.local.startup.timeout.secs": max(1.0, min(60.0, remaining))}, env_config=env_config)
     log_dir = Path(log_dir) if log_dir else private_dir(keysplit_home() / "logs") / run_id
     set_state(conn, keys, "running")
-    end = None if feed is not None else time.monotonic() + float(opts.duration or 0)
+    end = None if feed is not None or not opts.duration else time.monotonic() + opts.duration
+    spouts = [s.name for s in loaded.cls.specs if s.name in loaded.spout_names]
+    quiet = {"emitted": -1, "since": time.monotonic()}
+
+    def idle() -> bool:
+        """Every spout tree complete, and no spout emitted for --until-idle seconds (since the last change)."""
+        stats = cluster.stats()
+        emitted = sum(stats[s]["emitted"] for s in spouts)
+        if emitted != quiet["emitted"] or any(stats[s]["pending"] for s in spouts):
+            quiet.update(emitted=emitted, since=time.monotonic())
+            return False
+        return emitted > 0 and time.monotonic() - quiet["since"] >= opts.until_idle  # type: ignore[operator]
 
     def finished() -> bool:
         if injector.restart_redis_if_due():
             return False
-        if end is not None:
-            return time.monotonic() >= end
+        if feed is None:
+            return time.monotonic() >= end if end is not None else idle()
         acked = spout_metrics(conn, keys, feed.par)["acked"]  # type: ignore[union-attr]
         injector.fire_due(cluster, acked, rows)
         if injector.recovering(cluster):

@@ -127,6 +127,10 @@ class PartialAggregate(CoalescedWrites, Bolt):
         self.seen: set[str] = set()  # keys this task ever held: the state a split key costs (replication)
         self.failed = 0
         self.tasks_key = keys.stage(me, "tasks")
+        if self.conn is not None:  # a restarted task goes on counting its records (the keys it holds start again)
+            before = self.conn.hget(self.tasks_key, str(self.index))
+            if before:
+                self.records = int(json.loads(before).get("records", 0))
 
     def process(self, tup):
         record = dict(zip(self.fields.get((tup.component, tup.stream), ()), tup.values))
@@ -234,9 +238,7 @@ class MergeAggregate(CoalescedWrites, Bolt):
         if not self.pending:
             return
         if self.exact:
-            if self.conn is None:
-                raise ToolkitError(f"{self.component_name}: exactly-once merges commit to the run's Redis; set "
-                                   "keysplit.redis_url or keysplit.delivery=at-least-once")
+            self._claim_marks()
             changed = self._commit_exactly_once()
         else:
             changed = self._commit_at_least_once()
@@ -251,6 +253,22 @@ class MergeAggregate(CoalescedWrites, Bolt):
         self.pending = []
         self.batch = {}
         self.exact = False
+
+    def _claim_marks(self) -> None:
+        """The feed's commit marks serve one merge stage: the first to commit exactly once owns them, and another
+        stage refuses to start committing (it would drop every record the first one marked)."""
+        if self.conn is None:
+            raise ToolkitError(f"{self.component_name}: exactly-once merges commit to the run's Redis; set "
+                               "keysplit.redis_url or keysplit.delivery=at-least-once")
+        if getattr(self, "_owns_marks", False):
+            return
+        owner_key = self.keys.stage("", "marks_owner")
+        self.conn.set(owner_key, self.component_name, nx=True)
+        owner = self.conn.get(owner_key)
+        if owner != self.component_name:
+            raise ToolkitError(f"{self.component_name}: merge stage {owner} already commits this feed exactly once; "
+                               "a topology has one exactly-once merge (keysplit.delivery=at-least-once for more)")
+        self._owns_marks = True
 
     def _result_text(self, name: str):
         """A result as a tuple value: an int or a string as it is, anything else as JSON text (Kryo's rule)."""

@@ -23,6 +23,7 @@ anchored to the input and the input acked after it, so Storm's at-least-once del
 from __future__ import annotations
 
 import time
+
 from streamparse import Bolt
 
 from keysplit.groupings import parse_grouping

@@ -1,0 +1,96 @@
+"""A user's own streamparse project, run with `keysplit run path/to/topology.py`: their spout (in their src/, as
+`sparse` lays out a project) feeds a KeyRouter; keys of any JSON scalar type route, and a tuple without a usable key
+is failed and logged, never a dead worker."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from keysplit.cli import main
+from keysplit.runs import redis_server
+from keysplit.runs.topology_run import read_results
+
+SPOUT = '''
+import os
+
+from streamparse import Spout
+
+
+class ClickSpout(Spout):
+    """Emits its share of clicks ``(user, amount)`` once each; logs the ids it gets back as acked or failed."""
+
+    outputs = ["user", "amount"]
+
+    def initialize(self, conf, context):
+        tasks = sorted(int(t) for t, c in context["task->component"].items() if c == self.component_name)
+        self.todo = list(range(tasks.index(self.task_id), int(conf["clicks.n"]), len(tasks)))
+        self.log = open(os.path.join(conf["clicks.out"], f"spout-{self.task_id}.log"), "a", buffering=1)
+
+    def next_tuple(self):
+        if self.todo:
+            i = self.todo.pop(0)
+            self.emit([user(i), i % 5 + 1], tup_id=i)
+
+    def ack(self, tup_id):
+        self.log.write(f"ack {tup_id}\\n")
+
+    def fail(self, tup_id):  # no replay: a tuple the router cannot route would fail again
+        self.log.write(f"fail {tup_id}\\n")
+
+
+def user(i):
+    """Integer user ids, a text one, and no user at all now and then."""
+    if i % 40 == 7:
+        return None
+    return "guest" if i % 9 == 0 else (i * i) % 17
+'''
+
+TOPOLOGY = '''
+from clicks.spouts import ClickSpout
+
+from keysplit.toolkit import Aggregate, KeyRouter, Sum, Topology
+
+
+class Clicks(Topology):
+    config = {{"clicks.n": 400, "clicks.out": {out!r}, "keysplit.delivery": "at-least-once"}}
+    clicks = ClickSpout.spec(par=2)
+    route = KeyRouter.spec(inputs=[clicks], key="user", grouping="dchoices", par=2)
+    partial = Aggregate.partial(inputs=route, accumulator=Sum("amount"), par=3)
+    total = Aggregate.merge(inputs=partial, top=3, par=2)
+'''
+
+
+def user(i):
+    if i % 40 == 7:
+        return None
+    return "guest" if i % 9 == 0 else (i * i) % 17
+
+
+def test_a_users_project_runs_until_idle_with_their_spout_and_bad_keys_fail_cleanly(tmp_path, capsys, monkeypatch):
+    project, out = tmp_path / "clicks-project", tmp_path / "out"
+    (project / "src" / "clicks").mkdir(parents=True)
+    (project / "topologies").mkdir()
+    out.mkdir()
+    (project / "src" / "clicks" / "__init__.py").write_text("")
+    (project / "src" / "clicks" / "spouts.py").write_text(SPOUT)
+    (project / "topologies" / "clicks.py").write_text(TOPOLOGY.format(out=str(out)))
+    monkeypatch.setenv("KEYSPLIT_HOME", str(tmp_path / "home"))
+    try:
+        assert main(["run", str(project / "topologies" / "clicks.py"), "--until-idle", "3", "--worker-processes",
+                     "2", "--json"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        results = read_results(redis_server.connect(), summary["run_id"], "total")
+    finally:
+        redis_server.stop_server(tmp_path / "home")
+    expected: Counter = Counter()
+    for i in range(400):
+        if user(i) is not None:
+            expected[user(i)] += i % 5 + 1
+    assert results == dict(expected)  # 17 integer users and "guest": keys keep their JSON type
+    lines = [line.split() for path in out.glob("spout-*.log") for line in path.read_text().splitlines()]
+    failed = sorted(int(i) for verb, i in lines if verb == "fail")
+    assert failed == [i for i in range(400) if user(i) is None]
+    assert sorted(int(i) for verb, i in lines if verb == "ack") == [i for i in range(400) if user(i) is not None]
+    assert summary["routers"]["route"]["failed"] == len(failed)
+    assert summary["task_deaths"] == 0 and summary["worker_restarts"] == 0
