@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from itertools import pairwise
 
 import pytest
 from hypothesis import given, settings
@@ -31,7 +32,7 @@ def one_pass(acc: Accumulator, rows: list) -> object:
 @given(rows=records, cuts=st.lists(st.integers(0, 60), max_size=4), order=st.randoms())
 def test_merging_partial_states_in_any_order_gives_one_pass(acc, rows, cuts, order):
     bounds = sorted({0, len(rows), *(c for c in cuts if c <= len(rows))})
-    parts = [one_pass(acc, rows[a:b]) for a, b in zip(bounds, bounds[1:])]
+    parts = [one_pass(acc, rows[a:b]) for a, b in pairwise(bounds)]
     order.shuffle(parts)
     merged = acc.zero()
     for part in parts:
