@@ -109,3 +109,38 @@ def test_mistakes_are_one_line_and_exit_2(views, tmp_path, capsys, args, message
     assert main(["run", str(path), *[a.format(csv=csv_path) for a in args]]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err, err
+
+
+def test_load_submit_collect_the_cluster_workflow(home, redis_url, views, tmp_path, capsys, topology_file):
+    """`keysplit run FILE --load-only`, then the topology as `sparse submit -o keysplit.run_id=...` deploys it (run
+    here by the local runner with the conf sparse would send, the password in a file on the workers), then
+    `--collect`: the summary from Redis alone, and exact results."""
+    from keysplit.local import LocalCluster
+    from keysplit.local.submission import build_resources, submit_conf
+    from keysplit.storm.feed import feed_done
+    from keysplit.storm.keys import RunKeys
+    from keysplit.storm.settings import split_password
+
+    csv_path, total_bytes, page_views = views
+    path = topology_file(tmp_path, "wchoices")
+    url, password = split_password(redis_url)
+    secret = tmp_path / "redis.pass"
+    secret.write_text(password + "\n")
+    redis = ["--redis", url, "--redis-password-file", str(secret)]
+    assert main(["run", str(path), "--load-only", "--dataset", f"csv:{csv_path},key=page", *redis]) == 0
+    run_id = capsys.readouterr().out.strip()
+    loaded = load_topology(str(path))
+    conf = submit_conf(loaded.cls, "pagestats", {"keysplit.run_id": run_id, "keysplit.redis_url": url,
+                                                 "keysplit.redis_password_file": str(secret), "topology.workers": 2})
+    conn = redis_server.connect(redis_url)
+    jar_tree = build_resources(tmp_path / "resources")  # what `keysplit jar` puts in the jar
+    with LocalCluster(loaded.cls, conf, cwd=str(tmp_path), resources=str(jar_tree)) as cluster:
+        cluster.start()
+        assert cluster.run_until(lambda: feed_done(conn, RunKeys(run_id)), 120)
+        cluster.run_until(lambda: sum(int(v) for v in conn.hvals(RunKeys(run_id).stage("route", "loads")))
+                          >= sum(page_views.values()), 10)  # the routers' last report, at their tick
+    assert main(["run", str(path), "--collect", run_id, *redis, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["run_id"] == run_id and summary["worker_restarts"] is None and "incomplete" not in summary
+    assert sum(summary["routers"]["route"]["loads"]) == summary["rows"]
+    assert read_results(conn, run_id, "total") == dict(total_bytes)

@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         name, status = (str(exc), exc.status) if isinstance(exc, Stopped) else ("Ctrl-C", 130)
         run_id = args.resume or args.run_id  # _run sets args.resume once a new run's id is chosen
         hint = ""
-        if run_id and not args.load_only:
+        if run_id and not args.load_only and args.topology == "wordcount":
             hint = f"; continue it with `keysplit run wordcount --resume {run_id}`"
             if getattr(args, "feed_loaded", True) is False:  # stopped while loading: there is nothing to resume
                 hint = (f"; its feed was not completely loaded, so it cannot be resumed: delete it with "

@@ -18,8 +18,8 @@ from keysplit.runs.redis_server import session
 
 #: `keysplit run` options that only the word count has (a topology file states these itself).
 WORDCOUNT_ONLY = ("grouping", "sources", "workers", "counter_tasks", "cpu_delay", "aggregators", "spouts", "flush",
-                  "batch", "batch_ms", "rate", "top", "route", "resume", "collect", "load_only", "counts_out",
-                  "aimd_increase", "aimd_decrease", "aimd_min")
+                  "batch", "batch_ms", "rate", "top", "route", "resume", "counts_out", "aimd_increase",
+                  "aimd_decrease", "aimd_min")
 
 
 #: The longest --duration / --until-idle: a day (a local run is a test, not a service).
@@ -51,6 +51,14 @@ def run_file(args: argparse.Namespace, parser_defaults: dict) -> int:
     if args.duration is not None and args.until_idle is not None:
         raise KeysplitError("--duration and --until-idle cannot be combined")
     loaded = load_topology(args.topology)
+    if args.collect:
+        from keysplit.runs.records import check_run_id
+        from keysplit.runs.topology_run import collect_run
+
+        check_run_id(args.collect)
+        with session(_redis(args)) as (conn, _):
+            summary = collect_run(loaded, conn, args.collect)
+        return _report(args, summary)
     opts = TopologyRunOptions(
         dataset=open_dataset(args.dataset) if args.dataset else None, split=args.split, duration=args.duration,
         until_idle=args.until_idle,
@@ -61,8 +69,23 @@ def run_file(args: argparse.Namespace, parser_defaults: dict) -> int:
     check_options(loaded, opts)  # before any server starts
     from keysplit.commands.run import _progress
 
+    if args.load_only:  # for `sparse submit -o keysplit.run_id=RUN_ID`, then --collect RUN_ID
+        from keysplit.redis_client import redact
+        from keysplit.runs.topology_run import load_run
+
+        with session(_redis(args)) as (conn, url):
+            keys, base = load_run(loaded, opts, conn)
+        if args.json:
+            print_json({"run_id": keys.run_id, "rows": base["rows"], "redis": redact(url)})
+        else:
+            print(keys.run_id)
+        return 0
     with session(_redis(args)) as (conn, url), _progress() as progress:
         summary = run_topology(loaded, opts, conn, url, progress=progress)
+    return _report(args, summary)
+
+
+def _report(args: argparse.Namespace, summary: dict) -> int:
     if args.json:
         print_json(summary)
     else:
@@ -86,8 +109,13 @@ def print_summary(s: dict) -> None:
         out.write(f"throughput: {s['rows_per_second']:,.0f} rows/s over {s['duration_s']:.1f} s ({s['acked']:,} rows "
                   f"acked, {s['replayed']} replayed)\n")
         out.write(f"latency (ms): mean {lat['mean']:.1f}  p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}\n")
-    out.write(f"worker restarts: {s['worker_restarts']}  task deaths: {s['task_deaths']}  task restarts: "
-              f"{s['task_restarts']}\n")
+    if s["worker_restarts"] is None:
+        out.write("worker restarts and task deaths: unknown here (a cluster run: see Storm's UI and worker logs)\n")
+    else:
+        out.write(f"worker restarts: {s['worker_restarts']}  task deaths: {s['task_deaths']}  task restarts: "
+                  f"{s['task_restarts']}\n")
+    if s.get("incomplete"):
+        out.write("note: the feed is not completely acked yet; these numbers are so far\n")
     for name, r in s["routers"].items():
         total = sum(r["loads"]) or 1
         out.write(f"\n{name}: grouping {r['grouping']} on {r['key']!r}, {r['sources']} source(s) -> {r['workers']} "
@@ -106,4 +134,5 @@ def print_summary(s: dict) -> None:
     if s.get("kills"):
         out.write("\nkills: " + ", ".join(f"{k['target']} during start-up" if k.get("fraction") == "start" else
                                          f"{k['target']} at {k['acked']} rows acked" for k in s["kills"]) + "\n")
-    out.write(f"\ntask logs: {s['log_dir']}\n")
+    if s.get("log_dir"):
+        out.write(f"\ntask logs: {s['log_dir']}\n")

@@ -219,19 +219,14 @@ def new_run_id(name: str) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{name.lower()[:40]}-{secrets.token_hex(3)}"
 
 
-def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.Redis, redis_url: str, *,
-                 progress: Callable[[str, int, int], None] | None = None, log_dir: str | os.PathLike | None = None,
-                 python: str = sys.executable) -> dict[str, Any]:
-    """Load the feed (if the topology reads one), run the topology until it is done, store and return the summary."""
-    from keysplit.local import LocalCluster
-    from keysplit.local.submission import build_resources, read_env, submit_conf
-
+def load_run(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.Redis, *,
+             progress: Callable[[str, int, int], None] | None = None,
+             deadline: float | None = None) -> tuple[RunKeys, dict[str, Any]]:
+    """Reserve a run id, load the feed (if the topology reads one) and record the run: what ``--load-only`` does
+    before ``sparse submit``. Returns the run's keys and the summary fields known before it runs."""
     feed, router = check_options(loaded, opts)
-    deadline = time.monotonic() + opts.timeout
-    injector = Injector([parse_kill(k, tuple(loaded.parallelism)) for k in opts.kills], managed_server(redis_url))
     run_id = opts.run_id or new_run_id(loaded.name)
     keys = RunKeys(run_id)
-    url, password = split_password(redis_url)
     started = time.time()
     reserve(conn, keys, {"started": started, "grouping": _groupings(loaded),
                          "dataset": opts.dataset.spec if opts.dataset else ""})
@@ -259,9 +254,26 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
     except BaseException as exc:
         mark_interrupted(conn, keys, f"{type(exc).__name__} while loading the feed: {exc}")
         raise
+    return keys, base
+
+
+def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.Redis, redis_url: str, *,
+                 progress: Callable[[str, int, int], None] | None = None, log_dir: str | os.PathLike | None = None,
+                 python: str = sys.executable) -> dict[str, Any]:
+    """Load the feed (if the topology reads one), run the topology until it is done, store and return the summary."""
+    from keysplit.local import LocalCluster
+    from keysplit.local.submission import build_resources, read_env, submit_conf
+
+    feed, router = check_options(loaded, opts)
+    deadline = time.monotonic() + opts.timeout
+    injector = Injector([parse_kill(k, tuple(loaded.parallelism)) for k in opts.kills], managed_server(redis_url))
+    keys, base = load_run(loaded, opts, conn, progress=progress, deadline=deadline)
+    run_id, rows = keys.run_id, base["rows"]
+    url, password = split_password(redis_url)
     env_config = read_env(loaded.root / "config.json", opts.storm_env) if (loaded.root / "config.json").exists() \
         else None
     remaining = deadline - time.monotonic()
+    # the conf `sparse submit -e ENV -o ...` would send
     conf = submit_conf(loaded.cls, loaded.name, {
         **opts.options,
         "topology.max.spout.pending": opts.max_pending, "topology.message.timeout.secs": opts.message_timeout,
@@ -288,7 +300,7 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
             return False
         if feed is None:
             return time.monotonic() >= end if end is not None else idle()
-        acked = spout_metrics(conn, keys, feed.par)["acked"]  # type: ignore[union-attr]
+        acked = spout_metrics(conn, keys, feed.par)["acked"]
         injector.fire_due(cluster, acked, rows)
         if injector.recovering(cluster):
             return False
@@ -296,7 +308,7 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
             progress("run", acked, rows)
         return feed_done(conn, keys)
 
-    old_umask = os.umask(0o077)
+    old_umask = os.umask(0o077)  # task logs hold the dataset's rows: 0600
     try:
         src = loaded.root / "src"
         with tempfile.TemporaryDirectory(prefix=f"keysplit-resources-{os.getpid()}-") as tmp, \
@@ -311,7 +323,7 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
             if router is not None:  # the routers report what they sent at their next tick
                 cluster.run_until(lambda: sum(_loads(conn, keys, router.name)) >= rows, 5.0, poll=0.2)
             cluster.quiesce(timeout=5.0)
-            stats, run_summary = cluster.stats(), cluster.summary()
+            run_summary = cluster.summary()
             cluster.shutdown()
     except RunTimeout as exc:
         mark_interrupted(conn, keys, f"--timeout: {exc}")
@@ -322,15 +334,29 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
     finally:
         os.umask(old_umask)
     summary = {**base, **summarise(conn, keys, loaded, feed)}
-    summary.update({k: run_summary[k] for k in ("worker_restarts", "task_deaths", "unacked_inputs")})
-    summary["task_restarts"] = run_summary["task_restarts"]
+    summary.update({k: run_summary[k] for k in ("worker_restarts", "task_deaths", "unacked_inputs",
+                                                "task_restarts")})
     summary["kills"] = injector.fired
     summary["log_dir"] = str(log_dir)
-    summary["wall_s"] = time.time() - started
-    del stats
+    summary["wall_s"] = time.time() - base["started"]
     conn.set(keys.summary, json.dumps(summary))
     set_state(conn, keys, "finished", finished=time.time())
     conn.delete(keys.feed, keys.frequencies)
+    return summary
+
+
+def collect_run(loaded: LoadedTopology, conn: redis.Redis, run_id: str) -> dict[str, Any]:
+    """The summary of a run a Storm cluster ran (after ``--load-only`` and ``sparse submit``), from Redis alone."""
+    keys = RunKeys(run_id)
+    raw = conn.get(keys.config)
+    if raw is None:
+        raise KeysplitError(f"no run {run_id!r} in this Redis (keysplit runs lists them)")
+    base = json.loads(raw)
+    feeds = loaded.specs_of(FeedSpoutSpec)
+    summary = {**base, **summarise(conn, keys, loaded, feeds[0] if feeds else None), "worker_restarts": None,
+               "task_deaths": None, "unacked_inputs": None, "task_restarts": None, "kills": [], "log_dir": None}
+    if feeds and not feed_done(conn, keys):
+        summary["incomplete"] = True
     return summary
 
 
