@@ -94,3 +94,28 @@ def test_a_users_project_runs_until_idle_with_their_spout_and_bad_keys_fail_clea
     assert sorted(int(i) for verb, i in lines if verb == "ack") == [i for i in range(400) if user(i) is not None]
     assert summary["routers"]["route"]["failed"] == len(failed)
     assert summary["task_deaths"] == 0 and summary["worker_restarts"] == 0
+
+
+def test_a_jar_built_from_a_users_project_carries_their_code_and_keysplits(tmp_path, capsys):
+    """`keysplit jar --src src/`: the user's components and keysplit's worker files, so that the workers' Python
+    needs only keysplit's base dependencies; checked in an interpreter that sees no keysplit install (-S)."""
+    import os
+    import subprocess
+    import sys
+    import sysconfig
+    import zipfile
+
+    (tmp_path / "src" / "clicks").mkdir(parents=True)
+    (tmp_path / "src" / "clicks" / "__init__.py").write_text("")
+    (tmp_path / "src" / "clicks" / "spouts.py").write_text(SPOUT)
+    jar = tmp_path / "clicks.jar"
+    assert main(["jar", "--src", str(tmp_path / "src"), "--out", str(jar)]) == 0
+    with zipfile.ZipFile(jar) as z:
+        z.extractall(tmp_path / "x")
+    tree = tmp_path / "x" / "resources"
+    code = ("import sys, keysplit; assert keysplit.__file__.startswith(sys.argv[1]); "
+            "import clicks.spouts, keysplit.toolkit.router, keysplit.toolkit.aggregate, keysplit.toolkit.spout")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), sysconfig.get_paths()["purelib"]])}
+    done = subprocess.run([sys.executable, "-S", "-c", code, str(tree)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

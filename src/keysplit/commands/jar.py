@@ -25,6 +25,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", "-o", default=DEFAULT_OUT, metavar="FILE",
                    help=f"where to write it (default {DEFAULT_OUT})")
+    p.add_argument("--src", metavar="DIR",
+                   help="your streamparse project's src/ (a topology built with keysplit.toolkit): the jar holds it "
+                   "and keysplit's worker files, so the workers need only keysplit's base dependencies "
+                   "(default: keysplit's own topologies)")
     p.add_argument("--json", action="store_true", help="print one JSON object (path, entries) instead of a line")
     p.set_defaults(func=run)
 
@@ -42,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         os.makedirs(folder, exist_ok=True)  # _build/, as `sparse jar` makes it; a folder --out names must exist
     elif folder and not os.path.isdir(folder):
         raise KeysplitError(f"cannot write --out {args.out}: directory {folder} does not exist")
-    names = write_jar(args.out)
+    names = write_jar(args.out, args.src, with_keysplit=True)
     if args.json:
         print_json({"jar": os.path.abspath(args.out), "entries": len(names), "bytes": os.path.getsize(args.out)})
     else:

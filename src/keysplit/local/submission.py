@@ -52,38 +52,43 @@ def jar_files(package: Path) -> list[Path]:
     return sorted(found)
 
 
-def build_resources(dest: str | os.PathLike, src: str | os.PathLike | None = None) -> Path:
+def build_resources(dest: str | os.PathLike, src: str | os.PathLike | None = None, *,
+                    with_keysplit: bool = False) -> Path:
     """Make ``dest``, laid out as the jar's ``resources/``; returns ``dest``.
 
-    A given ``src`` is copied whole, as streamparse copies a project's ``src/``. Without one, the files of the
-    ``keysplit`` package this code runs from that :data:`JAR_CONTENTS` names are copied to ``dest/keysplit``;
-    it works for an installed keysplit too (whose parent directory is site-packages).
+    A given ``src`` is copied whole, as streamparse copies a project's ``src/``. Without one, or with
+    ``with_keysplit`` when ``src`` holds no ``keysplit`` package (a user's project whose topology uses
+    keysplit.toolkit), the files of the ``keysplit`` package this code runs from that :data:`JAR_CONTENTS` names
+    are copied to ``dest/keysplit``; it works for an installed keysplit too (whose parent directory is
+    site-packages).
     """
     dest = Path(dest)
     if dest.exists():
         shutil.rmtree(dest)
-    if src is None:
-        package = Path(__file__).resolve().parents[1]
-        for path in jar_files(package):
-            target = dest / package.name / path.relative_to(package)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-        return dest
-    src = Path(src)
-    if not src.is_dir():
-        raise KeysplitError(f"{src} is not a directory: a streamparse project keeps its Python code in src/")
-    shutil.copytree(src, dest, ignore=_IGNORE)
+    if src is not None:
+        src = Path(src)
+        if not src.is_dir():
+            raise KeysplitError(f"{src} is not a directory: a streamparse project keeps its Python code in src/")
+        shutil.copytree(src, dest, ignore=_IGNORE)
+        if not with_keysplit or (dest / "keysplit").exists():
+            return dest
+    package = Path(__file__).resolve().parents[1]
+    for path in jar_files(package):
+        target = dest / package.name / path.relative_to(package)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
     return dest
 
 
-def write_jar(out: str | os.PathLike, src: str | os.PathLike | None = None) -> list[str]:
+def write_jar(out: str | os.PathLike, src: str | os.PathLike | None = None, *, with_keysplit: bool = False
+              ) -> list[str]:
     """Write the topology jar ``sparse submit -j`` uploads: ``resources/<tree of build_resources>`` plus a
     manifest; no Storm class (the cluster's own Storm runs the multi-lang components). Returns the entries."""
     import tempfile
 
     out = Path(out)
     with tempfile.TemporaryDirectory(prefix="keysplit-jar-") as tmp:
-        tree = build_resources(Path(tmp) / "resources", src)
+        tree = build_resources(Path(tmp) / "resources", src, with_keysplit=with_keysplit)
         names: list[str] = ["META-INF/MANIFEST.MF"]
         files = sorted(p for p in tree.rglob("*") if p.is_file())
         # written whole under a temporary name and renamed: never half a jar, never through a symlink at ``out``
