@@ -1,4 +1,6 @@
-"""``keysplit run wordcount``: the word-count / top-k topology on this machine, measured like PKG §6 (Q5)."""
+"""``keysplit run``: run the word-count / top-k Storm topology locally and measure throughput and latency.
+
+The word-count / top-k topology on this machine, measured like PKG §6 (Q5)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 
+from keysplit.commands import command_summary
 from keysplit.commands.common import (
     Stopped,
     add_redis_options,
@@ -37,11 +40,13 @@ from keysplit.storm.exactly_once import DELIVERIES
 from keysplit.storm.keys import RunKeys
 from keysplit.stream import SPLITS
 
+NAME, HELP = command_summary(__doc__)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "run",
-        help="run the word-count / top-k Storm topology locally and measure throughput and latency",
+        NAME,
+        help=HELP,
         description="Load a dataset into Redis and run the streamparse word-count / top-k topology on this "
         "machine (one process per task, Storm's multi-lang protocol) until every line is acked. Prints "
         "throughput, complete latency, per-worker loads, imbalance, memory and the top-k; everything is "

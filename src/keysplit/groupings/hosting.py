@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from keysplit.datasets import Dataset
 from keysplit.errors import KeysplitError, SpecError
 from keysplit.groupings import REGISTRY, BaseGrouping, build_grouping
+from keysplit.groupings.base import Capacities, Offline, Probing, Resizable
 from keysplit.stream import DEFAULT_RATE, Resize, source_of
 
 
@@ -31,12 +32,14 @@ class WorkerChanges:
         while self.pending and self.pending[0].at <= seq:
             self.current = self.pending.pop(0).workers
             for g in self.groupings:
-                g.resize(self.current)  # type: ignore[attr-defined]
+                if not isinstance(g, Resizable):
+                    raise KeysplitError(f"grouping {g.describe()!r} cannot change its worker count mid-stream")
+                g.resize(self.current)
 
 
 def supports_resize(spec: str, workers: int = 2) -> bool:
     """Whether the grouping implements ``resize(workers)`` (a worker change mid-stream)."""
-    return callable(getattr(build_grouping(spec, workers)[0], "resize", None))
+    return isinstance(build_grouping(spec, workers)[0], Resizable)
 
 
 def resizable_groupings() -> list[str]:
@@ -91,11 +94,12 @@ def prepare_groupings(
                 raise KeysplitError(f"grouping {spec!r} needs the dataset's key frequencies first")
             frequencies = count_keys(dataset)
         for g in groupings:
-            g.fit(frequencies)  # type: ignore[attr-defined]
+            if isinstance(g, Offline):
+                g.fit(frequencies)
     for g in groupings:
-        if true_loads is not None and hasattr(g, "attach_probe"):
+        if true_loads is not None and isinstance(g, Probing):
             g.attach_probe(true_loads)
-        if capacities is not None and hasattr(g, "set_capacities"):
+        if capacities is not None and isinstance(g, Capacities):
             g.set_capacities(list(capacities))
     return groupings
 

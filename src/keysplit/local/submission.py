@@ -37,8 +37,8 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "*.egg-info", 
 #: as not). ``tests/test_storm_fidelity.py`` starts every component and builds every registered grouping from
 #: this tree alone, so a module missing here fails there.
 JAR_CONTENTS = (
-    "__init__.py", "errors.py", "specs.py", "hashing.py", "fingerprint.py", "stream.py", "redis_client.py",
-    "latency.py",
+    "__init__.py", "errors.py", "specs.py", "hashing.py", "javahash.py", "fingerprint.py", "stream.py",
+    "redis_client.py", "latency.py",
     "datasets/*.py", "groupings/*.py", "sketches/*.py", "storm/*.py",
     "partitioning/__init__.py", "partitioning/adaptive.py", "partitioning/construct.py", "partitioning/function.py",
     "partitioning/penalties.py", "partitioning/readj.py", "partitioning/redist.py", "partitioning/resources.py",

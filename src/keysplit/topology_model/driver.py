@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from keysplit import latency
+from keysplit.javahash import choose_task_index
 from keysplit.latency import LatencyHistogram
 from keysplit.topology_model.kernel import (
     _F_COMP,
@@ -242,10 +243,8 @@ def simulate(params: TopologyParams, line_start: np.ndarray, workers: np.ndarray
 
 
 def aggregator_of(keys: list[str], aggregators: int) -> np.ndarray:
-    """The aggregator task index of each word: the local runner's fields grouping on ``word``."""
-    from keysplit.local.grouper import fields_index
-
-    return np.asarray([fields_index([k], aggregators) for k in keys], dtype=np.int64)
+    """The aggregator task index of each word: Storm's fields grouping on ``word`` (:mod:`keysplit.javahash`)."""
+    return np.asarray([choose_task_index((k,), aggregators) for k in keys], dtype=np.int64)
 
 
 def stream_arrays(lengths: np.ndarray, workers: np.ndarray, keys: list[str], aggregators: int,
