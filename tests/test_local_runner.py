@@ -2,8 +2,6 @@
 
 Every cluster test starts real subprocesses (``python -m streamparse.run local_components.comps.X``) and
 checks what they wrote to their own log files: the spout's acks and fails, the tuples each bolt task got.
-
-Over 400 lines: one claim of Storm's semantics per test, all on the same small components and helpers.
 """
 
 from __future__ import annotations

@@ -18,8 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from keysplit import __version__, commands
-from keysplit.commands import command_summary
+from keysplit import __version__
 from keysplit.errors import KeysplitError
 
 # Order is the order of `keysplit --help`.
@@ -41,11 +40,25 @@ COMMANDS = (
 )
 
 
+def command_summary(doc: str | None) -> tuple[str, str]:
+    """The command name and one-line help in a command module's docstring, whose first paragraph reads
+    ``keysplit NAME``: HELP.
+
+    >>> command_summary("``keysplit jar``: build the jar for `sparse submit -j`.\\n\\nMore.")
+    ('jar', 'build the jar for `sparse submit -j`')
+    """
+    first = " ".join((doc or "").split("\n\n", 1)[0].split())
+    prefix, sep, text = first.partition("``: ")
+    if not prefix.startswith("``keysplit ") or not sep:
+        raise ValueError(f"a command's docstring opens with ``keysplit NAME``: HELP, not {first[:40]!r}")
+    return prefix[len("``keysplit "):], text.removesuffix(".")
+
+
 def listed_command(module: str) -> tuple[str, str]:
     """The command name and one-line help of subcommand module ``module``, read from its docstring without
     importing it (numba, streamparse and pyspark cost ~1 s to import): the text the module registers itself
-    (:func:`keysplit.commands.command_summary`)."""
-    path = Path(commands.__file__).with_name(f"{module}.py")
+    (:func:`command_summary`)."""
+    path = Path(__file__).with_name("commands") / f"{module}.py"
     text = path.read_text(encoding="utf-8")
     return command_summary(ast.literal_eval(text[: text.index('"""', 3) + 3]))
 

@@ -8,7 +8,7 @@ import argparse
 import math
 import time
 
-from keysplit.commands import command_summary
+from keysplit.cli import command_summary
 from keysplit.commands.common import int_list, positive_float, positive_int, print_json, print_table
 
 NAME, HELP = command_summary(__doc__)

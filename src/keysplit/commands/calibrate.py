@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from keysplit.commands import command_summary
+from keysplit.cli import command_summary
 from keysplit.commands.common import add_redis_options, comma_list, print_json, print_table, redis_url
 
 NAME, HELP = command_summary(__doc__)

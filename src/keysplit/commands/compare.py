@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from keysplit.commands import command_summary
+from keysplit.cli import command_summary
 from keysplit.commands.common import (
     add_redis_options,
     comma_list,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from keysplit.commands import command_summary
+from keysplit.cli import command_summary
 from keysplit.commands.common import positive_int, print_json
 from keysplit.datasets import GENERATORS, READERS, FileDataset, open_dataset, require_records, write_dataset
 from keysplit.errors import DatasetError

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from keysplit.commands import command_summary
+from keysplit.cli import command_summary
 from keysplit.commands.common import int_list, positive_float, positive_int, print_json, print_table, spec_list
 from keysplit.datasets import open_dataset, require_records
 from keysplit.groupings import check_grouping

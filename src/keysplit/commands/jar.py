@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from keysplit.commands import command_summary
+from keysplit.cli import command_summary
 from keysplit.commands.common import print_json
 
 DEFAULT_OUT = os.path.join("_build", "wordcount.jar")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from keysplit.commands import command_summary
+from keysplit.cli import command_summary
 from keysplit.commands.common import (
     comma_list,
     finite_float,

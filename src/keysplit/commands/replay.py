@@ -11,7 +11,7 @@ import contextlib
 import os
 import sys
 
-from keysplit.commands import command_summary
+from keysplit.cli import command_summary
 from keysplit.commands.common import (
     cpu_delay,
     ensure_output_dir,

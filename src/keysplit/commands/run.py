@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 
-from keysplit.commands import command_summary
+from keysplit.cli import command_summary
 from keysplit.commands.common import (
     Stopped,
     add_redis_options,

@@ -8,7 +8,7 @@ import argparse
 import json
 import time
 
-from keysplit.commands import command_summary
+from keysplit.cli import command_summary
 from keysplit.commands.common import add_redis_options, print_json, print_table, redis_url
 from keysplit.errors import KeysplitError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from keysplit.commands import command_summary
+from keysplit.cli import command_summary
 from keysplit.commands.common import (
     int_list,
     non_negative_float,

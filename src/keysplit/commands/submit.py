@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from keysplit.commands import command_summary
+from keysplit.cli import command_summary
 from keysplit.commands.common import add_redis_options, print_json, redis_url
 from keysplit.errors import KeysplitError
 

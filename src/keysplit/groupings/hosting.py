@@ -14,7 +14,7 @@ from keysplit.datasets import Dataset
 from keysplit.errors import KeysplitError, SpecError
 from keysplit.groupings import REGISTRY, BaseGrouping, build_grouping
 from keysplit.groupings.base import Capacities, Offline, Probing, Resizable
-from keysplit.stream import DEFAULT_RATE, Resize, source_of
+from keysplit.stream import DEFAULT_RATE, Resize, event_time, source_of
 
 
 class WorkerChanges:
@@ -63,7 +63,7 @@ def check_resizes(specs: Sequence[str], workers: int, resizes: Sequence[Resize],
         raise SpecError(f"--resize at message {max(ats):,} is past the stream's last message ({messages:,} messages)")
 
 
-def count_keys(dataset: Dataset) -> Counter:
+def key_frequencies(dataset: Dataset) -> Counter:
     """Exact key frequencies of the whole dataset (Off-Greedy's full pass, and the ground truth)."""
     counts: Counter = Counter()
     for _, keys in dataset.records():
@@ -92,7 +92,7 @@ def prepare_groupings(
         elif frequencies is None:
             if dataset is None:
                 raise KeysplitError(f"grouping {spec!r} needs the dataset's key frequencies first")
-            frequencies = count_keys(dataset)
+            frequencies = key_frequencies(dataset)
         for g in groupings:
             if isinstance(g, Offline):
                 g.fit(frequencies)
@@ -120,5 +120,5 @@ def route(
         s = source_of(index, keys[0], sources, split)
         g = groupings[s]
         for key in keys:
-            yield seq, s, key, g.choose(key, ts if ts is not None else seq / rate)
+            yield seq, s, key, g.choose(key, event_time(ts, seq, rate))
             seq += 1
