@@ -16,8 +16,8 @@ import math
 import numpy as np
 
 from keysplit import latency
-from keysplit.javahash import choose_task_index
 from keysplit.latency import LatencyHistogram
+from keysplit.storm.streams import fields_index
 from keysplit.topology_model.kernel import (
     _F_COMP,
     _F_FIRST,
@@ -243,8 +243,9 @@ def simulate(params: TopologyParams, line_start: np.ndarray, workers: np.ndarray
 
 
 def aggregator_of(keys: list[str], aggregators: int) -> np.ndarray:
-    """The aggregator task index of each word: Storm's fields grouping on ``word`` (:mod:`keysplit.javahash`)."""
-    return np.asarray([choose_task_index((k,), aggregators) for k in keys], dtype=np.int64)
+    """The aggregator task index of each word: the task Storm's fields grouping on ``word`` picks, as the counters
+    compute it (:func:`keysplit.storm.streams.fields_index`)."""
+    return np.asarray([fields_index(k, aggregators) for k in keys], dtype=np.int64)
 
 
 def stream_arrays(lengths: np.ndarray, workers: np.ndarray, keys: list[str], aggregators: int,
