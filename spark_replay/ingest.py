@@ -5,16 +5,14 @@ records the reader yields, i.e. after ``parse_line`` skipped blank or keyless li
 to source ``source_of(index, first_key, S, split)``; messages (keys) are numbered by ``sequence`` from 0 over
 the whole stream, and a message's event time is its record's timestamp or ``sequence / rate``.
 
-Reading is distributed: an uncompressed file is cut into byte ranges, each read by one task that owns the
-lines *starting* inside its range (Hadoop's rule: a task whose range starts mid-line skips to the next line),
-decodes them exactly as :meth:`FileDataset.lines` does and parses them with the reader's own pure
-``parse_line``. A gzip file cannot be cut and is read by one task; a Parquet file is cut by row groups. Every
-task parses its slice into chunks of at most :data:`CHUNK_MESSAGES` messages (memory per task does not grow
-with the dataset). A small job then gives every chunk its global record and message offsets (prefix sums of
-per-chunk counts, a few numbers per chunk on the driver) and its share of the dataset fingerprint
-(:mod:`keysplit.fingerprint`), and one shuffle deals each chunk's messages to the partition of their source,
-as one piece per (source, chunk). A routing task then takes its pieces in chunk order (:mod:`spark_replay.
-ordered`), one at a time. Nothing of the dataset itself goes through the driver.
+Reading is Spark's (:mod:`spark_replay.sparkinput`: every split of the file read by one task, in file order;
+plain text lines tokenized by :mod:`spark_replay.text_input`); this module cuts what a task reads into chunks of
+at most :data:`CHUNK_MESSAGES` messages (:class:`ChunkBuilder`: memory per task does not grow with the dataset).
+A small job then gives every chunk its global record and message offsets (prefix sums of per-chunk counts, a few
+numbers per chunk on the driver) and its share of the dataset fingerprint (:mod:`keysplit.fingerprint`), and one
+shuffle deals each chunk's messages to the partition of their source (:func:`deal_chunk`, the rules of
+``keysplit.stream``), as one piece per (source, chunk). A routing task then takes its pieces in chunk order
+(:mod:`spark_replay.ordered`), one at a time. Nothing of the dataset itself goes through the driver.
 """
 
 from __future__ import annotations
@@ -33,8 +31,8 @@ from keysplit.datasets import Dataset, FileDataset, open_dataset, write_dataset
 from keysplit.datasets.readers import ParquetDataset, bounded_lines, open_binary
 from keysplit.errors import DatasetError
 from keysplit.fingerprint import RecordColumns, chunk_lanes, key_hashes
-from keysplit.hashing import BASE_SEED, hash32
-from keysplit.stream import SPLIT_SEED
+from keysplit.hashing import BASE_SEED
+from keysplit.stream import event_times, key_sources, sources_of
 
 #: Seed of the 64-bit key fingerprints the replay uses to merge per-key state across partitions.
 KEY_HASH_SEED = BASE_SEED + 700
@@ -75,11 +73,8 @@ class SubStream:
         return len(self.seq)
 
     def now(self, rate: float) -> np.ndarray:
-        """Event time of every message: ``event_time(ts, seq, rate)`` of the simulator, vectorised."""
-        t = self.seq / rate
-        if self.ts is not None:
-            t = np.where(self.has_ts, self.ts, t)
-        return t
+        """Event time of every message (``keysplit.stream.event_times``)."""
+        return event_times(self.seq, rate, self.ts, self.has_ts)
 
 
 # ----------------------------------------------------------------------------------------------- reading
@@ -230,7 +225,7 @@ def deal_chunk(chunk: Chunk, rec0: int, seq0: int, sources: int, split: str, mer
                hashed: bool = False) -> Iterator[tuple[int, tuple[tuple[int, int], SubStream]]]:
     """Give the chunk's messages their global sequence numbers and emit ``(source, (chunk id, piece))``.
 
-    ``source_of`` of the simulator: record ``index`` goes to ``index % S`` (shuffle) or to the murmur3 hash of
+    ``keysplit.stream.sources_of``: record ``index`` goes to ``index % S`` (shuffle) or to the murmur3 hash of
     its first key with ``SPLIT_SEED`` mod S (key). Every source gets a piece of every chunk, empty or not, so
     that a routing task knows which chunk comes next. ``merged``: one piece (source 0) with every message
     tagged with its source, for the groupings routed in one partition. ``hashed``: the pieces carry their
@@ -238,14 +233,13 @@ def deal_chunk(chunk: Chunk, rec0: int, seq0: int, sources: int, split: str, mer
     """
     n_rec = len(chunk.rec_len)
     n_msg = len(chunk.key_ids)
-    if split == "shuffle":
-        rec_source = (rec0 + np.arange(n_rec, dtype=np.int64)) % sources
-    else:
-        key_source = np.asarray([hash32(k, SPLIT_SEED) % sources for k in chunk.vocab], dtype=np.int64)
+    first_key_sources = None
+    if split != "shuffle":  # empty records have no first key; they deal no message
         starts = np.cumsum(chunk.rec_len, dtype=np.int64) - chunk.rec_len
         nonempty = chunk.rec_len > 0
-        rec_source = np.zeros(n_rec, dtype=np.int64)
-        rec_source[nonempty] = key_source[chunk.key_ids[starts[nonempty]]]
+        first_key_sources = np.zeros(n_rec, dtype=np.int64)
+        first_key_sources[nonempty] = key_sources(chunk.vocab, sources)[chunk.key_ids[starts[nonempty]]]
+    rec_source = sources_of(rec0 + np.arange(n_rec, dtype=np.int64), first_key_sources, sources, split)
     msg_source = np.repeat(rec_source, chunk.rec_len).astype(np.int32)
     seq = seq0 + np.arange(n_msg, dtype=np.int64)
     ts = np.repeat(chunk.ts, chunk.rec_len) if chunk.ts is not None else None
@@ -283,9 +277,9 @@ def chunk_facts(chunk: Chunk, rec0: int, seq0: int, rate: float) -> tuple[tuple[
     n = len(chunk.key_ids)
     if n == 0:
         return chunk.part, lanes, (None, None, True)
-    now = (seq0 + np.arange(n, dtype=np.int64)) / rate
-    if chunk.ts is not None:
-        now = np.where(np.repeat(chunk.has_ts, chunk.rec_len), np.repeat(chunk.ts, chunk.rec_len), now)
+    timed = chunk.ts is not None
+    now = event_times(seq0 + np.arange(n, dtype=np.int64), rate, np.repeat(chunk.ts, chunk.rec_len) if timed else None,
+                      np.repeat(chunk.has_ts, chunk.rec_len) if timed else None)
     rising = bool(np.all(now[1:] >= now[:-1]))
     return chunk.part, lanes, (float(now[0]), float(now[-1]), rising)
 

@@ -63,7 +63,8 @@ def prepare(
     frequencies: Mapping[str, int] | None,
     capacities: Sequence[float] | None,
 ) -> list[BaseGrouping]:
-    """``simulate.prepare_groupings`` without the dataset: the frequencies come from the replay's counts."""
+    """``keysplit.groupings.hosting.prepare_groupings`` without the dataset: the frequencies come from the replay's
+    counts."""
     return prepare_groupings(spec, workers, sources, capacities=capacities, frequencies=frequencies or {})
 
 

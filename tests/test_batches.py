@@ -11,8 +11,9 @@ from collections import Counter
 
 import pytest
 
-from keysplit.storm.counting import BatchedCounts, decode_words, occurrence
+from keysplit.storm.counting import BatchedCounts
 from keysplit.storm.router import Batcher
+from keysplit.storm.streams import decode_words, occurrence
 
 
 def test_batches_carry_every_word_once_in_stream_order_and_free_a_tuple_after_its_last_batch():

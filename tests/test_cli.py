@@ -259,9 +259,10 @@ def test_a_reader_closing_the_pipe_ends_the_command_quietly_with_141():
 
 
 def test_the_lazy_command_list_shows_each_modules_own_help():
-    """`keysplit --help` lists the subcommands without importing them (keysplit.cli.SUMMARIES); each one-liner
-    must be what the subcommand's module registers, and every subcommand's own --help still works."""
-    from keysplit.cli import COMMANDS, SUMMARIES, build_parser
+    """`keysplit --help` lists the subcommands without importing them (keysplit.cli.listed_command reads each
+    module's docstring); each one-liner is what the subcommand's module registers, and every subcommand's own
+    --help still works."""
+    from keysplit.cli import COMMANDS, build_parser, listed_command
 
     def helps(parser) -> dict[str, str]:
         [sub] = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
@@ -269,7 +270,11 @@ def test_the_lazy_command_list_shows_each_modules_own_help():
 
     eager = helps(build_parser([], eager=True))
     assert len(eager) == len(COMMANDS)
-    assert {name: eager[name] for name, _ in SUMMARIES.values()} == dict(SUMMARIES.values())
+    assert dict(listed_command(module) for module in COMMANDS) == eager
     assert helps(build_parser(["--help"])) == eager
+    code = ("import sys; from keysplit.cli import build_parser; build_parser(['--help']); "
+            "print(sorted(m for m in sys.modules if m.startswith('keysplit')))")
+    listing = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert listing.strip() == "['keysplit', 'keysplit.cli', 'keysplit.errors']", listing
     for name, option in (("simulate", "--dataset"), ("advise", "--memory"), ("partition-experiment", "--domain")):
         assert option in keysplit(name, "--help").stdout

@@ -20,10 +20,9 @@ import pytest
 
 from keysplit.local.protocol import MessageReader, encode
 from keysplit.runs import redis_server
-from keysplit.storm.bolts import BATCH_STREAM, FLUSH_STREAM
 from keysplit.storm.components import AGGREGATOR, COUNTER, ROUTER
-from keysplit.storm.counting import encode_pairs, encode_words, occurrence
 from keysplit.storm.settings import PASSWORD_ENV, split_password
+from keysplit.storm.streams import BATCH_STREAM, FLUSH_STREAM, encode_pairs, encode_words, occurrence
 
 FLUSH_SECS = 0.2
 DELAY_MS = 5.0

@@ -1,7 +1,7 @@
 """FISH (docs/groupings/fish.md): CHK on ring successors, estimated-wait assignment, and the
 paper's claims on a time-evolving (drift) stream, measured against D-Choices, W-Choices, PKG and SG.
 
-Over 400 lines: the paper's claims are kept together, in its order, so that one file reads as the reproduction."""
+The paper's claims are kept together, in its order, so that one file reads as the reproduction."""
 
 from __future__ import annotations
 

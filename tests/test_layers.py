@@ -144,12 +144,31 @@ def test_the_simulator_is_imported_only_by_the_commands_that_simulate():
                    for m in users), users
 
 
-def test_no_file_is_over_400_lines_without_a_stated_reason():
-    """A long file says why in its module docstring (a sentence beginning "Over 400 lines")."""
-    long_files = []
+#: Where a module is sized: by purpose, one concern a module (docs/design/index.md), never to meet a line count.
+#: Past this many lines a file is more likely two purposes than one, so it says which one it serves (a sentence
+#: beginning "Over 600 lines" in its docstring); below it, length decides nothing, and the report only shows it.
+LARGE = 600
+
+
+def module_sizes() -> list[tuple[int, str]]:
+    """``(lines, path)`` of every Python file of the project, largest first."""
+    sizes = []
     for folder in ("src", "spark_replay", "tests", "benchmarks", "topologies"):
         for path in (ROOT / folder).rglob("*.py"):
-            text = path.read_text(encoding="utf-8")
-            if text.count("\n") > 400 and "Over 400 lines" not in (ast.get_docstring(ast.parse(text)) or ""):
-                long_files.append(path.relative_to(ROOT).as_posix())
-    assert long_files == []
+            sizes.append((path.read_text(encoding="utf-8").count("\n"), path.relative_to(ROOT).as_posix()))
+    return sorted(sizes, reverse=True)
+
+
+def test_module_sizes_are_a_report_not_a_budget():
+    """Prints the largest modules (``pytest -s``, or ``python tests/test_layers.py``); fails only for a file over
+    :data:`LARGE` lines that does not say what single purpose keeps it whole."""
+    sizes = module_sizes()
+    print("\n".join(f"{lines:6d}  {path}" for lines, path in sizes[:12]))
+    unexplained = [path for lines, path in sizes if lines > LARGE
+                   and "Over 600 lines" not in (ast.get_docstring(ast.parse((ROOT / path).read_text("utf-8"))) or "")]
+    assert unexplained == []
+
+
+if __name__ == "__main__":
+    for lines, path in module_sizes()[:25]:
+        print(f"{lines:6d}  {path}")

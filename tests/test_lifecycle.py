@@ -2,10 +2,7 @@
 replace inputs and are written whole, SIGTERM/SIGHUP/kill -9 leave nothing behind, an interrupted run can be listed,
 resumed, collected and deleted, a lost Redis is one line, and the state folder is private.
 
-Everything here is real: `keysplit` in subprocesses, a real redis-server, real task processes, real signals.
-
-Over 400 lines: a run's whole life (start, interruption, resume, collection, deletion) shares its fixtures and
-helpers, which splitting would repeat."""
+Everything here is real: `keysplit` in subprocesses, a real redis-server, real task processes, real signals."""
 
 from __future__ import annotations
 

@@ -2,8 +2,6 @@
 
 Every cluster test starts real subprocesses (``python -m streamparse.run local_components.comps.X``) and
 checks what they wrote to their own log files: the spout's acks and fails, the tuples each bolt task got.
-
-Over 400 lines: one claim of Storm's semantics per test, all on the same small components and helpers.
 """
 
 from __future__ import annotations
@@ -15,9 +13,10 @@ from pathlib import Path
 import pytest
 from streamparse import Grouping, Topology
 
+from keysplit.javahash import choose_task_index
 from keysplit.local import LocalCluster, TopologyError
 from keysplit.local.acker import Acker, rotation_deadline
-from keysplit.local.grouper import FieldsGrouper, ShuffleGrouper, fields_index
+from keysplit.local.grouper import FieldsGrouper, ShuffleGrouper
 from keysplit.local.protocol import MessageReader, encode
 
 TESTS = Path(__file__).resolve().parent
@@ -398,7 +397,7 @@ def test_fields_hash_is_deterministic_and_spreads():
     assert all(grouper.choose([9, w]) == t for w, t in picks.items()), "same field, same task"
     counts = collections.Counter(t[0] for t in picks.values())
     assert set(counts) == {10, 11, 12, 13} and min(counts.values()) > 60
-    assert fields_index(["a", 1], 5) == fields_index(["a", 1], 5)
+    assert choose_task_index(["a", 1], 5) == choose_task_index(["a", 1], 5)
 
 
 def test_shuffle_is_even_per_cycle():

@@ -14,12 +14,13 @@ import pytest
 from streamparse import Topology
 
 from keysplit.cli import main
+from keysplit.javahash import choose_task_index, java_hash, list_hash, string_hash
 from keysplit.local import LocalCluster, TopologyError
 from keysplit.local.grouper import FieldsGrouper
-from keysplit.local.javahash import java_hash, list_hash, storm_fields_index, string_hash
 from keysplit.local.submission import build_resources, read_env, submit_conf, write_jar
-from keysplit.storm.router import Router, route_value
+from keysplit.storm.router import Router
 from keysplit.storm.settings import WordCountSettings, split_password, with_password
+from keysplit.storm.streams import route_value
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -49,7 +50,7 @@ def test_number_boolean_list_hashes_are_javas():
     assert java_hash(1.0) == 1072693248 and java_hash(0.0) == 0  # Double.hashCode
     assert list_hash([]) == 1 and list_hash([1]) == 32 and list_hash(["hello"]) == 31 + 99162322
     assert list_hash(["a", 1]) == (31 * (31 + 97) + 1)
-    assert storm_fields_index(["polygenelubricants"], 5) == (31 - 2**31) % 5  # floorMod of a negative hash
+    assert choose_task_index(["polygenelubricants"], 5) == (31 - 2**31) % 5  # floorMod of a negative hash
 
 
 def test_fields_grouper_is_storms_choice_over_sorted_tasks():
@@ -67,7 +68,7 @@ def test_route_value_reaches_the_chosen_task_on_integer_and_long_parsers(tasks):
         assert 0 <= route < tasks
         assert grouper.choose(["word", route]) == [targets[index]]
         for long_ints in (False, True):  # json-smart (Storm >= 2.6) / json-simple (Storm < 2.6)
-            assert storm_fields_index([route], tasks, long_ints) == index
+            assert choose_task_index([route], tasks, long_ints) == index
 
 
 def test_router_in_fields_mode_pairs_words_with_route_values_that_reach_its_choice():

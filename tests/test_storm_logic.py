@@ -16,18 +16,12 @@ from keysplit.groupings import build_grouping
 from keysplit.groupings.hosting import route
 from keysplit.latency import LatencyHistogram
 from keysplit.runs import redis_server
-from keysplit.storm.counting import (
-    PartialCounts,
-    Totals,
-    decode_words,
-    encode_words,
-    merge_top,
-    top_items,
-)
+from keysplit.storm.counting import PartialCounts, Totals, merge_top, top_items
 from keysplit.storm.feed import StreamFeed, create_group, feed_done
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.router import GroupingChannel, Router, fields_index, string_hash
+from keysplit.storm.router import GroupingChannel, Router
 from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.streams import decode_words, encode_words, fields_index
 
 
 @pytest.fixture(scope="module")
@@ -185,17 +179,21 @@ def test_partial_counts_cover_each_input_exactly_once_and_totals_merge_them():
     assert partial.distinct == len(set(words)) and totals.words == len(words)
 
 
-def test_the_components_fields_hash_is_storms():
-    from keysplit.local.javahash import storm_fields_index
-    from keysplit.local.javahash import string_hash as runner_hash
+def test_the_components_fields_hash_is_the_runners_fields_grouping():
+    """The aggregator a counter expects a word at (streams.fields_index) is the task the local runner's fields
+    grouping on the word delivers it to, and Storm's formula: floorMod(31 + String.hashCode, n) in int32."""
+    from keysplit.javahash import string_hash
+    from keysplit.local.grouper import FieldsGrouper
 
     rng = random.Random(4)
+    groupers = {n: FieldsGrouper(range(100, 100 + n), [0]) for n in (1, 2, 3, 7)}
     for _ in range(3000):
         word = "".join(chr(rng.choice([rng.randint(32, 126), rng.randint(0xE0, 0x24F), rng.randint(0x4E00, 0x9FFF),
                                        rng.randint(0x1F600, 0x1F64F)])) for _ in range(rng.randint(1, 15)))
-        assert string_hash(word) == runner_hash(word)
-        for n in (1, 2, 3, 7):
-            assert fields_index(word, n) == storm_fields_index([word], n)
+        h = (31 + string_hash(word)) & 0xFFFFFFFF
+        for n, grouper in groupers.items():
+            assert fields_index(word, n) == grouper.choose([word])[0] - 100
+            assert fields_index(word, n) == (h - (1 << 32) if h & 0x80000000 else h) % n
     assert decode_words(encode_words(["a b", "c", "ü"])) == ["a b", "c", "ü"]
 
 

@@ -1,5 +1,6 @@
 """The ``keysplit`` command. Each subcommand lives in ``keysplit.commands.<name>`` and exposes
-``add_parser(subparsers)`` (which sets ``func``) so that this file stays a table of contents.
+``add_parser(subparsers)`` (which sets ``func``) so that this file stays a table of contents; its one-line help
+is its module docstring's first line, which ``keysplit --help`` reads without importing the module.
 
 User mistakes (``KeysplitError``) print one line, ``keysplit: error: ...``, and exit 2; a reader that
 closes the pipe early (``keysplit simulate --json | head``) ends the command quietly with 141; nothing else
@@ -9,11 +10,13 @@ is caught, so a real bug still shows its traceback.
 from __future__ import annotations
 
 import argparse
+import ast
 import gc
 import importlib
 import logging
 import os
 import sys
+from pathlib import Path
 
 from keysplit import __version__
 from keysplit.errors import KeysplitError
@@ -36,31 +39,28 @@ COMMANDS = (
     "demo",
 )
 
-# The command name and one-line help of each subcommand module, for `keysplit --help`, so that a command imports
-# only its own module (numba, streamparse and pyspark cost ~1 s to import). Must equal what the module's add_parser
-# registers (tests/test_cli.py checks); a module missing here is simply imported up front.
-SUMMARIES = {
-    "simulate": ("simulate", "route a dataset through groupings in process and measure balance and memory"),
-    "datasets": ("datasets", "generate dataset files and print dataset statistics"),
-    "run": ("run", "run the word-count / top-k Storm topology locally and measure throughput and latency"),
-    "jar": ("jar", "build the topology jar for `sparse submit -j` (no lein, no JVM)"),
-    "submit": ("submit", "submit a run loaded with `keysplit run wordcount --load-only` to a Storm cluster "
-               "(sparse submit)"),
-    "runs": ("runs", "list, show or delete the word-count runs stored in Redis"),
-    "replay": ("replay", "replay a dataset through groupings in PySpark: exact loads, counts and a queueing "
-               "estimate"),
-    "compare": ("compare", "put measured topology runs next to a replay's estimates (throughput, latency, "
-                "balance, counts)"),
-    "calibrate": ("calibrate", "fit the topology model's costs to measured runs stored in Redis and store a named "
-                  "profile"),
-    "partition": ("partition-experiment", "Gedik's §5 experiment: b and m of scan/redist/readj vs uniform and "
-                  "consistent hashing, N = 1..10"),
-    "rebalance": ("rebalance", "measure the key state that moves when a worker is added or removed mid-stream"),
-    "execution": ("execution", "execution time and latency of each grouping on workers of given (e.g. unequal) "
-                  "speeds"),
-    "advise": ("advise", "measure a dataset and recommend a grouping (with parameters) from simulations at each W"),
-    "demo": ("demo", "the whole product on a skewed dataset: simulate, run the topology, replay, compare"),
-}
+
+def command_summary(doc: str | None) -> tuple[str, str]:
+    """The command name and one-line help in a command module's docstring, whose first paragraph reads
+    ``keysplit NAME``: HELP.
+
+    >>> command_summary("``keysplit jar``: build the jar for `sparse submit -j`.\\n\\nMore.")
+    ('jar', 'build the jar for `sparse submit -j`')
+    """
+    first = " ".join((doc or "").split("\n\n", 1)[0].split())
+    prefix, sep, text = first.partition("``: ")
+    if not prefix.startswith("``keysplit ") or not sep:
+        raise ValueError(f"a command's docstring opens with ``keysplit NAME``: HELP, not {first[:40]!r}")
+    return prefix[len("``keysplit "):], text.removesuffix(".")
+
+
+def listed_command(module: str) -> tuple[str, str]:
+    """The command name and one-line help of subcommand module ``module``, read from its docstring without
+    importing it (numba, streamparse and pyspark cost ~1 s to import): the text the module registers itself
+    (:func:`command_summary`)."""
+    path = Path(__file__).with_name("commands") / f"{module}.py"
+    text = path.read_text(encoding="utf-8")
+    return command_summary(ast.literal_eval(text[: text.index('"""', 3) + 3]))
 
 
 def requested_command(argv: list[str]) -> str | None:
@@ -84,10 +84,10 @@ def build_parser(argv: list[str] | None = None, *, eager: bool = False) -> argpa
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = requested_command(sys.argv[1:] if argv is None else argv)
     for module in COMMANDS:
-        if eager or module not in SUMMARIES or SUMMARIES[module][0] == wanted:
+        name, summary = listed_command(module)
+        if eager or name == wanted:
             importlib.import_module(f"keysplit.commands.{module}").add_parser(sub)
         else:
-            name, summary = SUMMARIES[module]
             sub.add_parser(name, help=summary)  # a placeholder: never parsed, only listed
     return parser
 

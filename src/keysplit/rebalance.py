@@ -29,6 +29,7 @@ import mmh3
 from keysplit.datasets import Dataset
 from keysplit.errors import SpecError
 from keysplit.groupings import BaseGrouping, build_grouping
+from keysplit.groupings.base import Resizable
 from keysplit.hashing import BASE_SEED, HashRing
 from keysplit.stream import DEFAULT_RATE, SPLITS, event_time, source_of
 
@@ -96,9 +97,10 @@ class RebalanceResult:
 def _change(groupings: list[BaseGrouping], spec: str, workers: int) -> None:
     """Apply the worker change: ``resize`` in place, or a fresh grouping per source (what a Storm rebalance
     does to a plain grouping: its tasks restart and ``prepare`` it with the new target tasks)."""
-    if all(hasattr(g, "resize") for g in groupings):
-        for g in groupings:
-            g.resize(workers)  # type: ignore[attr-defined]
+    resizable = [g for g in groupings if isinstance(g, Resizable)]
+    if len(resizable) == len(groupings):
+        for g in resizable:
+            g.resize(workers)
     else:
         groupings[:] = build_grouping(spec, workers, len(groupings))
 

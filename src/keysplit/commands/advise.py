@@ -1,4 +1,6 @@
-"""``keysplit advise``: which grouping for my data, from its measures and simulations at each W."""
+"""``keysplit advise``: measure a dataset and recommend a grouping (with parameters) from simulations at each W.
+
+Which grouping for my data, from its measures and simulations at each W."""
 
 from __future__ import annotations
 
@@ -6,9 +8,10 @@ import argparse
 import math
 import time
 
+from keysplit.cli import command_summary
 from keysplit.commands.common import int_list, positive_float, positive_int, print_json, print_table
 
-HELP = "measure a dataset and recommend a grouping (with parameters) from simulations at each W"
+NAME, HELP = command_summary(__doc__)
 
 
 def memory_budget(text: str) -> float:
@@ -20,7 +23,7 @@ def memory_budget(text: str) -> float:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "advise",
+        NAME,
         help=HELP,
         description="Measure a dataset (messages, keys, p1, p2, keys above 1/(5W), drift of the hot set, "
         "timestamps), simulate a shortlist of groupings at each W (kg, pkg, pkg:d=D and salt:k=D on the fast "

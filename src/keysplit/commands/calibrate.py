@@ -1,18 +1,23 @@
-"""``keysplit calibrate``: fit the topology model's costs to runs already measured and stored in Redis (local runs,
-or cluster runs ``--collect``-ed), and store the named profile that ``keysplit replay --calibration NAME`` uses."""
+"""``keysplit calibrate``: fit the topology model's costs to measured runs stored in Redis and store a named profile.
+
+Fit the topology model's costs to runs already measured and stored in Redis (local runs, or cluster runs
+``--collect``-ed), and store the named profile that ``keysplit replay --calibration NAME`` uses."""
 
 from __future__ import annotations
 
 import argparse
 import time
 
+from keysplit.cli import command_summary
 from keysplit.commands.common import add_redis_options, comma_list, print_json, print_table, redis_url
+
+NAME, HELP = command_summary(__doc__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "calibrate",
-        help="fit the topology model's costs to measured runs stored in Redis and store a named profile",
+        NAME,
+        help=HELP,
         description="Read finished runs from Redis (keysplit run, or a cluster run collected with `keysplit run "
         "wordcount --collect ID`), fit the model's per-tuple cost, counter cost and return delay so that it "
         "reproduces them, and store the profile in $KEYSPLIT_HOME/calibrations/NAME.json for `keysplit replay "

@@ -1,10 +1,13 @@
-"""``keysplit compare``: topology runs (from Redis) next to a Spark replay's estimates, per grouping."""
+"""``keysplit compare``: put measured topology runs next to a replay's estimates (throughput, latency, balance, counts).
+
+Topology runs (from Redis) next to a Spark replay's estimates, per grouping."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
+from keysplit.cli import command_summary
 from keysplit.commands.common import (
     add_redis_options,
     comma_list,
@@ -16,11 +19,13 @@ from keysplit.commands.common import (
 from keysplit.errors import KeysplitError
 from keysplit.outputs import inside, refuse_inputs
 
+NAME, HELP = command_summary(__doc__)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "compare",
-        help="put measured topology runs next to a replay's estimates (throughput, latency, balance, counts)",
+        NAME,
+        help=HELP,
         description="For each run, the replay's entry of the same grouping side by side: throughput, latency "
         "p50/p99, imbalance, memory, and whether the run's final counts equal the replay's exact counts. "
         "Prints a table and writes comparison.json and PNG plots. Run and replay must be of the same dataset.",

@@ -1,13 +1,18 @@
-"""``keysplit datasets``: write a generated dataset to a file, or print a dataset's statistics."""
+"""``keysplit datasets``: generate dataset files and print dataset statistics.
+
+Write a generated dataset to a file, or print a dataset's statistics."""
 
 from __future__ import annotations
 
 import argparse
 
+from keysplit.cli import command_summary
 from keysplit.commands.common import positive_int, print_json
 from keysplit.datasets import GENERATORS, READERS, FileDataset, open_dataset, require_records, write_dataset
 from keysplit.errors import DatasetError
 from keysplit.outputs import refuse_state, same_file
+
+NAME, HELP = command_summary(__doc__)
 
 
 def dataset_help() -> str:
@@ -22,7 +27,8 @@ def dataset_help() -> str:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("datasets", help="generate dataset files and print dataset statistics",
+    p = sub.add_parser(
+        NAME, help=HELP,
                        description="Generate dataset files and print dataset statistics.",
                        epilog=dataset_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     dsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -1,4 +1,6 @@
-"""``keysplit demo`` (what ``make demo`` runs): the whole product on one skewed dataset, end to end.
+"""``keysplit demo``: the whole product on a skewed dataset: simulate, run the topology, replay, compare.
+
+What ``make demo`` runs, end to end.
 
 It is the sequence of commands a user would type, each printed before it runs: write a Zipf corpus,
 simulate every grouping on it, run the word-count topology with KG, SG and PKG, calibrate the topology model
@@ -13,6 +15,7 @@ import shlex
 import time
 from pathlib import Path
 
+from keysplit.cli import command_summary
 from keysplit.commands.common import cpu_delay, ensure_output_dir, positive_int
 from keysplit.errors import KeysplitError, SpecError
 from keysplit.groupings import available, check_grouping
@@ -22,10 +25,12 @@ TOPOLOGY_GROUPINGS = ("kg", "sg", "pkg")
 #: The calibration profile the demo makes and its replay uses.
 CALIBRATION = "demo"
 
+NAME, HELP = command_summary(__doc__)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "demo", help="the whole product on a skewed dataset: simulate, run the topology, replay, compare",
+        NAME, help=HELP,
         description="Write a skewed Zipf corpus, simulate every grouping on it, run the word-count topology "
         "with KG, SG and PKG, replay the same file in Spark and compare the runs with the replay. "
         "Outputs go to DIR (default .keysplit/demo).",

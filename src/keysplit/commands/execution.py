@@ -1,9 +1,12 @@
-"""``keysplit execution``: how long workers of given speeds take to get through a routed stream (FISH §6.1)."""
+"""``keysplit execution``: execution time and latency of each grouping on workers of given (e.g. unequal) speeds.
+
+How long workers of given speeds take to get through a routed stream (FISH §6.1)."""
 
 from __future__ import annotations
 
 import argparse
 
+from keysplit.cli import command_summary
 from keysplit.commands.common import int_list, positive_float, positive_int, print_json, print_table, spec_list
 from keysplit.datasets import open_dataset, require_records
 from keysplit.groupings import check_grouping
@@ -11,11 +14,13 @@ from keysplit.stream import DEFAULT_RATE, SPLITS
 
 DEFAULT_GROUPINGS = ["fish", "fish:assign=load", "pkg", "sg"]
 
+NAME, HELP = command_summary(__doc__)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "execution",
-        help="execution time and latency of each grouping on workers of given (e.g. unequal) speeds",
+        NAME,
+        help=HELP,
         description="Route a dataset with each grouping and serve every worker's messages as one FIFO server "
         "of the given capacity (tuples/s): the execution time (when the last message is done), the mean and "
         "99th-percentile latency. This is the FISH paper's simulation metric; with half the workers twice as "

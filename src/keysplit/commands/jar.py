@@ -1,4 +1,4 @@
-"""``keysplit jar``: the topology jar ``sparse submit -j`` uploads, built without Leiningen or a JVM."""
+"""``keysplit jar``: build the topology jar for `sparse submit -j` (no lein, no JVM)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,18 @@ import argparse
 import os
 import sys
 
+from keysplit.cli import command_summary
 from keysplit.commands.common import print_json
 
 DEFAULT_OUT = os.path.join("_build", "wordcount.jar")
 
+NAME, HELP = command_summary(__doc__)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "jar",
-        help="build the topology jar for `sparse submit -j` (no lein, no JVM)",
+        NAME,
+        help=HELP,
         description="Write the jar streamparse's `sparse jar` would build for this project: a zip whose "
         "resources/ tree holds the keysplit package (what `sparse jar` copies from src/), which a Storm "
         "supervisor extracts and runs the Python components in. It holds no Storm class: the cluster's own "

@@ -1,12 +1,15 @@
-"""``keysplit partition-experiment``: Gedik §5's experiment, growing N from 1 to 10 channels on Zipf keys and
-printing the relative imbalance b (eq. 11) and relative migration cost m (eq. 12) of uniform hashing,
-consistent hashing and the scan / redist / readj partitioning functions. The logic is in
-:mod:`keysplit.partitioning.experiment`."""
+"""``keysplit partition-experiment``: Gedik's §5 experiment: b and m of scan/redist/readj vs uniform and consistent
+hashing, N = 1..10.
+
+Gedik §5's experiment, growing N from 1 to 10 channels on Zipf keys and printing the relative imbalance b (eq. 11) and
+relative migration cost m (eq. 12) of uniform hashing, consistent hashing and the scan / redist / readj partitioning
+functions. The logic is in :mod:`keysplit.partitioning.experiment`."""
 
 from __future__ import annotations
 
 import argparse
 
+from keysplit.cli import command_summary
 from keysplit.commands.common import (
     comma_list,
     finite_float,
@@ -28,6 +31,8 @@ from keysplit.partitioning.resources import Resources
 from keysplit.partitioning.utility import utility
 from keysplit.plots import check_plot_path, legend_outside, pyplot, save_figure, series_style
 
+NAME, HELP = command_summary(__doc__)
+
 
 def approach_list(text: str) -> tuple[str, ...]:
     items = tuple(a.lower() for a in comma_list(text))
@@ -39,8 +44,8 @@ def approach_list(text: str) -> tuple[str, ...]:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "partition-experiment",
-        help="Gedik's §5 experiment: b and m of scan/redist/readj vs uniform and consistent hashing, N = 1..10",
+        NAME,
+        help=HELP,
         description="Grow a parallel region from 1 to N channels, one channel per adaptation period, on Zipf "
         "keys; print the relative load imbalance b (eq. 11) and relative migration cost m (eq. 12, the "
         "migration from N-1 to N over the ideal) of each approach. Defaults are the paper's Table 1.",

@@ -1,9 +1,12 @@
-"""``keysplit rebalance``: how much key state moves when a worker joins or leaves (FISH §5, Fig. 17)."""
+"""``keysplit rebalance``: measure the key state that moves when a worker is added or removed mid-stream.
+
+How much key state moves when a worker joins or leaves (FISH §5, Fig. 17)."""
 
 from __future__ import annotations
 
 import argparse
 
+from keysplit.cli import command_summary
 from keysplit.commands.common import positive_float, positive_int, print_json, print_table, spec_list
 from keysplit.datasets import open_dataset, require_records
 from keysplit.errors import SpecError
@@ -13,11 +16,13 @@ from keysplit.stream import DEFAULT_RATE, SPLITS
 
 DEFAULT_GROUPINGS = ["fish", "fish:placement=mod", "pkg", "kg"]
 
+NAME, HELP = command_summary(__doc__)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "rebalance",
-        help="measure the key state that moves when a worker is added or removed mid-stream",
+        NAME,
+        help=HELP,
         description="Route a dataset with W workers, change to W' workers just before message AT, and "
         "measure the keys whose messages then reach a worker holding none of their state (moved keys) and "
         "the (key, worker) state entries created for them, against the same run without the change. "

@@ -1,6 +1,7 @@
-"""``keysplit replay``: replay a dataset through groupings in PySpark (the ``spark_replay`` job).
+"""``keysplit replay``: replay a dataset through groupings in PySpark: exact loads, counts and a queueing estimate.
 
-Also runnable on a cluster as ``spark-submit --master URL spark_replay/__main__.py`` with the same options.
+The ``spark_replay`` job, also runnable on a cluster as ``spark-submit --master URL spark_replay/__main__.py`` with
+the same options.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import contextlib
 import os
 import sys
 
+from keysplit.cli import command_summary
 from keysplit.commands.common import (
     cpu_delay,
     ensure_output_dir,
@@ -23,11 +25,13 @@ from keysplit.commands.simulate import add_routing_options, parse_capacities
 _DEFAULT_CPU_DELAY_MS = 1.0  # keep equal to spark_replay.job.DEFAULT_CPU_DELAY_MS (not imported: fast --help)
 _DEFAULT_OUT = ".keysplit/replay"
 
+NAME, HELP = command_summary(__doc__)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "replay",
-        help="replay a dataset through groupings in PySpark: exact loads, counts and a queueing estimate",
+        NAME,
+        help=HELP,
         description="Replay a dataset in Spark with the library's groupings (the same decisions as "
         "`keysplit simulate` for the same S), and estimate throughput and latency with a queueing model. "
         "Writes OUT/summary.json, OUT/timeseries.parquet and the exact counts in OUT/counts.parquet.",

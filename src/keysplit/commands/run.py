@@ -1,4 +1,7 @@
-"""``keysplit run wordcount``: the word-count / top-k topology on this machine, measured like PKG §6 (Q5)."""
+"""``keysplit run``: run a Storm topology locally (the word count, or your streamparse topology file) and measure it.
+
+The word-count / top-k topology on this machine, measured like PKG §6 (Q5); a topology file goes to
+keysplit.commands.run_topology."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 
+from keysplit.cli import command_summary
 from keysplit.commands.common import (
     Stopped,
     add_redis_options,
@@ -38,17 +42,20 @@ from keysplit.storm.exactly_once import DELIVERIES
 from keysplit.storm.keys import RunKeys
 from keysplit.stream import SPLITS
 
+NAME, HELP = command_summary(__doc__)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "run",
-        help="run a Storm topology locally (the word count, or your streamparse topology file) and measure it",
+        NAME,
+        help=HELP,
         description="Run a streamparse topology on this machine, with no JVM (one process per task, Storm's "
         "multi-lang protocol): `wordcount`, keysplit's word-count / top-k topology, loads --dataset into Redis "
         "and runs until every line is acked, printing throughput, complete latency, per-worker loads, imbalance, "
         "memory and the top-k (stored in Redis under the run id for `keysplit compare`); a topology file "
         "(path/to/topology.py) runs until every row of --dataset is acked when it reads keysplit's feed "
-        "(keysplit.toolkit.FeedSpout), else for --duration seconds, and prints each keyed stage's loads.",
+        "(keysplit.toolkit.FeedSpout), else for --duration seconds or --until-idle, and prints each keyed "
+        "stage's loads.",
         epilog=GROUPINGS_EPILOG + "\n\nexamples:\n  keysplit run wordcount --grouping pkg --dataset "
         "zipf:z=1.4,keys=10000,messages=20000,seed=1 --workers 8 --cpu-delay 2\n"
         "  keysplit run topologies/pageviews.py --dataset csv:views.csv,key=page --worker-processes 2",
@@ -149,7 +156,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.topology != "wordcount":
         from keysplit.commands.run_topology import run_file
 
-        return run_file(args, args.parser_defaults)
+        return run_file(args, args.parser_defaults, _progress)
     if args.duration is not None or args.until_idle is not None:
         raise KeysplitError("--duration and --until-idle are for a topology file; the word count ends when every "
                             "line is acked")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from keysplit.commands.common import print_json, print_table
 from keysplit.datasets import open_dataset
@@ -37,7 +38,8 @@ def run_seconds(text: str) -> float:
     return value
 
 
-def run_file(args: argparse.Namespace, parser_defaults: dict) -> int:
+def run_file(args: argparse.Namespace, parser_defaults: dict, progress_bars: Callable) -> int:
+    """``keysplit run FILE``; ``progress_bars`` is `keysplit run`'s context manager of progress bars."""
     from keysplit.runs.topology_run import TopologyRunOptions, load_topology, run_topology
 
     given = [f"--{name.replace('_', '-')}" for name in WORDCOUNT_ONLY
@@ -67,7 +69,6 @@ def run_file(args: argparse.Namespace, parser_defaults: dict) -> int:
     from keysplit.runs.topology_run import check_options
 
     check_options(loaded, opts)  # before any server starts
-    from keysplit.commands.run import _progress
 
     if args.load_only:  # for `sparse submit -o keysplit.run_id=RUN_ID`, then --collect RUN_ID
         from keysplit.redis_client import redact
@@ -80,7 +81,7 @@ def run_file(args: argparse.Namespace, parser_defaults: dict) -> int:
         else:
             print(keys.run_id)
         return 0
-    with session(_redis(args)) as (conn, url), _progress() as progress:
+    with session(_redis(args)) as (conn, url), progress_bars() as progress:
         summary = run_topology(loaded, opts, conn, url, progress=progress)
     return _report(args, summary)
 

@@ -1,4 +1,6 @@
-"""``keysplit runs``: the word-count runs stored in Redis, their state, and their removal."""
+"""``keysplit runs``: list, show or delete the word-count runs stored in Redis.
+
+The word-count runs stored in Redis, their state, and their removal."""
 
 from __future__ import annotations
 
@@ -6,14 +8,17 @@ import argparse
 import json
 import time
 
+from keysplit.cli import command_summary
 from keysplit.commands.common import add_redis_options, print_json, print_table, redis_url
 from keysplit.errors import KeysplitError
+
+NAME, HELP = command_summary(__doc__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "runs",
-        help="list, show or delete the word-count runs stored in Redis",
+        NAME,
+        help=HELP,
         description="The runs of `keysplit run wordcount` stored in Redis, oldest first, with their state:\n"
         "loading, loaded (--load-only; waiting for a cluster), running, finished, or interrupted\n"
         "(Ctrl-C, SIGTERM, --timeout, a crash, or a process that died; `keysplit run wordcount\n"

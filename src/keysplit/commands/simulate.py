@@ -1,9 +1,12 @@
-"""``keysplit simulate``: every grouping over one dataset, in process, measured side by side."""
+"""``keysplit simulate``: route a dataset through groupings in process and measure balance and memory.
+
+Every grouping over one dataset, in process, measured side by side."""
 
 from __future__ import annotations
 
 import argparse
 
+from keysplit.cli import command_summary
 from keysplit.commands.common import (
     int_list,
     non_negative_float,
@@ -24,6 +27,8 @@ from keysplit.plots import check_plot_path, imbalance_over_time
 from keysplit.simulator import ENGINES, simulate
 from keysplit.sizes import check_workers
 from keysplit.stream import DEFAULT_RATE, SPLITS, Resize, check_checkpoint
+
+NAME, HELP = command_summary(__doc__)
 
 
 def grouping_help() -> str:
@@ -87,8 +92,8 @@ def add_routing_options(p: argparse.ArgumentParser) -> None:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "simulate",
-        help="route a dataset through groupings in process and measure balance and memory",
+        NAME,
+        help=HELP,
         description="Route a dataset through one or more groupings with S sources and W workers, in "
         "process, and print imbalance, load std-dev, memory (dist_cost) and speed.",
         epilog=GROUPINGS_EPILOG,

@@ -1,4 +1,7 @@
-"""``keysplit submit``: submit a loaded run to a Storm cluster with exactly the settings its record holds."""
+"""``keysplit submit``: submit a run loaded with `keysplit run wordcount --load-only` to a Storm cluster (sparse
+submit).
+
+Submit a loaded run to a Storm cluster with exactly the settings its record holds."""
 
 from __future__ import annotations
 
@@ -7,16 +10,19 @@ import os
 import subprocess
 import sys
 
+from keysplit.cli import command_summary
 from keysplit.commands.common import add_redis_options, print_json, redis_url
 from keysplit.errors import KeysplitError
 
 DEFAULT_JAR = os.path.join("_build", "wordcount.jar")
 
+NAME, HELP = command_summary(__doc__)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "submit",
-        help="submit a run loaded with `keysplit run wordcount --load-only` to a Storm cluster (sparse submit)",
+        NAME,
+        help=HELP,
         description="Build the topology jar and run `sparse submit` with the shape, the -o options and the worker "
         "count taken from the run's stored record, so that what runs is what the record says. The command is "
         "printed before it runs. Nimbus is asked for its Storm version first, and keysplit.route=direct is "

@@ -5,23 +5,31 @@ sources there are and which source it is; ``choose`` returns the worker index fo
 records the decision in the source's local state (local load estimation, PKG §3.2). Nothing reads a clock:
 ``now`` is event time in seconds, supplied by the caller.
 
-Optional hooks, plain numbers in and out so Storm can feed them from Redis and the simulator from its model:
+Optional hooks, plain numbers in and out so Storm can feed them from Redis and the simulator from its model, each
+a small protocol below that a host tests with ``isinstance`` (they are ``runtime_checkable``):
 
-- ``probe_interval`` (seconds or None) and ``set_loads(loads)``: periodic probing of the true loads;
-- ``needs_full_pass`` and ``fit(frequencies)``: offline algorithms that see the whole dataset first;
-- ``set_capacities(capacities)``: per-worker service rates (tuples per second);
-- ``resize(workers)``: the worker count changed mid-stream;
-- ``stats()``: a dict of the grouping's own statistics (``grouping_stats`` in the simulator's and the
-  topology's summaries);
-- ``set_role(role)``, ``state_version``, ``export_state()`` and ``import_state(state)``: groupings whose sources
-  share state in process (``build`` hands them one object) when the sources are separate processes (the Storm
-  routers): the ``"leader"`` (source 0) keeps the state up to date and exports it as JSON-able data whenever
-  ``state_version`` grows; a ``"follower"`` never changes it and routes with the last state it imported.
+- :class:`Candidates`, ``candidates(key)``: the workers a key may go to now, Storm's PKG "assignment creator"
+  (deterministic, computed by every source alone); ``choose`` is then the "target selector" among them;
+- :class:`Probing`, ``attach_probe(probe)`` and ``set_loads(loads)`` with ``probe_interval`` (seconds or None):
+  periodic probing of the true loads;
+- :class:`Offline`, ``fit(frequencies)`` with ``needs_full_pass``: offline algorithms that see the whole dataset
+  first;
+- :class:`Capacities`, ``set_capacities(capacities)``: per-worker service rates (tuples per second);
+- :class:`Resizable`, ``resize(workers)``: the worker count changed mid-stream;
+- :class:`Reporting`, ``stats()``: a dict of the grouping's own statistics (``grouping_stats`` in the simulator's
+  and the topology's summaries);
+- :class:`SharedState`, ``set_role(role)``, ``state_version``, ``export_state()`` and ``import_state(state)``:
+  groupings whose sources share state in process (``build`` hands them one object) when the sources are separate
+  processes (the Storm routers): the ``"leader"`` (source 0) keeps the state up to date and exports it as JSON-able
+  data whenever ``state_version`` grows; a ``"follower"`` never changes it and routes with the last state it
+  imported.
+
+``tests/test_grouping_battery.py`` runs every registered grouping through the protocol and the hooks it has.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from keysplit.errors import SpecError
@@ -33,6 +41,68 @@ class Grouping(Protocol):
     def prepare(self, workers: int, source: int = 0, sources: int = 1) -> None: ...
 
     def choose(self, key: str, now: float) -> int: ...
+
+
+@runtime_checkable
+class Candidates(Protocol):
+    """The workers ``key`` may go to now (the first is key grouping's choice where the family hashes)."""
+
+    def candidates(self, key: str) -> list[int]: ...
+
+
+@runtime_checkable
+class Probing(Protocol):
+    """Periodic probing of the true loads (PKG's L P_T): the host gives a probe, the grouping calls it every
+    ``probe_interval`` seconds of event time and resets its local loads from what it returns."""
+
+    probe_interval: float | None
+
+    def attach_probe(self, probe: Callable[[], Sequence[int]]) -> None: ...
+
+    def set_loads(self, loads: Sequence[float]) -> None: ...
+
+
+@runtime_checkable
+class Offline(Protocol):
+    """An offline algorithm: ``fit`` sees the key frequencies of the whole dataset before the first message."""
+
+    def fit(self, frequencies: Mapping[str, int]) -> None: ...
+
+
+@runtime_checkable
+class Capacities(Protocol):
+    """Per-worker service rates in tuples per second, from the host's model or configuration."""
+
+    def set_capacities(self, capacities: Sequence[float]) -> None: ...
+
+
+@runtime_checkable
+class Resizable(Protocol):
+    """The worker count changes mid-stream, in place (else a host builds fresh instances, as a rebalance does)."""
+
+    def resize(self, workers: int) -> None: ...
+
+
+@runtime_checkable
+class Reporting(Protocol):
+    """The grouping's own statistics, JSON-able (``grouping_stats`` in the summaries)."""
+
+    def stats(self) -> dict: ...
+
+
+@runtime_checkable
+class SharedState(Protocol):
+    """State that the sources share in process, exported by a leader and imported by followers when the sources
+    are separate processes (the module docstring)."""
+
+    @property
+    def state_version(self) -> int: ...
+
+    def set_role(self, role: str | None) -> None: ...
+
+    def export_state(self) -> dict: ...
+
+    def import_state(self, state: Mapping[str, Any]) -> None: ...
 
 
 class BaseGrouping:

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from keysplit.datasets import Dataset
 from keysplit.errors import KeysplitError, SpecError
 from keysplit.groupings import REGISTRY, BaseGrouping, build_grouping
-from keysplit.stream import DEFAULT_RATE, Resize, source_of
+from keysplit.groupings.base import Capacities, Offline, Probing, Resizable
+from keysplit.stream import DEFAULT_RATE, Resize, event_time, source_of
 
 
 class WorkerChanges:
@@ -31,12 +32,14 @@ class WorkerChanges:
         while self.pending and self.pending[0].at <= seq:
             self.current = self.pending.pop(0).workers
             for g in self.groupings:
-                g.resize(self.current)  # type: ignore[attr-defined]
+                if not isinstance(g, Resizable):
+                    raise KeysplitError(f"grouping {g.describe()!r} cannot change its worker count mid-stream")
+                g.resize(self.current)
 
 
 def supports_resize(spec: str, workers: int = 2) -> bool:
     """Whether the grouping implements ``resize(workers)`` (a worker change mid-stream)."""
-    return callable(getattr(build_grouping(spec, workers)[0], "resize", None))
+    return isinstance(build_grouping(spec, workers)[0], Resizable)
 
 
 def resizable_groupings() -> list[str]:
@@ -60,7 +63,7 @@ def check_resizes(specs: Sequence[str], workers: int, resizes: Sequence[Resize],
         raise SpecError(f"--resize at message {max(ats):,} is past the stream's last message ({messages:,} messages)")
 
 
-def count_keys(dataset: Dataset) -> Counter:
+def key_frequencies(dataset: Dataset) -> Counter:
     """Exact key frequencies of the whole dataset (Off-Greedy's full pass, and the ground truth)."""
     counts: Counter = Counter()
     for _, keys in dataset.records():
@@ -89,13 +92,14 @@ def prepare_groupings(
         elif frequencies is None:
             if dataset is None:
                 raise KeysplitError(f"grouping {spec!r} needs the dataset's key frequencies first")
-            frequencies = count_keys(dataset)
+            frequencies = key_frequencies(dataset)
         for g in groupings:
-            g.fit(frequencies)  # type: ignore[attr-defined]
+            if isinstance(g, Offline):
+                g.fit(frequencies)
     for g in groupings:
-        if true_loads is not None and hasattr(g, "attach_probe"):
+        if true_loads is not None and isinstance(g, Probing):
             g.attach_probe(true_loads)
-        if capacities is not None and hasattr(g, "set_capacities"):
+        if capacities is not None and isinstance(g, Capacities):
             g.set_capacities(list(capacities))
     return groupings
 
@@ -116,5 +120,5 @@ def route(
         s = source_of(index, keys[0], sources, split)
         g = groupings[s]
         for key in keys:
-            yield seq, s, key, g.choose(key, ts if ts is not None else seq / rate)
+            yield seq, s, key, g.choose(key, event_time(ts, seq, rate))
             seq += 1

@@ -25,7 +25,7 @@ from typing import Any
 import mmh3
 
 from keysplit.errors import SpecError
-from keysplit.groupings.base import BaseGrouping
+from keysplit.groupings.base import BaseGrouping, least_loaded
 from keysplit.hashing import BASE_SEED, candidates, second_choice
 from keysplit.specs import Param, boolean, choice, optional_float
 
@@ -135,11 +135,7 @@ key's choices coincide with probability 1/W and such a key is not split at all.
         if now >= self._next_probe:
             self._maybe_probe(now)
         loads = self.local_loads
-        cands = self.candidates(key)
-        best = cands[0]
-        for c in cands[1:]:
-            if loads[c] < loads[best]:
-                best = c
+        best = least_loaded(self.candidates(key), loads)  # P_t(k): argmin of the local loads, earliest on ties
         loads[best] += 1
         return best
 

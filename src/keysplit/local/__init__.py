@@ -22,7 +22,7 @@ Kryo serialization (:mod:`.serialization`): a list or dict value (or a float tha
 
 Modules: :mod:`.protocol` (wire codec), :mod:`.context` (reading ``Topology.specs``, task numbering,
 handshake context), :mod:`.grouper` (Storm's groupers: shuffle, fields, global, all, direct, and Storm's direct
-errors), :mod:`.javahash` (Java's ``hashCode``, Storm's fields-grouping index), :mod:`.acker` (XOR ledgers,
+errors; Java's ``hashCode`` is :mod:`keysplit.javahash`, the components' too), :mod:`.acker` (XOR ledgers,
 message timeout), :mod:`.task` (a task's process and queues), :mod:`.submission` (the jar's ``resources/``
 tree and the conf ``sparse submit`` sends), :mod:`.cluster` (the facade and its event loop),
 :mod:`.supervisor` (worker processes, deaths, restarts), :mod:`.executor` (the ShellBolt/ShellSpout side:

@@ -6,7 +6,7 @@ component, as Storm's ``Task.getOutgoingTasks`` does:
 - shuffle (and none / local_or_shuffle): round-robin over a per-emitter shuffled permutation of the
   consumer's tasks, reshuffled after each cycle (even load, like Storm's ``ShuffleGrouping``);
 - fields: Storm's own choice, ``floorMod(Arrays.deepHashCode(selected values), tasks)`` over the consumer's
-  sorted task ids with Java's ``hashCode`` of each value (:mod:`.javahash`; apache/storm
+  sorted task ids with Java's ``hashCode`` of each value (:mod:`keysplit.javahash`; apache/storm
   ``daemon/GrouperFactory.java`` ``FieldsGrouper``, ``utils/TupleUtils.java``), so a tuple reaches the same task
   here as on a cluster (the router's ``fields`` route mode relies on it);
 - global: the consumer's lowest task id; all: every consumer task;
@@ -21,18 +21,13 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from keysplit.javahash import choose_task_index
+
 from .context import ComponentInfo, GroupingInfo
-from .javahash import storm_fields_index
 
 
 class RoutingError(Exception):
     """An emit that Storm rejects at run time; the message quotes Storm's own error."""
-
-
-def fields_index(values: Sequence[object], n: int) -> int:
-    """Index in ``[0, n)`` of the task (among the sorted targets) that Storm gives tuples whose grouping
-    fields are ``values``."""
-    return storm_fields_index(values, n)
 
 
 class ShuffleGrouper:
@@ -65,7 +60,7 @@ class FieldsGrouper:
         self._idx = list(indices)
 
     def choose(self, values: list) -> list[int]:
-        return [self._targets[storm_fields_index([values[i] for i in self._idx], len(self._targets))]]
+        return [self._targets[choose_task_index([values[i] for i in self._idx], len(self._targets))]]
 
 
 class FixedGrouper:

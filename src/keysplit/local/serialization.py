@@ -25,7 +25,7 @@ then ``topology.kryo.register``. A registration is for one exact class, so what 
   whose text is longer than 18 characters as ``java.math.BigDecimal`` (json-smart ``JSONParserBase.extractFloat``
   in ``MODE_PERMISSIVE``, which ``JSONValue.parseWithException`` uses), not registered either. Python writes
   floats as their shortest ``repr``, so e.g. ``0.1 + 0.2`` (``0.30000000000000004``) or ``-1/3`` is one. The
-  runner follows Storm >= 2.6 here, as it does for integer hashing (:mod:`.javahash`).
+  runner follows Storm >= 2.6 here, as it does for integer hashing (:mod:`keysplit.javahash`).
 
 The exception (``java.lang.IllegalArgumentException: Class is not registered: ...``) is thrown inside the
 ShellBolt's ``handleEmit`` (or the ShellSpout's emit), whose ``die`` reports it and halts the worker

@@ -34,11 +34,11 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "*.egg-info", 
 #: (``storm/``) and what they import, every registered grouping with its sketches and Gedik's partitioning
 #: functions, and the dataset readers the router and the feed decode records with. Nothing else: no CLI, no
 #: local runner, no simulator and no compiled extension (a cluster's workers run another Python or CPU as often
-#: as not). ``tests/test_storm_fidelity.py`` starts every component and builds every registered grouping from
-#: this tree alone, so a module missing here fails there.
+#: as not). ``tests/test_jar.py`` starts every component and builds every registered grouping from this tree
+#: alone under ``python -S``, so a module missing here fails there.
 JAR_CONTENTS = (
-    "__init__.py", "errors.py", "specs.py", "hashing.py", "fingerprint.py", "stream.py", "redis_client.py",
-    "latency.py",
+    "__init__.py", "errors.py", "specs.py", "hashing.py", "javahash.py", "fingerprint.py", "stream.py",
+    "redis_client.py", "latency.py",
     "datasets/*.py", "groupings/*.py", "sketches/*.py", "storm/*.py", "toolkit/*.py",
     "partitioning/__init__.py", "partitioning/adaptive.py", "partitioning/construct.py", "partitioning/function.py",
     "partitioning/penalties.py", "partitioning/readj.py", "partitioning/redist.py", "partitioning/resources.py",

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from keysplit.datasets import Dataset
 from keysplit.errors import SpecError
+from keysplit.groupings.base import Reporting
 from keysplit.groupings.hosting import WorkerChanges, check_resizes, prepare_groupings, route
 from keysplit.metrics import (
     ImbalanceSeries,
@@ -116,5 +117,5 @@ def simulate(
         distinct_per_worker=[len(s) for s in worker_keys],
         series_t=series.times,
         series_imbalance=series.values,
-        grouping_stats=groupings[0].stats() if hasattr(groupings[0], "stats") else {},
+        grouping_stats=groupings[0].stats() if isinstance(groupings[0], Reporting) else {},
     )

@@ -19,9 +19,9 @@ from keysplit.datasets import generators as _generators
 from keysplit.datasets.readers import FileDataset
 from keysplit.simulator.columns import Counts, finish
 from keysplit.simulator.encoded_text import text_blocks
-from keysplit.simulator.hashing_batch import bucket_many, candidate_rows
+from keysplit.simulator.hashing_batch import candidate_rows, hash_many
 from keysplit.sizes import check_memory
-from keysplit.stream import SPLIT_SEED
+from keysplit.stream import event_time, event_times, key_sources, sources_of
 
 #: Messages per kernel call on the records path (generators use their own chunk size).
 CHUNK = 1 << 16
@@ -86,7 +86,7 @@ class KeyTable:
 
     def flush(self) -> None:
         """Name the keys met since the last flush: their d candidates (``hashing.candidates``) and, under
-        ``split="key"``, their source (``keysplit.stream.source_of``), computed in one batch by ``hashing_batch``."""
+        ``split="key"``, their source (``keysplit.stream.key_sources``), hashed in one batch by ``hashing_batch``."""
         if not self.pending:
             return
         first, end = self.size, self.size + len(self.pending)
@@ -94,7 +94,7 @@ class KeyTable:
             self._grow(max(end, 2 * len(self.cand)))
         self.cand[first:end] = candidate_rows(self.pending, self.d, self.workers, self.distinct)
         if self.split == "key":
-            self.ksrc[first:end] = bucket_many(self.pending, self.sources, SPLIT_SEED)
+            self.ksrc[first:end] = key_sources(self.pending, self.sources, hash_many)
         self.pending = []
         self.size = end
 
@@ -201,7 +201,7 @@ def record_chunks(
             kid = ids.get(key)
             kids.append(id_of(key) if kid is None else kid)
             if need_now:
-                nows.append(ts if ts is not None else seq / rate)
+                nows.append(event_time(ts, seq, rate))
             seq += 1
         firsts.append(kids[start] if by_key else index)
         counts.append(len(keys))
@@ -231,11 +231,9 @@ def text_chunks(
         if not len(counts):
             continue
         kid = remap[wids]
-        if split == "key":
-            src = table.ksrc[kid[np.cumsum(counts) - counts]]
-        else:
-            src = (records + np.arange(len(counts), dtype=np.int64)) % sources
-        now = (seq + np.arange(len(kid), dtype=np.int64)) / rate if need_now else None
+        first_keys = table.ksrc[kid[np.cumsum(counts) - counts]] if split == "key" else None
+        src = sources_of(records + np.arange(len(counts), dtype=np.int64), first_keys, sources, split)
+        now = event_times(seq + np.arange(len(kid), dtype=np.int64), rate) if need_now else None
         yield IdChunk(kid, np.repeat(src, counts).astype(np.int32), now)
         records += len(counts)
         seq += len(kid)
@@ -247,8 +245,11 @@ def _chunk(
     by_key: bool,
 ) -> IdChunk:
     table.flush()
-    per_record = np.array(firsts, dtype=np.int64)
-    src = table.ksrc[per_record] if by_key else per_record % table.sources
+    per_record = np.array(firsts, dtype=np.int64)  # record indices (shuffle), or first keys' ids (key)
+    if by_key:
+        src = sources_of(per_record, table.ksrc[per_record], table.sources, "key")
+    else:
+        src = sources_of(per_record, None, table.sources, "shuffle")
     return IdChunk(
         np.array(kids, dtype=np.int32),
         np.repeat(src, counts).astype(np.int32),

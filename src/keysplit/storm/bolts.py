@@ -1,7 +1,7 @@
-"""The word-count / top-k bolts: thin streamparse wrappers over ``routing`` and ``counting``.
+"""The word-count / top-k bolts: thin streamparse wrappers over ``storm/router.py`` and ``storm/counting.py``.
 
-router --fields(route) or direct--> counter --fields(word)--> aggregator --global--> topk (the router's two
-streams and ``keysplit.route``: storm/router.py). Counters and aggregators hold
+router --fields(route) or direct--> counter --fields(word)--> aggregator --global--> topk (every stream, its fields
+and its encoding: storm/streams.py; ``keysplit.route``: storm/router.py). Counters and aggregators hold
 their input tuples until the flush that sends on what those tuples contributed (a counter's every period by its
 own clock, or at its tick; an aggregator's at its tick), then emit anchored to them and ack them
 (docs/design/exactly-once.md): a crash anywhere loses nothing, the spout replays the line.
@@ -30,47 +30,46 @@ import threading
 import time
 from collections import Counter
 
-from streamparse import Bolt, Stream
+from streamparse import Bolt
 
 from keysplit.redis_client import client
 from keysplit.storm import quiet_exit
 from keysplit.storm.components import AGGREGATOR, COUNTER, record_start
-from keysplit.storm.counting import (
-    BatchedCounts,
-    PartialCounts,
-    Totals,
+from keysplit.storm.counting import BatchedCounts, PartialCounts, Totals, merge_top
+from keysplit.storm.cpu_delay import DelayClock, tighten_timer_slack
+from keysplit.storm.exactly_once import Dedup
+from keysplit.storm.keys import RunKeys
+from keysplit.storm.multilang import CoalescedWrites
+from keysplit.storm.router import Batch, Batcher, GroupingChannel, Router
+from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.streams import (
+    BATCH_DIRECT_STREAM,
+    BATCH_STREAM,
+    BATCHES,
+    BATCHES_DIRECT,
+    COUNTS,
+    DIRECT_STREAM,
+    FLUSH_STREAM,
+    FLUSHES,
+    TOPS,
+    WORDS,
+    WORDS_DIRECT,
+    WORDS_STREAM,
+    component_tasks,
+    declare,
+    decode_flush,
+    decode_lines,
     decode_pairs,
     decode_words,
     encode_occurrences,
     encode_pairs,
     encode_words,
-    merge_top,
-)
-from keysplit.storm.cpu_delay import DelayClock, tighten_timer_slack
-from keysplit.storm.exactly_once import Dedup
-from keysplit.storm.keys import RunKeys
-from keysplit.storm.multilang import CoalescedWrites
-from keysplit.storm.router import (
-    Batch,
-    Batcher,
-    GroupingChannel,
-    Router,
-    component_tasks,
-    decode_lines,
     fields_index,
     route_value,
 )
-from keysplit.storm.settings import WordCountSettings
 
-#: The router's streams: (word, route) fields-grouped on route, and (word) emitted directly (keysplit.route); with
-#: keysplit.batch > 1, (words, route) and (words) of a batch (storm/router.py).
-WORDS_STREAM, DIRECT_STREAM = "words", "words_direct"
-BATCH_STREAM, BATCH_DIRECT_STREAM = "batches", "batches_direct"
-#: The counters' partial counts with batches: one tuple per aggregator at each tick, fields-grouped on route.
-FLUSH_STREAM = "flushes"
 #: Seconds between the ``sync`` messages a counter sends while it works through batches (CounterBolt.count_batch).
 ALIVE_SECS = 1.0
-ROUTE_FIELD = "route"
 
 quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
 
@@ -92,10 +91,7 @@ class RouterBolt(CoalescedWrites, Bolt):
     ``BatchingBolt`` did): a multi-lang bolt runs only when a tuple or a heartbeat arrives. The thread only writes
     (emits without task ids, acks), which pystorm serialises under its writer lock; the main thread alone reads."""
 
-    outputs = [Stream(fields=["word", ROUTE_FIELD, "line", "position"], name=WORDS_STREAM),
-               Stream(fields=["word", "line", "position"], name=DIRECT_STREAM, direct=True),
-               Stream(fields=["words", ROUTE_FIELD, "occurrences"], name=BATCH_STREAM),
-               Stream(fields=["words", "occurrences"], name=BATCH_DIRECT_STREAM, direct=True)]
+    outputs = declare(WORDS, WORDS_DIRECT, BATCHES, BATCHES_DIRECT)
 
     def initialize(self, conf, context):
         settings, keys, index = _setup(self, conf, context)
@@ -184,8 +180,7 @@ class CounterBolt(CoalescedWrites, Bolt):
     (the top-k bolt, and the router without batches, keep pystorm's auto-ack, which acks ticks too; acking twice
     would kill the worker: ShellBolt.handleAck throws on an unknown id)."""
 
-    outputs = [Stream(fields=["word", "count", "occurrences"]),
-               Stream(fields=["words", "counts", "occurrences", ROUTE_FIELD], name=FLUSH_STREAM)]
+    outputs = declare(COUNTS, FLUSHES)
     auto_ack = False
     auto_anchor = False
 
@@ -199,7 +194,7 @@ class CounterBolt(CoalescedWrites, Bolt):
         self.clock = DelayClock(settings.cpu_delay_ms / 1000.0) if settings.cpu_delay_ms else None
         if self.clock is not None:
             tighten_timer_slack()
-        # the aggregator Storm's fields grouping on a word picks (storm/router.py fields_index)
+        # the aggregator Storm's fields grouping on a word picks (storm/streams.py fields_index)
         self.partial = (BatchedCounts(lambda word: fields_index(word, aggregators)) if self.batched
                         else PartialCounts())
         self.busy = 0.0
@@ -270,7 +265,7 @@ class CounterBolt(CoalescedWrites, Bolt):
     def emit_flushes(self, flushed) -> None:
         """The partial counts of a flush as one tuple per aggregator (:meth:`~keysplit.storm.counting.BatchedCounts.
         drain`) with the ``route`` that Storm's fields grouping sends to that aggregator, the one its fields grouping
-        on each of these words would pick (:func:`~keysplit.storm.router.fields_index`); anchored to every input they
+        on each of these words would pick (:func:`~keysplit.storm.streams.fields_index`); anchored to every input they
         cover."""
         n = self.aggregators
         for a, (words, counts, occurrences, anchors) in flushed.items():
@@ -306,7 +301,7 @@ class AggregatorBolt(CoalescedWrites, Bolt):
     occurrences not committed before, storm/exactly_once.py; at-least-once: HINCRBY), sends its local top-k to
     the top-k bolt anchored to the partial counts it covers, then acks them."""
 
-    outputs = [Stream(fields=["aggregator", "top"])]
+    outputs = declare(TOPS)
     auto_ack = False
     auto_anchor = False
 
@@ -325,11 +320,10 @@ class AggregatorBolt(CoalescedWrites, Bolt):
 
     def process(self, tup):
         if tup.stream == FLUSH_STREAM:  # a counter's partial counts for this aggregator (CounterBolt.emit_flushes)
-            words, counts, occurrences, _ = tup.values
-            words = decode_words(words)
-            for word, count, occ in zip(words, counts.split(","), occurrences.split(";")):
+            triples = decode_flush(*tup.values[:3])
+            for word, count, occ in triples:
                 self.add(word, count, occ)
-            self.partials += len(words)
+            self.partials += len(triples)
         else:
             word, count, occurrences = tup.values
             self.add(word, count, occurrences)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.router import component_tasks
 from keysplit.storm.settings import STORM_COST_SETTINGS, WordCountSettings
+from keysplit.storm.streams import component_tasks
 
 #: Component names in the topology (the router needs the counter's to find its task ids).
 SPOUT, ROUTER, COUNTER, AGGREGATOR, TOPK = "feed", "router", "counter", "aggregator", "topk"

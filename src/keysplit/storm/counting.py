@@ -8,6 +8,8 @@
   increments not yet written to Redis, and its local top-k.
 - :func:`merge_top` is the global top-k: the k largest of the aggregators' local top-k lists. Each word
   reaches exactly one aggregator, so the global top-k is always among the union of the local ones.
+
+What the tuples carry, and how it is written as text, is storm/streams.py's.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Hashable, Iterable, Sequence
 
-from keysplit.datasets.base import KEY_SEPARATOR
+from keysplit.storm.streams import encode_flush
 
 
 def top_items(counts: dict[str, int], k: int) -> list[list]:
@@ -26,59 +28,6 @@ def top_items(counts: dict[str, int], k: int) -> list[list]:
     """
     best = heapq.nsmallest(k, counts.items(), key=lambda item: (-item[1], item[0]))
     return [[w, c] for w, c in best]
-
-
-def encode_occurrences(occurrences: list[int] | list[str]) -> str:
-    """A partial count's occurrences ``[line, position, ...]`` as one string tuple value. A counter fed batches
-    builds the same text by joining the pairs the batches carried (:class:`BatchedCounts`), and the aggregator puts
-    the text into its commit's JSON (:meth:`~keysplit.storm.exactly_once.Dedup.commit`): nobody parses it on the
-    way.
-
-    Tuple values are scalars only: a JSON array emitted over multi-lang becomes a JSON library's list object in
-    the worker JVM, which Kryo cannot write when the tuple crosses to another worker (apache/storm
-    ``serialization/SerializationFactory.java`` registers no such class, and ``conf/defaults.yaml`` has
-    ``topology.fall.back.on.java.serialization: false``): the sending worker dies.
-
-    >>> encode_occurrences([7, 0, 7, 2]), encode_occurrences("7,0,7,2".split(","))
-    ('7,0,7,2', '7,0,7,2')
-    """
-    return ",".join(map(str, occurrences))
-
-
-def encode_words(words: Sequence[str]) -> str:
-    """A batch's words as one string tuple value: joined by the dataset's key separator (a tab), which no key
-    contains (``keysplit.datasets.clean_key``).
-
-    >>> encode_words(["a", "b c"]) == "a" + KEY_SEPARATOR + "b c", decode_words(encode_words(["a", "b c"]))
-    (True, ['a', 'b c'])
-    """
-    return KEY_SEPARATOR.join(words)
-
-
-def decode_words(text: str) -> list[str]:
-    """The words :func:`encode_words` joined."""
-    return text.split(KEY_SEPARATOR)
-
-
-def encode_pairs(pairs: Sequence[str]) -> str:
-    """A batch's occurrences, each the text ``"line,position"`` (:func:`occurrence`), as one string tuple value:
-    the pairs joined by spaces, so that a counter splits them back into pairs with one ``split`` and a flush joins a
-    word's pairs with commas into the text its partial count carries (:func:`encode_occurrences`'s form).
-
-    >>> encode_pairs([occurrence(7, 0), occurrence(7, 2)]), decode_pairs("7,0 7,2")
-    ('7,0 7,2', ['7,0', '7,2'])
-    """
-    return " ".join(pairs)
-
-
-def decode_pairs(text: str) -> list[str]:
-    """The ``"line,position"`` pairs :func:`encode_pairs` joined."""
-    return text.split(" ")
-
-
-def occurrence(line: int, position: int) -> str:
-    """The text of one occurrence: ``"line,position"``."""
-    return f"{line},{position}"
 
 
 class CounterState:
@@ -161,9 +110,9 @@ class BatchedCounts(CounterState):
         self.processed += len(words)
 
     def drain(self) -> dict[int, tuple[str, str, str, list[Hashable]]]:
-        """Per aggregator index: its words (:func:`encode_words`), their counts (``"3,1"``), their occurrences (each
-        word's pairs joined by commas, ``;`` between words; empty at-least-once) and the inputs they cover; resets
-        the counts."""
+        """Per aggregator index: its :data:`~keysplit.storm.streams.FLUSHES` values (:func:`~keysplit.storm.streams.
+        encode_flush`: the words, their counts, each word's pairs joined by commas, empty at-least-once) and the
+        inputs they cover; resets the counts."""
         groups: dict[int, tuple[list, list, list]] = {}
         aggregator, occurrences = self.aggregator, self.occurrences
         for word, n in self.counts.items():
@@ -171,12 +120,12 @@ class BatchedCounts(CounterState):
             if group is None:
                 group = groups[aggregator[word]] = ([], [], [])
             group[0].append(word)
-            group[1].append(str(n))
+            group[1].append(n)
             group[2].append(",".join(occurrences.get(word, ())))
-        out = {a: (encode_words(words), ",".join(counts), ";".join(occ), self.anchors[a])
-               for a, (words, counts, occ) in groups.items()}
+        out = {a: (*encode_flush(words, counts, occ), self.anchors[a]) for a, (words, counts, occ) in groups.items()}
         self.counts, self.occurrences, self.anchors = {}, {}, {}
         return out
+
 
 class PartialCounts(CounterState):
     """A counter task's state between two flushes (aggregation period T), one word a tuple (``keysplit.batch`` 1).
@@ -234,6 +183,7 @@ class PartialCounts(CounterState):
         self.covered = {}
         self.occurrences = {}
         return out
+
 
 class Totals:
     """An aggregator's merged counts.

@@ -38,8 +38,8 @@ from collections.abc import Iterable, Sequence
 
 import redis
 
-from keysplit.storm.counting import encode_occurrences
 from keysplit.storm.keys import RunKeys
+from keysplit.storm.streams import encode_occurrences
 
 #: Delivery guarantees of the word count's totals (``keysplit.delivery``); the first is the default.
 DELIVERIES = ("exactly-once", "at-least-once")

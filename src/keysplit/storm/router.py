@@ -10,8 +10,8 @@ Route modes (``keysplit.route``): how the chosen counter task reaches Storm. ``d
 ``direct_task=`` on a direct stream; Storm 2.6.0 and later cannot run that from a multi-lang component (their
 ``multilang/JsonSerializer.java`` casts the parsed ``task`` field to ``Long``, but json-smart yields ``Integer``
 for small numbers: ``ClassCastException``). ``fields`` (the default, every release) emits ``(word, route)`` on a
-stream fields-grouped on ``route``, with ``route`` chosen by :func:`route_value` so that Storm's own fields
-grouping delivers the word to the chosen task.
+stream fields-grouped on ``route``, with ``route`` chosen by :func:`~keysplit.storm.streams.route_value` so that
+Storm's own fields grouping delivers the word to the chosen task.
 
 Event time ``now`` in Storm is the wall clock (docs/design/routing.md), measured from the router's start
 (:meth:`Router.elapsed`) so that it begins near 0 as the simulator's ``sequence / rate`` does: groupings with
@@ -33,8 +33,9 @@ is anchored to every line it carries a word of (Storm's multi-anchoring: apache/
 ``storm-client/src/jvm/org/apache/storm/executor/bolt/BoltOutputCollectorImpl.java`` ``boltEmit`` gives each anchor
 its own edge id, and ``task/ShellBolt.java`` ``handleEmit`` resolves each anchor id among the bolt's pending
 inputs, so every anchor must still be unacked), and a line is acked only once every batch carrying one of its words
-was emitted. Its values are strings (:func:`~keysplit.storm.counting.encode_words` and
-:func:`~keysplit.storm.counting.encode_pairs`) and the route value: what Kryo writes between workers.
+was emitted. Its values are strings (:func:`~keysplit.storm.streams.encode_words` and
+:func:`~keysplit.storm.streams.encode_pairs`) and the route value: what Kryo writes between workers (the streams
+and their encodings: storm/streams.py).
 """
 
 from __future__ import annotations
@@ -42,73 +43,18 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 from keysplit.datasets import decode_record
 from keysplit.errors import KeysplitError
 from keysplit.groupings import BaseGrouping
+from keysplit.groupings.base import Reporting, SharedState
 from keysplit.groupings.hosting import prepare_groupings
 from keysplit.storm.keys import RunKeys
+from keysplit.storm.streams import route_value
 
 #: How the router addresses the counter task it chose (see the module docstring); the first is the default.
 ROUTE_MODES = ("fields", "direct")
-
-
-def route_value(target_index: int, num_tasks: int) -> int:
-    """The ``route`` value that Storm's fields grouping on ``route`` sends to sorted counter task ``target_index``.
-
-    Storm picks ``sorted_tasks[floorMod(Arrays.deepHashCode([route]), num_tasks)]`` (apache/storm
-    ``daemon/GrouperFactory.java`` FieldsGrouper, ``utils/TupleUtils.java`` chooseTaskIndex; 1.x's
-    ``executor.clj`` ``mk-fields-grouper`` floors the same hash), and ``deepHashCode([v]) = 31 * 1 + v.hashCode()``.
-    ``route`` reaches the JVM as JSON: json-simple (Storm < 2.6) parses it as a ``Long``, json-smart (2.6+) as
-    an ``Integer``; for ``0 <= v < 2^31`` both ``hashCode``s are ``v`` (``Long``'s is ``(int)(v ^ v >>> 32)`` and
-    the high word is 0). So ``v = (target_index - 31) mod num_tasks``, in ``[0, num_tasks)``, gives
-    ``floorMod(31 + v, num_tasks) = target_index`` on every release (``tests/test_storm_logic.py`` checks it with
-    the local runner's Java hash).
-
-    >>> [route_value(i, 4) for i in range(4)]
-    [1, 2, 3, 0]
-    """
-    if not 0 <= target_index < num_tasks:
-        raise ValueError(f"target index {target_index} is not in [0, {num_tasks})")
-    return (target_index - 31) % num_tasks
-
-
-def string_hash(text: str) -> int:
-    """``java.lang.String.hashCode`` (``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 code units, as int32): the hash
-    Storm's fields grouping applies to a string value (the local runner's ``keysplit.local.javahash``, which the
-    components cannot import: the jar holds no runner; ``tests/test_storm_logic.py`` checks they agree).
-
-    >>> string_hash("a"), string_hash("hello"), string_hash("😀")
-    (97, 99162322, 1772899)
-    """
-    h = 0
-    data = text.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def fields_index(word: str, num_tasks: int) -> int:
-    """The index, among the sorted tasks of a component, of the task that Storm's fields grouping on one string
-    field sends ``word`` to: ``floorMod(Arrays.deepHashCode([word]), num_tasks)``, ``deepHashCode([v]) = 31 +
-    v.hashCode()`` (as :func:`route_value`: apache/storm ``utils/TupleUtils.java`` chooseTaskIndex).
-
-    >>> fields_index("a", 2), fields_index("hello", 3)
-    (0, 2)
-    """
-    h = (31 + string_hash(word)) & 0xFFFFFFFF  # int32 arithmetic, as Java's
-    return (h - (1 << 32) if h & 0x80000000 else h) % num_tasks  # Python's % is floored, as Math.floorMod
-
-
-def component_tasks(context: Mapping, component: str) -> list[int]:
-    """Task ids of ``component`` in a multi-lang context, sorted.
-
-    >>> component_tasks({"task->component": {"3": "counter", "1": "router", "5": "counter"}}, "counter")
-    [3, 5]
-    """
-    mapping = context.get("task->component", {})
-    return sorted(int(task) for task, name in mapping.items() if name == component)
 
 
 class GroupingChannel:
@@ -179,14 +125,19 @@ class Router:
         self.channel = channel
         g = self.grouping
         self.role: str | None = None
-        if channel is not None and hasattr(g, "export_state"):
+        self.shared: SharedState | None = None  # the grouping's shared state, when a channel carries it
+        self.reporting: Reporting | None = None  # the grouping whose stats() this router writes (router 0)
+        if channel is not None and isinstance(g, SharedState):
+            self.shared = g
             self.role = "leader" if source == 0 else "follower"
-            g.set_role(self.role)  # type: ignore[attr-defined]
+            g.set_role(self.role)
             published = channel.state()
             if published is not None:  # a restarted router continues from the published state
-                g.import_state(published)  # type: ignore[attr-defined]
-        self.reports = channel is not None and source == 0 and hasattr(g, "stats")
-        self.version = g.state_version if self.role else 0  # type: ignore[attr-defined]
+                g.import_state(published)
+        if channel is not None and source == 0 and isinstance(g, Reporting):
+            self.reporting = g
+        self.reports = self.reporting is not None
+        self.version = self.shared.state_version if self.shared is not None else 0
         self.next_sync = 0.0  # monotonic time of the next follower poll / periodic stats write
 
     def elapsed(self) -> float:
@@ -209,61 +160,35 @@ class Router:
     def sync(self, force: bool = False) -> bool:
         """Follower: install the leader's state if a newer version is published (at most every
         ``poll_secs`` unless ``force``); True when it installed one."""
+        channel, shared = self.channel, self.shared
         clock = time.monotonic()
-        if not force and clock < self.next_sync:
+        if channel is None or shared is None or (not force and clock < self.next_sync):
             return False
-        self.next_sync = clock + self.channel.poll_secs  # type: ignore[union-attr]
-        if self.channel.version() <= self.version:  # type: ignore[union-attr]
+        self.next_sync = clock + channel.poll_secs
+        if channel.version() <= self.version:
             return False
-        state = self.channel.state()  # type: ignore[union-attr]
+        state = channel.state()
         if state is None or int(state["version"]) <= self.version:
             return False
-        self.grouping.import_state(state)  # type: ignore[attr-defined]
+        shared.import_state(state)
         self.version = int(state["version"])
         return True
 
     def report(self, force: bool = False) -> None:
         """Leader: publish the state when its version grew (with the stats), else write the stats at most
         every ``poll_secs`` unless ``force``."""
-        g = self.grouping
+        channel, reporting, shared = self.channel, self.reporting, self.shared
+        if channel is None or reporting is None:
+            return
         clock = time.monotonic()
-        if self.role == "leader" and g.state_version != self.version:  # type: ignore[attr-defined]
-            self.channel.publish(g.export_state(), g.stats())  # type: ignore[attr-defined,union-attr]
-            self.version = g.state_version  # type: ignore[attr-defined]
+        if self.role == "leader" and shared is not None and shared.state_version != self.version:
+            channel.publish(shared.export_state(), reporting.stats())
+            self.version = shared.state_version
         elif force or clock >= self.next_sync:
-            self.channel.write_stats(g.stats())  # type: ignore[attr-defined,union-attr]
+            channel.write_stats(reporting.stats())
         else:
             return
-        self.next_sync = clock + self.channel.poll_secs  # type: ignore[union-attr]
-
-
-#: What joins the records of a spout tuple's lines (a record's keys hold no line break: datasets.clean_key), and what
-#: joins their line numbers, and their feed entry ids in the tuple's id.
-RECORD_SEPARATOR, LIST_SEPARATOR = "\n", " "
-
-
-def encode_lines(lines: Sequence[tuple[str, str, int]]) -> tuple[str, str, str]:
-    """A spout tuple of several lines ``(entry id, encoded record, line number)``: its ``records`` and ``lines``
-    values and its id (storm/spout.py). Strings, as every tuple value (what Kryo writes between workers).
-
-    >>> encode_lines([("5-0", "\\ta\\tb", 7), ("5-1", "\\tc", 8)])
-    ('\\ta\\tb\\n\\tc', '7 8', '5-0 5-1')
-    >>> decode_lines('\\ta\\tb\\n\\tc', '7 8'), decode_ids('5-0 5-1')
-    ([(7, '\\ta\\tb'), (8, '\\tc')], ['5-0', '5-1'])
-    """
-    return (RECORD_SEPARATOR.join(record for _, record, _ in lines),
-            LIST_SEPARATOR.join(str(line) for _, _, line in lines),
-            LIST_SEPARATOR.join(entry_id for entry_id, _, _ in lines))
-
-
-def decode_lines(records: str, numbers: str) -> list[tuple[int, str]]:
-    """A spout tuple's ``(line number, encoded record)`` pairs (:func:`encode_lines`)."""
-    return list(zip(map(int, numbers.split(LIST_SEPARATOR)), records.split(RECORD_SEPARATOR)))
-
-
-def decode_ids(tup_id: str) -> list[str]:
-    """The feed entry ids of a spout tuple's lines, from its id (:func:`encode_lines`)."""
-    return tup_id.split(LIST_SEPARATOR)
+        self.next_sync = clock + channel.poll_secs
 
 
 class Batch:
@@ -322,7 +247,7 @@ class Batcher:
         refs[tup] = 1
         open_, size = self.open, self.size
         for line, routed in lines:
-            prefix = f"{line},"  # occurrence texts, counting.occurrence(line, position), one format a line
+            prefix = f"{line},"  # occurrence texts, streams.occurrence(line, position), one format a line
             for position, (word, target) in enumerate(routed):
                 batch = open_.get(target)
                 if batch is None:

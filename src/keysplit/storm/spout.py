@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import time
 
-from streamparse import Spout, Stream
+from streamparse import Spout
 
 from keysplit.datasets import decode_record
 from keysplit.redis_client import client
 from keysplit.storm import quiet_exit
-from keysplit.storm.bolts import ROUTE_FIELD
 from keysplit.storm.components import ROUTER, record_start
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.feed import StreamFeed
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.multilang import CoalescedWrites
-from keysplit.storm.router import component_tasks, decode_ids, encode_lines, route_value
 from keysplit.storm.settings import WordCountSettings
 from keysplit.storm.spout_pacing import RatePacer
+from keysplit.storm.streams import LINES, component_tasks, declare, decode_ids, encode_lines, route_value
 from keysplit.storm.window import AdaptiveWindow
 
 quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
@@ -49,10 +48,10 @@ class RedisStreamSpout(CoalescedWrites, Spout):
 
     Each line goes to the router the simulator deals its record to (``keysplit.stream.source_of``, stored with
     the line when the feed was loaded): the spout emits its ``route`` value and the routers subscribe with a
-    fields grouping on it, the trick the counters' stream uses (storm/router.py ``route_value``). Lines of a feed
+    fields grouping on it, the trick the counters' stream uses (storm/streams.py ``route_value``). Lines of a feed
     loaded without that field go round-robin by line number."""
 
-    outputs = [Stream(fields=["records", "lines", ROUTE_FIELD])]
+    outputs = declare(LINES)
 
     def initialize(self, conf, context):
         settings = WordCountSettings.from_conf(conf)

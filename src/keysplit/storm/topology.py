@@ -22,21 +22,18 @@ from typing import Any
 
 from streamparse import Grouping, Topology
 
-from keysplit.storm.bolts import (
+from keysplit.storm.bolts import AggregatorBolt, CounterBolt, RouterBolt, TopKBolt
+from keysplit.storm.components import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
+from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.spout import RedisStreamSpout
+from keysplit.storm.streams import (
     BATCH_DIRECT_STREAM,
     BATCH_STREAM,
     DIRECT_STREAM,
     FLUSH_STREAM,
     ROUTE_FIELD,
     WORDS_STREAM,
-    AggregatorBolt,
-    CounterBolt,
-    RouterBolt,
-    TopKBolt,
 )
-from keysplit.storm.components import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
-from keysplit.storm.settings import WordCountSettings
-from keysplit.storm.spout import RedisStreamSpout
 
 #: Storm settings of the paper's setup that the topology relies on (overridable with ``-o``).
 DEFAULT_STORM_CONF: dict[str, Any] = {

@@ -31,7 +31,7 @@ from streamparse import Bolt, Stream
 from keysplit.errors import KeysplitError
 from keysplit.storm import quiet_exit
 from keysplit.storm.multilang import CoalescedWrites
-from keysplit.storm.router import component_tasks, route_value
+from keysplit.storm.streams import component_tasks, route_value
 from keysplit.toolkit.accumulators import AccumulatorError, load_accumulator
 from keysplit.toolkit.contract import (
     PARTIAL_FIELDS,

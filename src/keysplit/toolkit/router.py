@@ -29,7 +29,8 @@ from streamparse import Bolt
 from keysplit.groupings import parse_grouping
 from keysplit.storm import quiet_exit
 from keysplit.storm.multilang import CoalescedWrites
-from keysplit.storm.router import GroupingChannel, Router, component_tasks
+from keysplit.storm.router import GroupingChannel, Router
+from keysplit.storm.streams import component_tasks
 from keysplit.toolkit.contract import ROUTE_FIELD, key_text
 from keysplit.toolkit.runtime import ToolkitError, connect, fields_subscriber, input_fields, task_index
 

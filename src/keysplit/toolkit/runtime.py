@@ -12,8 +12,8 @@ from typing import Any
 from keysplit.errors import KeysplitError
 from keysplit.redis_client import client
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.router import component_tasks
 from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.streams import component_tasks
 
 
 class ToolkitError(KeysplitError):

@@ -25,7 +25,7 @@ from keysplit.storm import quiet_exit
 from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.feed import StreamFeed
 from keysplit.storm.multilang import CoalescedWrites
-from keysplit.storm.router import component_tasks, route_value
+from keysplit.storm.streams import component_tasks, route_value
 from keysplit.storm.window import AdaptiveWindow
 from keysplit.toolkit.contract import ROUTE_FIELD
 from keysplit.toolkit.runtime import ToolkitError, connect, subscribers, task_index

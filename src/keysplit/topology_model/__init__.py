@@ -7,8 +7,8 @@ and ``--arrivals open`` estimates), in layers that import downwards only:
 - :mod:`~keysplit.topology_model.storm_terms`: the costs between components that a run's configuration gives (Storm's
   executor batching, ackers, worker JVMs);
 - :mod:`~keysplit.topology_model.profile`: the few costs it does not give, fitted to stored runs (`keysplit calibrate`);
-- :mod:`~keysplit.topology_model.calibration`: the calibration files and profiles the replay reads, and the older
-  four-run calibration.
+- :mod:`~keysplit.topology_model.calibration`: where ``keysplit calibrate`` stores the profiles and how
+  ``keysplit replay --calibration`` reads one.
 
 The Spark task that feeds it a replay's routed stream is ``spark_replay.model_task``. The parameters load at
 once (numpy only: the command line reads ``KNOBS``); the rest, which needs numba, on first use.

@@ -17,6 +17,7 @@ import numpy as np
 
 from keysplit import latency
 from keysplit.latency import LatencyHistogram
+from keysplit.storm.streams import fields_index
 from keysplit.topology_model.kernel import (
     _F_COMP,
     _F_FIRST,
@@ -242,10 +243,9 @@ def simulate(params: TopologyParams, line_start: np.ndarray, workers: np.ndarray
 
 
 def aggregator_of(keys: list[str], aggregators: int) -> np.ndarray:
-    """The aggregator task index of each word: the local runner's fields grouping on ``word``."""
-    from keysplit.local.grouper import fields_index
-
-    return np.asarray([fields_index([k], aggregators) for k in keys], dtype=np.int64)
+    """The aggregator task index of each word: the task Storm's fields grouping on ``word`` picks, as the counters
+    compute it (:func:`keysplit.storm.streams.fields_index`)."""
+    return np.asarray([fields_index(k, aggregators) for k in keys], dtype=np.int64)
 
 
 def stream_arrays(lengths: np.ndarray, workers: np.ndarray, keys: list[str], aggregators: int,

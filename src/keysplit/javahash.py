@@ -1,4 +1,7 @@
-"""Java's ``hashCode`` of multi-lang tuple values, and Storm's fields-grouping index built on it.
+"""Java's ``hashCode`` of multi-lang tuple values, and Storm's fields-grouping index built on it: the one copy
+of ``String.hashCode`` in keysplit. The Storm components (``storm/streams.py``: which task a word's fields
+grouping picks), the local runner (``local/grouper.py``) and the topology model (``topology_model/driver.py``)
+all import it; it is top-level and imports nothing of keysplit, so it ships in the topology jar.
 
 Storm 2.x chooses the target of a fields grouping as ``targetTasks.get(Math.floorMod(
 Arrays.deepHashCode(selectedValues), numTasks))`` over the consumer's **sorted** task ids
@@ -33,7 +36,11 @@ def _int32(value: int) -> int:
 
 @lru_cache(maxsize=1 << 16)  # the runner hashes the same words over and over (aggregators' fields grouping)
 def string_hash(text: str) -> int:
-    """``java.lang.String.hashCode``: ``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 code units, as int32."""
+    """``java.lang.String.hashCode``: ``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 code units, as int32.
+
+    >>> string_hash("a"), string_hash("hello"), string_hash("😀")
+    (97, 99162322, 1772899)
+    """
     h = 0
     data = text.encode("utf-16-be", "surrogatepass")
     for i in range(0, len(data), 2):
@@ -85,6 +92,11 @@ def list_hash(values: Sequence[object], long_ints: bool = False) -> int:
     return _int32(h)
 
 
-def storm_fields_index(values: Sequence[object], num_tasks: int, long_ints: bool = False) -> int:
-    """``TupleUtils.chooseTaskIndex``: ``Math.floorMod(listHashCode(values), numTasks)``."""
+def choose_task_index(values: Sequence[object], num_tasks: int, long_ints: bool = False) -> int:
+    """``TupleUtils.chooseTaskIndex``: ``Math.floorMod(listHashCode(values), numTasks)``, the index among the
+    consumer's sorted task ids that Storm's fields grouping gives a tuple whose grouping fields are ``values``.
+
+    >>> choose_task_index(["a"], 2), choose_task_index(["hello"], 3), choose_task_index(["polygenelubricants"], 5)
+    (0, 2, 3)
+    """
     return list_hash(values, long_ints) % num_tasks  # Python's % is floored, as Math.floorMod
