@@ -10,11 +10,14 @@ from collections import Counter
 from keysplit.cli import main
 from keysplit.runs import redis_server
 from keysplit.runs.topology_run import read_results
+from keysplit.storm.settings import split_password
 
 SPOUT = '''
 import os
 
 from streamparse import Spout
+
+conf_replay = False
 
 
 class ClickSpout(Spout):
@@ -23,6 +26,8 @@ class ClickSpout(Spout):
     outputs = ["user", "amount"]
 
     def initialize(self, conf, context):
+        global conf_replay
+        conf_replay = bool(conf.get("clicks.replay"))
         tasks = sorted(int(t) for t, c in context["task->component"].items() if c == self.component_name)
         self.todo = list(range(tasks.index(self.task_id), int(conf["clicks.n"]), len(tasks)))
         self.log = open(os.path.join(conf["clicks.out"], f"spout-{self.task_id}.log"), "a", buffering=1)
@@ -35,8 +40,10 @@ class ClickSpout(Spout):
     def ack(self, tup_id):
         self.log.write(f"ack {tup_id}\\n")
 
-    def fail(self, tup_id):  # no replay: a tuple the router cannot route would fail again
+    def fail(self, tup_id):  # a tuple the router cannot route would fail again: replayed only if it has a user
         self.log.write(f"fail {tup_id}\\n")
+        if conf_replay and user(tup_id) is not None:
+            self.todo.append(tup_id)
 
 
 def user(i):
@@ -67,7 +74,7 @@ def user(i):
     return "guest" if i % 9 == 0 else (i * i) % 17
 
 
-def test_a_users_project_runs_until_idle_with_their_spout_and_bad_keys_fail_cleanly(tmp_path, capsys, monkeypatch):
+def write_project(tmp_path):
     project, out = tmp_path / "clicks-project", tmp_path / "out"
     (project / "src" / "clicks").mkdir(parents=True)
     (project / "topologies").mkdir()
@@ -75,6 +82,11 @@ def test_a_users_project_runs_until_idle_with_their_spout_and_bad_keys_fail_clea
     (project / "src" / "clicks" / "__init__.py").write_text("")
     (project / "src" / "clicks" / "spouts.py").write_text(SPOUT)
     (project / "topologies" / "clicks.py").write_text(TOPOLOGY.format(out=str(out)))
+    return project, out
+
+
+def test_a_users_project_runs_until_idle_with_their_spout_and_bad_keys_fail_cleanly(tmp_path, capsys, monkeypatch):
+    project, out = write_project(tmp_path)
     monkeypatch.setenv("KEYSPLIT_HOME", str(tmp_path / "home"))
     try:
         assert main(["run", str(project / "topologies" / "clicks.py"), "--until-idle", "3", "--worker-processes",
@@ -94,6 +106,48 @@ def test_a_users_project_runs_until_idle_with_their_spout_and_bad_keys_fail_clea
     assert sorted(int(i) for verb, i in lines if verb == "ack") == [i for i in range(400) if user(i) is not None]
     assert summary["routers"]["route"]["failed"] == len(failed)
     assert summary["task_deaths"] == 0 and summary["worker_restarts"] == 0
+
+
+def test_a_users_reliable_spout_gets_at_least_once_results_through_a_killed_partial_task(tmp_path, monkeypatch):
+    """The delivery a user's own reliable spout gets, with a fault: a partial task killed with state it had not
+    flushed; its inputs time out, the spout replays them, and every click is in the results at least once."""
+    from keysplit.local import LocalCluster
+    from keysplit.local.submission import build_resources, submit_conf
+    from keysplit.runs.topology_run import load_topology
+
+    project, out = write_project(tmp_path)
+    monkeypatch.setenv("KEYSPLIT_HOME", str(tmp_path / "home"))
+    try:
+        server = redis_server.start_server(tmp_path / "home")
+        loaded = load_topology(str(project / "topologies" / "clicks.py"))
+        url, password = split_password(server.url)
+        secret = tmp_path / "redis.pass"
+        secret.write_text(password)
+        conf = submit_conf(loaded.cls, "clicks", {
+            "keysplit.run_id": "clicks-fault", "keysplit.redis_url": url, "keysplit.redis_password_file": str(secret),
+            "clicks.replay": True, "topology.message.timeout.secs": 3, "topology.workers": 2,
+            "topology.max.spout.pending": 50})
+        with LocalCluster(loaded.cls, conf, cwd=str(project), resources=str(build_resources(
+                tmp_path / "resources", project / "src"))) as cluster:
+            cluster.start()
+            assert cluster.run_until(lambda: cluster.stats()["clicks"]["acked"] >= 100, 120)
+            cluster.kill_task("partial", 0)
+            done = {i for i in range(400) if user(i) is not None}
+            assert cluster.run_until(lambda: acked(out) >= done, 300)
+            cluster.quiesce(timeout=5.0)
+        results = read_results(redis_server.connect(server.url), "clicks-fault", "total")
+    finally:
+        redis_server.stop_server(tmp_path / "home")
+    assert cluster.summary()["task_deaths"] >= 1
+    expected: Counter = Counter()
+    for i in done:
+        expected[user(i)] += i % 5 + 1
+    assert set(results) == set(expected) and all(results[k] >= expected[k] for k in expected)
+
+
+def acked(out) -> set[int]:
+    return {int(line.split()[1]) for path in out.glob("spout-*.log") for line in path.read_text().splitlines()
+            if line.startswith("ack ")}
 
 
 def test_a_jar_built_from_a_users_project_carries_their_code_and_keysplits(tmp_path, capsys):
