@@ -85,6 +85,8 @@ def load_run(conn: Any, run_id: str) -> tuple[dict, dict[str, int]]:
         summary = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise KeysplitError(f"run {run_id}: the summary in Redis is not JSON ({exc})") from None
+    if isinstance(summary, dict) and summary.get("topology", "wordcount") != "wordcount":
+        raise KeysplitError(f"run {run_id} ran {summary['topology']}, a topology file; compare reads word-count runs")
     counts = {k if isinstance(k, str) else k.decode(): int(v)
               for k, v in conn.hgetall(f"{RUN_PREFIX}{run_id}:counts").items()}
     return summary, counts

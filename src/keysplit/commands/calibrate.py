@@ -37,6 +37,7 @@ def load_runs(conn, run_ids: list[str]) -> list[dict]:
     import json
 
     from keysplit.errors import KeysplitError
+    from keysplit.runs.collect import refuse_topology_file_run
     from keysplit.runs.records import check_run_id, read_record
     from keysplit.storm.keys import RunKeys
 
@@ -49,7 +50,9 @@ def load_runs(conn, run_ids: list[str]) -> list[dict]:
             state = "no such run" if record is None else f"it is {record['state']}"
             raise KeysplitError(f"run {run_id} has no summary in this Redis ({state}); calibrate from finished "
                                 "runs (a cluster run: `keysplit run wordcount --collect ID` first)")
-        runs.append(json.loads(raw))
+        summary = json.loads(raw)
+        refuse_topology_file_run(run_id, summary)
+        runs.append(summary)
     return runs
 
 

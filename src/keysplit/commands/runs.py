@@ -88,7 +88,12 @@ def show(conn, run_id: str, as_json: bool) -> int:
         if key == "started" or key in ("updated", "finished"):
             value = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(value)))
         print(f"{key}: {value}")
-    if summary:
+    if summary and "routers" in out["summary"]:  # a topology file's run (keysplit.runs.topology_run)
+        from keysplit.commands.run_topology import print_summary as print_file_summary
+
+        print()
+        print_file_summary(out["summary"])
+    elif summary:
         from keysplit.commands.run import print_summary
 
         print()

@@ -108,7 +108,18 @@ def stored_run(conn: redis.Redis, run_id: str) -> tuple[dict[str, Any], dict[str
     if record is None:
         raise KeysplitError(f"no run {run_id!r} in this Redis (see `keysplit runs`)")
     raw = conn.get(RunKeys(run_id).config)
-    return record, json.loads(raw) if raw else {}
+    config = json.loads(raw) if raw else {}
+    refuse_topology_file_run(run_id, config)
+    return record, config
+
+
+def refuse_topology_file_run(run_id: str, stored: dict[str, Any]) -> None:
+    """A one-line refusal when ``stored`` (a run's config or summary) belongs to a topology file's run
+    (keysplit.runs.topology_run), which the word count's commands cannot read."""
+    topology = stored.get("topology", "wordcount") if isinstance(stored, dict) else "wordcount"
+    if topology != "wordcount":
+        raise KeysplitError(f"run {run_id} ran {topology}, a topology file, not the word count: `keysplit runs show "
+                            f"{run_id}` shows it, `keysplit run FILE --collect {run_id}` summarises it")
 
 
 #: Fields of a run's record -> the key of the components' received configuration that says what ran.
