@@ -93,6 +93,12 @@ def test_the_cli_runs_a_topology_file_and_reports_json(home, redis_url, views, t
     assert sum(summary["routers"]["route"]["loads"]) == summary["rows"]
     conn = redis_server.connect(redis_url)
     assert read_results(conn, summary["run_id"], "total") == dict(total_bytes)
+    run_id = summary["run_id"]
+    assert main(["runs", "show", run_id, "--redis", redis_url]) == 0
+    assert "route: grouping dchoices" in capsys.readouterr().out
+    for command in (["run", "wordcount", "--collect", run_id], ["calibrate", "--run", run_id, "--name", "x"]):
+        assert main([*command, "--redis", redis_url]) == 2
+        assert "a topology file, not the word count" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("args", "message"), [
