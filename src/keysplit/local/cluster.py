@@ -4,8 +4,9 @@ One OS subprocess per task runs the component exactly as a Storm supervisor woul
 module.Class`` i.e. ``python -m streamparse.run``), in a copy of the topology jar's ``resources/`` tree, with
 the handshake conf the caller gives (``submission.submit_conf`` builds what ``sparse submit`` sends), talking
 JSON over its stdin/stdout. A single-threaded event loop (``selectors``) plays the Storm worker's part for
-every task at once. :class:`LocalCluster` is the facade; the work is split in layers along Storm's own seams,
-each calling only the layers below it:
+every task at once. :class:`LocalCluster` is the facade; the work is split in layers along Storm's own seams
+(the executor hands tuples to the collector, deaths to the supervisor, a spout's ``sync`` to the pacing, which
+fails timed-out trees through the collector; docs/design/local-runner.md draws them):
 
 - :mod:`.executor`: the ShellBolt/ShellSpout side, one handler per multi-lang command (``emit``, ``ack``,
   ``fail``, ``sync``, ``log``, ``error``, ...): it checks what the protocol says (a bolt's inputs are pending)
