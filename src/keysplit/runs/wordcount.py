@@ -3,6 +3,9 @@ runner until every line is acked, and collect the run's measurements (stored in 
 
 The steps are separate functions so a cluster deployment can reuse them: :func:`load_feed` fills the feed a
 ``sparse submit``-ted topology reads, and :func:`collect` summarises a finished run from Redis alone.
+
+Over 400 lines: a run's whole life on the local runner (start, :func:`drive`, resume) with the one error policy
+that ends it (:func:`_stop`) and the Redis checks that policy asks, read top to bottom in one place.
 """
 
 from __future__ import annotations
