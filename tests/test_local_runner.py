@@ -350,13 +350,10 @@ def test_xor_ledger_completes_only_when_every_edge_is_acked():
         pending = 0
 
     acker, spout = Acker(seed=1), Spout()
-    root = acker.new_root(spout, "m1", deadline=10.0)
-    edges = [acker.edge_id(64) for _ in range(3)]
-    for e in edges:  # the spout tuple goes to 3 tasks
-        acker.roots[root].ledger ^= e
+    root = acker.root(spout, "m1", deadline=10.0)
+    edges = [acker.anchor((root,)) for _ in range(3)]  # the spout tuple goes to 3 tasks
     assert acker.ack((root,), edges[0]) == [] and acker.ack((root,), edges[2]) == []
-    child = acker.edge_id(64)  # a bolt emits a child anchored to the last edge before acking it
-    acker.roots[root].ledger ^= child
+    child = acker.anchor((root,))  # a bolt emits a child anchored to the last edge before acking it
     assert acker.ack((root,), edges[1]) == []
     assert [r.msg_id for r in acker.ack((root,), child)] == ["m1"] and spout.pending == 0
 
@@ -366,11 +363,11 @@ def test_message_timeout_expires_pending_trees_only():
         pending = 0
 
     acker, spout = Acker(seed=2), Spout()
-    a = acker.new_root(spout, "a", deadline=1.0)
-    acker.roots[a].ledger ^= 5
-    b = acker.new_root(spout, "b", deadline=2.0)
-    acker.roots[b].ledger ^= 7
-    acker.ack((a,), 5)
+    a = acker.root(spout, "a", deadline=1.0)
+    edge_a = acker.anchor((a,))
+    b = acker.root(spout, "b", deadline=2.0)
+    acker.anchor((b,))
+    acker.ack((a,), edge_a)
     assert acker.expire(1.5) == [] and [r.msg_id for r in acker.expire(2.0)] == ["b"] and spout.pending == 0
 
 
@@ -385,7 +382,7 @@ def test_a_tree_times_out_at_the_second_rotation_of_its_spouts_pending_map():
     for msg_id, (spout, origin, t) in emits.items():
         deadline = rotation_deadline(t, origin, 3.0)
         assert 3.0 < deadline - t <= 6.0
-        acker.new_root(spout, msg_id, deadline)
+        acker.root(spout, msg_id, deadline)
     assert [r.msg_id for r in acker.expire(6.0)] == ["e1", "e2"]  # the early spout rotates at 3 and 6
     assert [r.msg_id for r in acker.expire(7.0)] == ["l1"]  # the late one at 4 and 7 (l2 waits for 10)
     assert acker.next_deadline() == 10.0 and early.pending == late.pending - 1 == 0

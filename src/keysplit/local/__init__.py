@@ -26,8 +26,11 @@ errors; Java's ``hashCode`` is :mod:`keysplit.javahash`, the components' too), :
 message timeout), :mod:`.task` (a task's process and queues), :mod:`.submission` (the jar's ``resources/``
 tree and the conf ``sparse submit`` sends), :mod:`.cluster` (the facade and its event loop),
 :mod:`.supervisor` (worker processes, deaths, restarts), :mod:`.executor` (the ShellBolt/ShellSpout side:
-one handler per multi-lang command), :mod:`.pacing` (heartbeats, ticks, message timeouts, spout ``next``),
-:mod:`.serialization` (what Storm's Kryo refuses to send between workers).
+one handler per multi-lang command), :mod:`.collector` (the output collector: routing, rooting and anchoring in
+the acker, the Kryo check, delivery), :mod:`.pacing` (heartbeats, ticks, message timeouts, spout ``next``),
+:mod:`.serialization` (what Storm's Kryo refuses to send between workers), :mod:`.state` (what the cluster's
+parts share). The executor hands each emitted, acked or failed tuple to the collector, which updates the
+acker's trees, as Storm's ``ShellBolt`` hands it to its output collector (:mod:`.cluster` draws the layers).
 """
 
 from .cluster import LocalCluster

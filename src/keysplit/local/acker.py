@@ -8,6 +8,13 @@ staying incomplete for ``topology.message.timeout.secs``, fails the root: its sp
 ``fail`` with the spout's message id. Ledger updates are applied at emit time instead of being batched
 with the parent's ack (Storm's optimisation); the ledger reaches zero at the same moment.
 
+:class:`Acker` owns the ledgers, as Storm's acker bolt owns its ``pending`` map (apache/storm
+``storm-client/src/jvm/org/apache/storm/daemon/Acker.java``): :meth:`~Acker.root` is the spout collector's
+``ACKER_INIT`` (``executor/spout/SpoutOutputCollectorImpl.java`` ``sendSpoutMsg``), :meth:`~Acker.anchor` the
+bolt collector's edge id XORed into each root of an anchored tuple (``executor/bolt/BoltOutputCollectorImpl.java``
+``boltEmit``), :meth:`~Acker.ack` and :meth:`~Acker.fail` its ``ACKER_ACK`` and ``ACKER_FAIL`` streams. Its methods
+return the trees they finish; telling their spouts is the output collector's part (:mod:`.collector`).
+
 A timeout is not exact: a spout executor keeps its pending trees in a ``RotatingMap`` of two buckets
 (apache/storm ``storm-client/src/jvm/org/apache/storm/executor/spout/SpoutExecutor.java``), rotated by a system
 tick every ``topology.message.timeout.secs`` from the executor's start (``StormCommon.java`` sets the spouts'
@@ -46,45 +53,65 @@ class RootRecord:
 
 
 class Acker:
-    """Tuple-tree tracking for the whole local cluster.
+    """Tuple-tree tracking for the whole local cluster: the ledgers, and the trees' timeouts.
 
     ``spout`` objects only need an integer ``pending`` attribute, kept equal to their number of pending
     trees (what ``topology.max.spout.pending`` bounds).
     """
 
     def __init__(self, seed: int) -> None:
-        self.roots: dict[int, RootRecord] = {}
+        self._trees: dict[int, RootRecord] = {}
         self._expiry: list[tuple[float, int]] = []  # a heap: spout executors rotate at their own phases
         self._next_root = 1
-        self.edge_id = random.Random(seed).getrandbits  # edge_id(64): a fresh random edge id
+        self._edge_id = random.Random(seed).getrandbits  # _edge_id(64): a fresh random edge id
 
-    def new_root(self, spout: Any, msg_id: Any, deadline: float) -> int:
-        """Start tracking a spout tuple; it times out at ``deadline`` (monotonic seconds)."""
+    def __len__(self) -> int:
+        """The number of pending trees."""
+        return len(self._trees)
+
+    def root(self, spout: Any, msg_id: Any, deadline: float) -> int:
+        """Start tracking a spout tuple (a new tree, its ledger zero); it times out at ``deadline`` (monotonic
+        seconds). Returns the root's id."""
         root = self._next_root
         self._next_root += 1
-        self.roots[root] = RootRecord(spout, msg_id)
+        self._trees[root] = RootRecord(spout, msg_id)
         heapq.heappush(self._expiry, (deadline, root))
         spout.pending += 1
         return root
 
+    def anchor(self, roots: tuple[int, ...]) -> int | None:
+        """A tuple descending from ``roots`` is sent along a new edge: draw the edge's id and XOR it into the
+        ledger of each of those trees still pending. Returns the edge id, None (and draws none) when no tree of
+        ``roots`` is pending any more."""
+        trees = self._trees
+        edge = None
+        for root in roots:
+            rec = trees.get(root)
+            if rec is not None:
+                if edge is None:
+                    edge = self._edge_id(64)
+                rec.ledger ^= edge
+        return edge
+
     def complete_if_done(self, root: int) -> RootRecord | None:
         """Remove and return the tree if its ledger is zero (e.g. a spout tuple nobody subscribes to)."""
-        rec = self.roots.get(root)
+        rec = self._trees.get(root)
         if rec is not None and rec.ledger == 0:
-            del self.roots[root]
+            del self._trees[root]
             rec.spout.pending -= 1
             return rec
         return None
 
     def ack(self, roots: tuple[int, ...], edge: int) -> list[RootRecord]:
-        """XOR ``edge`` into the ledgers of ``roots``; return the trees this completes."""
+        """The tuple sent along ``edge`` is acked: XOR ``edge`` into the ledgers of ``roots``; return the trees this
+        completes."""
         done = []
         for root in roots:
-            rec = self.roots.get(root)
+            rec = self._trees.get(root)
             if rec is not None:
                 rec.ledger ^= edge
                 if rec.ledger == 0:
-                    del self.roots[root]
+                    del self._trees[root]
                     rec.spout.pending -= 1
                     done.append(rec)
         return done
@@ -93,7 +120,7 @@ class Acker:
         """Fail the trees ``roots`` (those still pending); return them."""
         failed = []
         for root in roots:
-            rec = self.roots.pop(root, None)
+            rec = self._trees.pop(root, None)
             if rec is not None:
                 rec.spout.pending -= 1
                 failed.append(rec)
@@ -105,7 +132,7 @@ class Acker:
         expiry = self._expiry
         while expiry and expiry[0][0] <= now:
             _, root = heapq.heappop(expiry)
-            rec = self.roots.pop(root, None)
+            rec = self._trees.pop(root, None)
             if rec is not None:
                 rec.spout.pending -= 1
                 out.append(rec)
@@ -113,9 +140,9 @@ class Acker:
 
     def drop_spout(self, spout: Any) -> int:
         """Forget every tree of a spout task that died: nobody is left to tell (Storm loses them too)."""
-        dead = [root for root, rec in self.roots.items() if rec.spout is spout]
+        dead = [root for root, rec in self._trees.items() if rec.spout is spout]
         for root in dead:
-            del self.roots[root]
+            del self._trees[root]
         spout.pending -= len(dead)
         return len(dead)
 

@@ -4,19 +4,24 @@ One OS subprocess per task runs the component exactly as a Storm supervisor woul
 module.Class`` i.e. ``python -m streamparse.run``), in a copy of the topology jar's ``resources/`` tree, with
 the handshake conf the caller gives (``submission.submit_conf`` builds what ``sparse submit`` sends), talking
 JSON over its stdin/stdout. A single-threaded event loop (``selectors``) plays the Storm worker's part for
-every task at once. :class:`LocalCluster` is the facade; the work is split along Storm's own seams:
+every task at once. :class:`LocalCluster` is the facade; the work is split in layers along Storm's own seams
+(the executor hands tuples to the collector, deaths to the supervisor, a spout's ``sync`` to the pacing, which
+fails timed-out trees through the collector; docs/design/local-runner.md draws them):
 
+- :mod:`.executor`: the ShellBolt/ShellSpout side, one handler per multi-lang command (``emit``, ``ack``,
+  ``fail``, ``sync``, ``log``, ``error``, ...): it checks what the protocol says (a bolt's inputs are pending)
+  and hands every tuple to the collector, as ``ShellBolt.handleEmit`` hands it to Storm's output collector;
+- :mod:`.collector`: the output collector: stream and arity checks, the target tasks (the stream groupings of
+  :mod:`.grouper`), rooting and anchoring in the acker, the Kryo check (:mod:`.serialization`), the copies in
+  the targets' input queues, and the ``ack``/``fail`` of finished trees to their spouts;
+- :mod:`.acker`: the tuple trees' XOR ledgers (it alone touches them) and message timeouts;
 - :mod:`.supervisor`: the worker processes (tasks dealt to ``topology.workers`` workers as Storm's
   EvenScheduler does), spawning, start-up failures, deaths that take a whole worker down, and restarts;
-- :mod:`.executor`: the ShellBolt/ShellSpout side, one handler per multi-lang command (``emit``, ``ack``,
-  ``fail``, ``sync``, ``log``, ``error``, ...), with the stream groupings (:mod:`.grouper`) and the acker
-  (:mod:`.acker`);
-- :mod:`.pacing`: heartbeats, tick tuples, message timeouts and the spout ``next`` calls;
-- :mod:`.serialization`: the values Storm's Kryo refuses to send to another worker (the executor checks each
-  emit against it).
+- :mod:`.pacing`: heartbeats, tick tuples, message timeouts and the spout ``next`` calls.
 
-The helpers hold a back-reference to the cluster and share its state (the tasks, the acker, the conf, the
-selector, the set of tasks with pending writes); each owns its own bookkeeping.
+They share one explicit :class:`~.state.ClusterState` (the conf and tasks, the acker, the selector, the tasks with
+pending writes, the tuple ids, the reported errors and the fatal error the loop raises), built here and handed to
+each; each owns its own bookkeeping, and none holds the cluster.
 
 The loop runs only inside :meth:`LocalCluster.start` and :meth:`LocalCluster.run_until`, so the
 caller's predicate (and :meth:`LocalCluster.kill_task`) run between events without any locking.
@@ -24,7 +29,6 @@ caller's predicate (and :meth:`LocalCluster.kill_task`) run between events witho
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import selectors
@@ -40,12 +44,14 @@ from typing import Any
 from keysplit.errors import KeysplitError
 
 from .acker import Acker
+from .collector import OutputCollector
 from .context import STORM_DEFAULTS, TopologyError, build_context, component_conf, read_topology, task_context
 from .executor import Executor
 from .grouper import routers_for_task
 from .pacing import Pacing
 from .protocol import encode, tuple_prefix
 from .serialization import KryoCheck
+from .state import ClusterState
 from .submission import build_resources
 from .supervisor import Supervisor, worker_env
 from .task import COUNTERS, TaskProcess
@@ -121,7 +127,7 @@ class LocalCluster:
         base.update(conf or {})
         _check_conf(base, self.components)
         self.conf = base
-        self._kryo = KryoCheck(base)  # what Kryo refuses between workers (serialization.py)
+        kryo = KryoCheck(base)  # what Kryo refuses between workers (serialization.py)
         self.cwd = str(cwd)
         self.python = python
         self._own_tmp = tempfile.mkdtemp(prefix=f"keysplit-local-{os.getpid()}-")  # pid: cleaned after a kill -9
@@ -135,7 +141,6 @@ class LocalCluster:
         self.log_dir = Path(log_dir) if log_dir else None
         if self.log_dir:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._stderr_dir = self.log_dir or Path(self._own_tmp)
         self.env = worker_env(self.resources, env or {})
         seed = int(base["keysplit.local.seed"])
         self.acker = Acker(seed)
@@ -143,9 +148,8 @@ class LocalCluster:
         self.tasks: dict[int, TaskProcess] = {}
         workers = base.get("topology.workers")
         self.n_workers = max(1, int(workers)) if workers else 1
-        self.worker_restarts = 0
         shared = build_context(self.components)
-        self._handshakes: dict[int, str] = {}
+        handshakes: dict[int, str] = {}
         for comp in self.components.values():
             cconf = component_conf(base, comp)
             for index, tid in enumerate(comp.task_ids):
@@ -156,26 +160,33 @@ class LocalCluster:
                 pid_dir.mkdir(parents=True, exist_ok=True)
                 context = task_context(self.components, comp, tid, shared)
                 try:
-                    self._handshakes[tid] = encode({"conf": cconf, "pidDir": str(pid_dir), "context": context})
+                    handshakes[tid] = encode({"conf": cconf, "pidDir": str(pid_dir), "context": context})
                     if self.log_dir is not None:  # what Storm's worker.log shows of the conf, for inspection
-                        (self.log_dir / f"{comp.name}-{tid}.handshake.json").write_text(self._handshakes[tid][:-5])
+                        (self.log_dir / f"{comp.name}-{tid}.handshake.json").write_text(handshakes[tid][:-5])
                 except (TypeError, ValueError) as exc:
                     shutil.rmtree(self._own_tmp, ignore_errors=True)
                     raise TopologyError(f"the configuration of {comp.name!r} is not JSON-serialisable: {exc}") from None
-        self.spouts = [t for t in self.tasks.values() if t.is_spout]
-        self.bolts = [t for t in self.tasks.values() if not t.is_spout]
-        # state shared with the helpers below (they reach it through their back-reference)
-        self._sel = selectors.DefaultSelector()
-        self._ids = itertools.count(1)  # tuple ids
-        self._dirty: set[TaskProcess] = set()  # tasks with something to write
-        self._fatal: TopologyError | None = None  # raised by the loop at the end of its turn
-        self.errors: list[tuple[str, int, str]] = []
+        # what the layers below share (state.py); each is given it, none holds the cluster
+        self._state = state = ClusterState(self.conf, self.components, self.tasks, self.acker, self.acking,
+                                           self.n_workers, self.log_dir)
+        self.spouts, self.bolts, self.errors = state.spouts, state.bolts, state.errors
         self._started = False
         self._closed = False
-        self.started_at = 0.0
-        self._supervisor = Supervisor(self)  # deals the tasks to the workers
-        self._executor = Executor(self)
-        self._pacing = Pacing(self)
+        self._supervisor = Supervisor(state, resources=self.resources, env=self.env,  # deals the tasks to the workers
+                                      stderr_dir=self.log_dir or Path(self._own_tmp), handshakes=handshakes)
+        collector = OutputCollector(state, kryo)
+        self._pacing = Pacing(state, collector)
+        self._executor = Executor(state, collector, self._supervisor, self._pacing)
+
+    @property
+    def started_at(self) -> float:
+        """Monotonic time at which every task had answered its handshake (0 before)."""
+        return self._state.started_at
+
+    @property
+    def worker_restarts(self) -> int:
+        """Worker processes the supervisor relaunched (during start-up too)."""
+        return self._supervisor.worker_restarts
 
     # ---- public API --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -188,12 +199,13 @@ class LocalCluster:
         for task in self.tasks.values():
             supervisor.spawn(task, now)
         try:
-            supervisor.await_handshakes(now)
+            supervisor.await_handshakes(now, lambda wait: self._step(wait, starting=True),
+                                        (lambda: self.on_starting(self)) if self.on_starting else None)
         except BaseException:
             self.shutdown()
             raise
         now = time.monotonic()
-        self.started_at = now
+        self._state.started_at = now
         supervisor.started(now)
         self._pacing.start(now)
 
@@ -304,7 +316,7 @@ class LocalCluster:
             return
         self._closed = True
         self._supervisor.stop_all()
-        self._sel.close()
+        self._state.selector.close()
         shutil.rmtree(self._own_tmp, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:
@@ -335,7 +347,8 @@ class LocalCluster:
         if not starting:
             wake = min(wake, self._timers(now))
         self._flush_dirty()
-        events = self._sel.select(max(0.0, wake - time.monotonic()))
+        state = self._state
+        events = state.selector.select(max(0.0, wake - time.monotonic()))
         for key, mask in events:
             task: TaskProcess = key.data
             if not task.alive:
@@ -344,24 +357,26 @@ class LocalCluster:
                 self._executor.on_readable(task)
             elif mask & selectors.EVENT_WRITE and key.fd == task.wfd:
                 task.blocked = False
-                self._sel.unregister(task.wfd)
-                self._dirty.add(task)
+                state.selector.unregister(task.wfd)
+                state.dirty.add(task)
         self._flush_dirty()
-        if self._fatal is not None:
-            error, self._fatal = self._fatal, None
+        if state.fatal is not None:
+            error, state.fatal = state.fatal, None
             raise error
 
     def _flush_dirty(self) -> None:
-        if not self._dirty:
+        state = self._state
+        if not state.dirty:
             return
-        dirty, self._dirty = self._dirty, set()
+        dirty = list(state.dirty)  # emptied in place: the layers keep a reference to the set
+        state.dirty.clear()
         for task in dirty:
             if not task.alive or task.blocked:
                 continue
             result = task.flush()
             if result is False:
                 task.blocked = True
-                self._sel.register(task.wfd, selectors.EVENT_WRITE, task)
+                state.selector.register(task.wfd, selectors.EVENT_WRITE, task)
             elif result is None:
                 self._supervisor.on_death(task, time.monotonic())
 
@@ -370,6 +385,6 @@ class LocalCluster:
         wake = now + 1.0
         if self._supervisor.down:
             wake = self._supervisor.restarts(now, wake)
-            if self._fatal is not None:
+            if self._state.fatal is not None:
                 return now
         return self._pacing.timers(now, wake)

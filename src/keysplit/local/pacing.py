@@ -20,14 +20,12 @@ import logging
 import os
 import signal
 import time
-from typing import TYPE_CHECKING
 
+from .collector import OutputCollector
 from .context import component_conf
 from .protocol import NEXT, encode_tuple
+from .state import ClusterState
 from .task import TaskProcess
-
-if TYPE_CHECKING:
-    from .cluster import LocalCluster
 
 log = logging.getLogger("keysplit.local")
 
@@ -35,14 +33,15 @@ log = logging.getLogger("keysplit.local")
 class Pacing:
     """When each bolt gets its heartbeats and ticks, and each spout its ``next`` calls."""
 
-    def __init__(self, cluster: LocalCluster) -> None:
-        self.c = cluster
-        conf = cluster.conf
+    def __init__(self, state: ClusterState, collector: OutputCollector) -> None:
+        self.state = state
+        self.collector = collector
+        conf = state.conf
         self.next_heartbeat = 0.0
         self.ticks: list[tuple[list[TaskProcess], float, list[float]]] = []
         self.quiet = False  # quiesce(): no more ticks or spout "next"
         max_pending = {}
-        for comp in cluster.components.values():
+        for comp in state.components.values():
             value = component_conf(conf, comp).get("topology.max.spout.pending")
             max_pending[comp.name] = int(value) if value else None
         self.max_pending = max_pending
@@ -50,21 +49,21 @@ class Pacing:
         self.spout_wait = float(conf["topology.sleep.spout.wait.strategy.time.ms"]) / 1000
 
     def heartbeat_secs(self) -> float:
-        return float(self.c.conf.get("keysplit.local.heartbeat.secs") or 0)
+        return float(self.state.conf.get("keysplit.local.heartbeat.secs") or 0)
 
     def start(self, now: float) -> None:
         """The topology has started: the first heartbeat and each bolt's first tick are due from ``now``."""
-        c = self.c
+        state = self.state
         self.next_heartbeat = now + self.heartbeat_secs()
-        for comp in c.components.values():
-            freq = component_conf(c.conf, comp).get("topology.tick.tuple.freq.secs")
+        for comp in state.components.values():
+            freq = component_conf(state.conf, comp).get("topology.tick.tuple.freq.secs")
             if freq and not comp.is_spout:
-                tasks = [c.tasks[t] for t in comp.task_ids]
+                tasks = [state.tasks[t] for t in comp.task_ids]
                 self.ticks.append((tasks, float(freq), [now + float(freq)]))
 
     def timers(self, now: float, wake: float) -> float:
         """Heartbeats, ticks, message timeouts and spout ``next``; returns the next wake time."""
-        c = self.c
+        state = self.state
         hb = self.heartbeat_secs()
         if hb > 0:
             if now >= self.next_heartbeat:
@@ -79,32 +78,32 @@ class Pacing:
                 values = json.dumps([int(freq) if float(freq).is_integer() else freq])
                 for task in tasks:
                     if task.alive:
-                        tid = str(next(c._ids))
+                        tid = str(next(state.ids))
                         task.inputs.add(tid)  # ShellBolt.execute keeps ticks in _inputs like any tuple
                         task.queue.append(encode_tuple(tid, '","comp":"__system","stream":'
                                                        '"__tick","task":-1,"tuple":', values))
                         task.executed += 1
-                        c._dirty.add(task)
+                        state.dirty.add(task)
             wake = min(wake, next_tick[0])
-        for rec in c.acker.expire(now):
+        for rec in state.acker.expire(now):  # the spout executor's pending map rotated them out (acker.py)
             rec.spout.timed_out += 1
-            c._executor.to_spout(rec, "fail")
-        deadline = c.acker.next_deadline()
+            self.collector.to_spout(rec.spout, "fail", rec.msg_id)
+        deadline = state.acker.next_deadline()
         if deadline is not None:
             wake = min(wake, deadline)
         return self.spout_nexts(now, wake)
 
     def spout_nexts(self, now: float, wake: float) -> float:
         """Queue ``next`` commands for the spouts that may emit; returns the next wake time."""
-        c = self.c
+        state = self.state
         throttled = False
-        high = c.conf["keysplit.local.queue.high"]
-        for task in c.bolts:
+        high = state.conf["keysplit.local.queue.high"]
+        for task in state.bolts:
             if len(task.queue) > high:
                 throttled = True
                 break
         batch = self.next_batch
-        for task in c.spouts:
+        for task in state.spouts:
             if task.ready and task.next_out <= batch // 2 and not throttled and not self.quiet:
                 if now < task.next_at:
                     wake = min(wake, task.next_at)
@@ -112,7 +111,7 @@ class Pacing:
                 if task.idle and task.next_out:
                     continue  # an idle (or new) spout gets one call at a time
                 want = 1 if task.idle else batch - task.next_out
-                limit = self.max_pending[task.name] if c.acking else None
+                limit = self.max_pending[task.name] if state.acking else None
                 if limit is not None:
                     # pipelined calls only for free slots (at the spout's measured emits per call), so the bound
                     # holds; with nothing outstanding, call whenever pending < limit, exactly as Storm does
@@ -127,7 +126,7 @@ class Pacing:
                 task.sent_kinds.extend([True] * want)
                 task.next_out += want
                 task.nexts_sent += want
-                c._dirty.add(task)
+                state.dirty.add(task)
         return wake
 
     def heartbeats(self, now: float) -> None:
@@ -136,8 +135,8 @@ class Pacing:
         A bolt is silent when it answers nothing, not even heartbeats; a spout when it leaves a command
         unanswered (Storm's ShellSpout watches its ``sync`` replies the same way).
         """
-        c = self.c
-        for task in c.tasks.values():
+        state = self.state
+        for task in state.tasks.values():
             if not task.ready or not task.alive:
                 continue
             limit = float(task.conf.get("topology.subprocess.timeout.secs") or 0)
@@ -150,9 +149,9 @@ class Pacing:
                 continue
             if task.is_spout:
                 continue
-            task.urgent.append(encode_tuple(str(next(c._ids)), '","comp":"__system","stream":"__heartbeat",'
+            task.urgent.append(encode_tuple(str(next(state.ids)), '","comp":"__system","stream":"__heartbeat",'
                                             '"task":-1,"tuple":', "[]"))
-            c._dirty.add(task)
+            state.dirty.add(task)
 
     def spout_synced(self, task: TaskProcess) -> None:
         """A spout answered a command with ``sync``; after its last outstanding ``next``, measure the emits per

@@ -27,13 +27,12 @@ import logging
 import os
 import selectors
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from pathlib import Path
 
 from .context import TopologyError
+from .state import ClusterState
 from .task import TaskProcess
-
-if TYPE_CHECKING:
-    from .cluster import LocalCluster
 
 log = logging.getLogger("keysplit.local")
 
@@ -50,20 +49,31 @@ def worker_env(resources: str, extra: dict) -> dict[str, str]:
 
 
 class Supervisor:
-    """Spawns the tasks, notices their deaths, takes their workers down and restarts them whole."""
+    """Spawns the tasks, notices their deaths, takes their workers down and restarts them whole.
 
-    def __init__(self, cluster: LocalCluster) -> None:
-        self.c = cluster
+    A task's process runs in ``resources`` (the jar's ``resources/`` folder) with ``env``, its stderr in
+    ``stderr_dir``, and is sent ``handshakes[task_id]`` first.
+    """
+
+    def __init__(self, state: ClusterState, *, resources: str, env: dict[str, str], stderr_dir: Path,
+                 handshakes: dict[int, str]) -> None:
+        self.state = state
+        self.resources = resources
+        self.env = env
+        self.stderr_dir = stderr_dir
+        self.handshakes = handshakes
+        self.worker_restarts = 0
         self.down: set[TaskProcess] = set()  # tasks waiting for a restart or for their handshake
         self.workers_down: set[int] = set()
         # EvenScheduler: executors (one task each here) sorted by task id, dealt round-robin to the worker slots
-        for i, tid in enumerate(sorted(cluster.tasks)):
-            cluster.tasks[tid].worker = i % cluster.n_workers
+        for i, tid in enumerate(sorted(state.tasks)):
+            state.tasks[tid].worker = i % state.n_workers
 
-    def await_handshakes(self, now: float) -> None:
-        """Run the loop until every spawned task has answered its handshake; :class:`TopologyError` if a task
-        fails to start or is too slow."""
-        c = self.c
+    def await_handshakes(self, now: float, step: Callable[[float], None],
+                         on_starting: Callable[[], None] | None = None) -> None:
+        """Run the loop (``step(max_wait)``, one turn) until every spawned task has answered its handshake, calling
+        ``on_starting`` between turns; :class:`TopologyError` if a task fails to start or is too slow."""
+        c = self.state
         deadline = now + float(c.conf["keysplit.local.startup.timeout.secs"])
         relaunch: dict[int, float] = {}  # worker -> when it starts again (a task of it died during start-up)
         attempts: dict[int, int] = {}  # worker -> its starts that a task of it died in before its handshake
@@ -80,22 +90,22 @@ class Supervisor:
             for worker, at in sorted(relaunch.items()):
                 if now >= at:
                     del relaunch[worker]
-                    c.worker_restarts += 1
+                    self.worker_restarts += 1
                     for task in (t for t in c.tasks.values() if t.worker == worker):
                         task.restarts += 1
                         self.spawn(task, now)
-            if c.on_starting is not None:
-                c.on_starting(c)
+            if on_starting is not None:
+                on_starting()
             if now > deadline:
                 slow = [f"{t.name}[{t.index}]" for t in c.tasks.values() if not t.ready]
                 raise TopologyError(f"tasks {slow} did not answer the multi-lang handshake within "
                                     f"{c.conf['keysplit.local.startup.timeout.secs']} s")
-            c._step(0.05, starting=True)
+            step(0.05)
 
     def startup_down(self, task: TaskProcess) -> float:
         """``task`` died before its handshake while the topology starts: take its worker down (the others of it
         start again too, as a relaunched JVM's would); the seconds until the supervisor launches it again."""
-        c = self.c
+        c = self.state
         task.deaths += 1
         code = task.proc.poll() if task.proc else None
         log.warning("task %s[%d] (id %d, pid %s, worker %d) died during start-up with code %s; relaunching its "
@@ -111,30 +121,29 @@ class Supervisor:
 
     def started(self, now: float) -> None:
         """Every task has started: the deaths during start-up (after a handshake) become ordinary deaths."""
-        for task in self.c.tasks.values():
+        for task in self.state.tasks.values():
             if task.answered and not task.alive and task.restart_at is None:
                 task.alive = True  # it died during start-up, after its handshake: a death like any later one
                 self.on_death(task, now)
 
     def spawn(self, task: TaskProcess, now: float) -> None:
-        c = self.c
-        stderr = c._stderr_dir / f"{task.name}-{task.task_id}.stderr"
+        stderr = self.stderr_dir / f"{task.name}-{task.task_id}.stderr"
         try:
-            task.spawn(c.resources, c.env, stderr, c._handshakes[task.task_id], now)
+            task.spawn(self.resources, self.env, stderr, self.handshakes[task.task_id], now)
         except OSError as exc:
             raise TopologyError(f"cannot start {task.name}[{task.index}] ({' '.join(task.component.argv)}): "
                                 f"{exc}") from exc
-        c._sel.register(task.rfd, selectors.EVENT_READ, task)
-        c._dirty.add(task)
+        self.state.selector.register(task.rfd, selectors.EVENT_READ, task)
+        self.state.dirty.add(task)
 
     def unregister(self, task: TaskProcess) -> None:
         for fd in (task.rfd, task.wfd):
             with contextlib.suppress(KeyError, ValueError):
-                self.c._sel.unregister(fd)
+                self.state.selector.unregister(fd)
         task.blocked = False
 
     def stderr_note(self, task: TaskProcess) -> str:
-        return f" (stderr: {task.stderr_path})" if self.c.log_dir is not None else ""
+        return f" (stderr: {task.stderr_path})" if self.state.log_dir is not None else ""
 
     def startup_failure(self, task: TaskProcess, attempts: int) -> TopologyError:
         code = task.proc.poll() if task.proc else None
@@ -149,7 +158,7 @@ class Supervisor:
         """A fatal error in Storm's ShellBolt/ShellSpout for this task: its worker halts (``System.exit``)."""
         log.error("task %s[%d] (id %d): %s; halting its worker (as Storm's ShellBolt.die does)",
                   task.name, task.index, task.task_id, reason)
-        self.c.errors.append((task.name, task.task_id, reason))
+        self.state.errors.append((task.name, task.task_id, reason))
         self.on_death(task, time.monotonic())
 
     def on_death(self, task: TaskProcess, now: float, taken_down: bool = False) -> None:
@@ -157,10 +166,10 @@ class Supervisor:
         runs, and the whole worker restarts after the restart delay (``taken_down``: one of those others)."""
         if not task.alive:
             return
-        c = self.c
+        c = self.state
         self.unregister(task)
         code = task.close(kill=True)
-        if not c._started or not c.started_at:
+        if not c.started_at:
             return  # during start-up: a start-up failure, or (handshake answered) handled when start() ends
         if not taken_down:
             task.deaths += 1
@@ -174,7 +183,7 @@ class Supervisor:
         task.inflight.clear()
         task.inputs.clear()  # the worker's ShellBolt and its pending inputs are gone
         dropped_trees = c.acker.drop_spout(task) if task.is_spout else 0
-        c._dirty.discard(task)
+        c.dirty.discard(task)
         tail = task.stderr_tail(5)
         log.warning("task %s[%d] (id %d, pid %s, worker %d) %s with code %s; %s; restarting in %.1f s%s", task.name,
                     task.index, task.task_id, task.pid, task.worker,
@@ -194,7 +203,7 @@ class Supervisor:
     def restarts(self, now: float, wake: float) -> float:
         """Restart the workers whose delay has passed, kill tasks stuck before their handshake; the next wake
         time (``now`` after setting the cluster's fatal error: a crash loop)."""
-        c = self.c
+        c = self.state
         for task in sorted(self.down, key=lambda t: t.task_id):  # deterministic restart order
             if task.alive and task.ready:
                 self.down.discard(task)
@@ -202,7 +211,7 @@ class Supervisor:
                 if now >= task.restart_at:
                     if task.worker in self.workers_down:  # the supervisor relaunches the worker once
                         self.workers_down.discard(task.worker)
-                        c.worker_restarts += 1
+                        self.worker_restarts += 1
                     task.restarts += 1
                     if task.restarts > int(c.conf["keysplit.local.max.restarts"]):
                         # name the task of this worker that keeps dying, not one taken down with it
@@ -211,7 +220,7 @@ class Supervisor:
                         last = tail.strip().splitlines()[-1] if tail.strip() else "no output on stderr"
                         # a death the runner decided (a ShellBolt error such as Kryo's) leaves no stderr: name it
                         error = next((m for _, t, m in reversed(c.errors) if t == bad.task_id), None)
-                        c._fatal = TopologyError(
+                        c.fatal = TopologyError(
                             f"task {bad.name}[{bad.index}] ({bad.component.class_path}) keeps dying: "
                             f"restarted {task.restarts - 1} times (keysplit.local.max.restarts); last stderr "
                             f"line: {last}{self.stderr_note(bad)}"
@@ -229,7 +238,7 @@ class Supervisor:
 
     def stop_all(self) -> None:
         """Stop every task (EOF on stdin, then SIGKILL after a grace period) and close their log files."""
-        tasks = self.c.tasks.values()
+        tasks = self.state.tasks.values()
         for task in tasks:
             if task.running:
                 self.unregister(task)

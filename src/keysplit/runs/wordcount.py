@@ -3,6 +3,9 @@ runner until every line is acked, and collect the run's measurements (stored in 
 
 The steps are separate functions so a cluster deployment can reuse them: :func:`load_feed` fills the feed a
 ``sparse submit``-ted topology reads, and :func:`collect` summarises a finished run from Redis alone.
+
+A run's whole life on the local runner (start, :func:`drive`, resume) with the one error policy that ends it
+(:func:`_stop`) and the Redis checks that policy asks, read top to bottom in one place.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -141,10 +145,10 @@ def run_wordcount(
             raise KeysplitError(line) from None
         raise KeysplitError(f"{line}; run {run_id} stopped while loading its feed and cannot be resumed: then delete "
                             f"it with `keysplit runs delete {run_id}`") from None
-    return drive(conn, settings, keys, base, deadline=deadline, max_pending=opts.max_pending,
-                 message_timeout=opts.message_timeout, injector=injector,
-                 progress=progress, log_dir=log_dir, python=python, storm_env=opts.storm_env,
-                 worker_processes=opts.worker_processes, password=split_password(redis_url)[1])
+    return drive(conn, settings, keys, base, DriveOptions(
+        deadline, opts.max_pending, opts.message_timeout, storm_env=opts.storm_env,
+        worker_processes=opts.worker_processes, password=split_password(redis_url)[1], injector=injector,
+        progress=progress, log_dir=log_dir, python=python))
 
 
 def resume_run(
@@ -173,10 +177,10 @@ def resume_run(
     base = {"delivery": settings.delivery, "batch": settings.batch, "batch_ms": settings.batch_ms,  # what it runs with
             **{k: v for k, v in config.items() if not k.startswith("keysplit.")}}
     resumes = int(record.get("resumes", 0)) + 1
-    return drive(conn, settings, keys, base, deadline=time.monotonic() + timeout,
-                 max_pending=int(config["max_pending"]), message_timeout=int(config["message_timeout_secs"]),
-                 progress=progress, python=python, resumes=resumes, storm_env=config.get("storm_env", "local"),
-                 worker_processes=int(config.get("worker_processes", 1)), password=password)
+    return drive(conn, settings, keys, base, DriveOptions(
+        time.monotonic() + timeout, int(config["max_pending"]), int(config["message_timeout_secs"]),
+        storm_env=config.get("storm_env", "local"), worker_processes=int(config.get("worker_processes", 1)),
+        password=password, progress=progress, python=python, resumes=resumes))
 
 
 def _data_folder(conn: redis.Redis, url: str) -> str | None:
@@ -215,32 +219,88 @@ class _QuietWhenRedisIsGone(logging.Filter):
         return not self.gone
 
 
-def drive(
-    conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: dict[str, Any], *, deadline: float,
-    max_pending: int, message_timeout: int, injector: Injector | None = None,
-    progress: Callable[[str, int, int], None] | None = None, log_dir: str | os.PathLike | None = None,
-    python: str = sys.executable, resumes: int = 0, storm_env: str = "local", worker_processes: int = 1,
-    password: str = "",
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DriveOptions:
+    """How :func:`drive` runs a word-count run on the local runner: the Storm settings the run was started with,
+    and what this process adds (the Redis password, fault injection, progress, logs, the tasks' Python)."""
+
+    deadline: float  # monotonic time at which --timeout passes
+    max_pending: int
+    message_timeout: int
+    storm_env: str = "local"
+    worker_processes: int = 1
+    password: str = ""  # the Redis password: the tasks get it through their environment
+    injector: Injector | None = None
+    progress: Callable[[str, int, int], None] | None = None
+    log_dir: str | os.PathLike | None = None
+    python: str = sys.executable
+    resumes: int = 0  # this is the run's n-th --resume
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """What an exception that stopped a running run does: the reason its record keeps (interrupted, so `--resume`
+    continues it; None: nothing is written, Redis cannot take it), and the one line the user reads instead of the
+    exception (None: the exception itself goes up)."""
+
+    reason: str | None
+    line: str | None = None
+    fresh: bool = True  # write through fresh connections (an interruption may have left a reply unread)
+
+
+def _stop(exc: BaseException, run_id: str, log_dir: Path, watch: _QuietWhenRedisIsGone, url: str) -> _Stop:
+    """The run's one error policy: what ``exc`` makes of it (see :class:`_Stop`). Lost Redis connections and a
+    server that refuses writes (a full disk) are told apart by asking the server (``watch.conn``, at ``url``)."""
+    quick = watch.conn
+    resume = f"continue it with `keysplit run wordcount --resume {run_id}`"
+    if isinstance(exc, RunTimeout):
+        return _Stop(f"--timeout: {exc}", f"run {run_id} did not finish within --timeout ({exc}); logs in {log_dir}; "
+                     f"{resume}", fresh=False)
+    if isinstance(exc, CannotPersist):  # refused too, most likely: then the record reads interrupted once we exit
+        return _Stop(str(exc), f"{exc}; run {run_id} stopped: then {resume}")
+    if isinstance(exc, redis.RedisError):
+        problem = persistence_problem(exc, _data_folder(quick, url), url) or _write_refusal(quick, url)
+        if problem:
+            return _Stop(problem, f"{problem}; run {run_id} stopped: then {resume}", fresh=False)
+        return _Stop(f"lost its Redis connection: {exc}",
+                     f"run {run_id} lost its Redis connection: {exc} (task logs in {log_dir})", fresh=False)
+    if isinstance(exc, Exception):
+        problem = _write_refusal(quick, url)
+        if problem:
+            return _Stop(None, f"{problem}; run {run_id} stopped: then {resume}")
+        if watch.gone or _redis_gone(quick):
+            return _Stop(None, f"run {run_id} lost its Redis server (task logs in {log_dir})")
+    return _Stop(_reason(exc, "while running"))
+
+
+def _storm_conf(topology: Any, options: DriveOptions, remaining: float) -> dict[str, Any]:
+    """The conf `sparse submit -e ENV -o ...` would send (config.json in the working directory, when there is one)."""
+    from keysplit.local.submission import read_env, submit_conf
+
+    env_config = read_env("config.json", options.storm_env) if os.path.exists("config.json") else None
+    return submit_conf(topology, "wordcount", {
+        "topology.max.spout.pending": options.max_pending, "topology.message.timeout.secs": options.message_timeout,
+        "topology.workers": options.worker_processes,
+        # the tasks' start-up counts against --timeout too
+        "keysplit.local.startup.timeout.secs": max(1.0, min(60.0, remaining))}, env_config=env_config)
+
+
+def drive(conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: dict[str, Any],
+          options: DriveOptions) -> dict[str, Any]:
     """The local runner's part: start the tasks, wait until the feed is done, collect the summary."""
     from keysplit.local import LocalCluster
-    from keysplit.local.submission import build_resources, read_env, submit_conf
+    from keysplit.local.submission import build_resources
 
     lines = base["lines"]
     started = time.time()
     topology = wordcount_topology(settings)
-    remaining = deadline - time.monotonic()
-    # the conf `sparse submit -e ENV -o ...` would send (config.json in the working directory, when there is one)
-    env_config = read_env("config.json", storm_env) if os.path.exists("config.json") else None
-    conf = submit_conf(topology, "wordcount", {
-        "topology.max.spout.pending": max_pending, "topology.message.timeout.secs": message_timeout,
-        "topology.workers": worker_processes,
-        # the tasks' start-up counts against --timeout too
-        "keysplit.local.startup.timeout.secs": max(1.0, min(60.0, remaining))}, env_config=env_config)
+    remaining = options.deadline - time.monotonic()
+    conf = _storm_conf(topology, options, remaining)
+    password, progress, resumes = options.password, options.progress, options.resumes
     worker_env = {PASSWORD_ENV: password} if password else {}
-    log_dir = Path(log_dir) if log_dir else private_dir(keysplit_home() / "logs") / settings.run_id
+    log_dir = Path(options.log_dir) if options.log_dir else private_dir(keysplit_home() / "logs") / settings.run_id
     warned = [False]
-    injector = injector or Injector([])
+    injector = options.injector or Injector([])
     exactly = settings.exactly_once
     dedup_peak = [0]  # bytes, sampled every poll (the peak count of marks is exact: exactly_once.peak_marks)
     full_url = with_password(settings.redis_url, password) if password else settings.redis_url
@@ -270,7 +330,7 @@ def drive(
             warned[0] = True
             log.warning("run %s: lines are timing out (not acked within topology.message.timeout.secs = %d s) "
                         "and are replayed%s: raise --message-timeout or lower --max-pending", settings.run_id,
-                        message_timeout, " (the totals stay exact; the run is slower)" if exactly else
+                        options.message_timeout, " (the totals stay exact; the run is slower)" if exactly else
                         ", so the totals will be at least, not exact")
         if progress is not None:
             progress("run", acked, lines)
@@ -288,45 +348,26 @@ def drive(
         for prefix in ("keysplit-resources-", "keysplit-local-"):
             remove_stale(tempfile.gettempdir(), prefix)
         with tempfile.TemporaryDirectory(prefix=f"keysplit-resources-{os.getpid()}-") as tmp, \
-                LocalCluster(topology, conf, cwd=os.getcwd(), python=python, log_dir=str(log_dir), env=worker_env,
-                             resources=str(build_resources(os.path.join(tmp, "resources"))),
+                LocalCluster(topology, conf, cwd=os.getcwd(), python=options.python, log_dir=str(log_dir),
+                             env=worker_env, resources=str(build_resources(os.path.join(tmp, "resources"))),
                              on_starting=injector.fire_at_start) as cluster:
             cluster.start()
             # wall-clock time of tick 0: the runner sends every tick at started_at + k * T (monotonic clock)
             ticks_at = time.time() - (time.monotonic() - cluster.started_at)
-            if not cluster.run_until(finished, max(0.0, deadline - time.monotonic()), poll=0.2):
+            if not cluster.run_until(finished, max(0.0, options.deadline - time.monotonic()), poll=0.2):
                 acked = spout_metrics(conn, keys, settings.spouts)["acked"]
                 raise RunTimeout(f"{acked} of {lines} lines acked")
             cluster.quiesce(timeout=5.0)  # let the bolts answer what they were given; then count what is unacked
             stats = cluster.stats()
             run_summary = cluster.summary()
             cluster.shutdown()
-    except RunTimeout as exc:
-        mark_interrupted(conn, keys, f"--timeout: {exc}")
-        raise KeysplitError(f"run {settings.run_id} did not finish within --timeout ({exc}); logs in {log_dir}; "
-                            f"continue it with `keysplit run wordcount --resume {settings.run_id}`") from None
-    except CannotPersist as exc:
-        mark_interrupted(fresh_connections(conn), keys, str(exc))  # refused too, most likely: then the record
-        raise KeysplitError(f"{exc}; run {settings.run_id} stopped: then continue it with "  # reads interrupted
-                            f"`keysplit run wordcount --resume {settings.run_id}`") from None  # once we exit
-    except redis.RedisError as exc:
-        problem = persistence_problem(exc, _data_folder(quick, full_url), full_url) or _write_refusal(quick, full_url)
-        mark_interrupted(conn, keys, problem or f"lost its Redis connection: {exc}")
-        if problem:
-            raise KeysplitError(f"{problem}; run {settings.run_id} stopped: then continue it with "
-                                f"`keysplit run wordcount --resume {settings.run_id}`") from None
-        raise KeysplitError(f"run {settings.run_id} lost its Redis connection: {exc} (task logs in {log_dir})") \
-            from None
-    except BaseException as exc:
-        if isinstance(exc, Exception):
-            problem = _write_refusal(quick, full_url)
-            if problem:
-                raise KeysplitError(f"{problem}; run {settings.run_id} stopped: then continue it with "
-                                    f"`keysplit run wordcount --resume {settings.run_id}`") from None
-            if quiet.gone or _redis_gone(quick):
-                raise KeysplitError(f"run {settings.run_id} lost its Redis server (task logs in {log_dir})") from None
-        mark_interrupted(fresh_connections(conn), keys, _reason(exc, "while running"))
-        raise
+    except BaseException as exc:  # one policy (_stop): the record says interrupted, the user reads one line
+        stop = _stop(exc, settings.run_id, log_dir, quiet, full_url)
+        if stop.reason is not None:
+            mark_interrupted(fresh_connections(conn) if stop.fresh else conn, keys, stop.reason)
+        if stop.line is None:
+            raise
+        raise KeysplitError(stop.line) from None
     finally:
         os.umask(old_umask)
         for handler in handlers:
