@@ -117,6 +117,11 @@ def print_summary(s: dict) -> None:
                   f"{s['task_restarts']}\n")
     if s.get("incomplete"):
         out.write("note: the feed is not completely acked yet; these numbers are so far\n")
+    if s.get("tuples"):
+        out.write("\n")
+        print_table([{"component": name, **c} for name, c in s["tuples"].items()],
+                    [("component", "component", str), ("emitted", "emitted", str), ("executed", "executed", str),
+                     ("acked", "acked", str), ("failed", "failed", str), ("timed out", "timed_out", str)])
     for name, r in s["routers"].items():
         total = sum(r["loads"]) or 1
         out.write(f"\n{name}: grouping {r['grouping']} on {r['key']!r}, {r['sources']} source(s) -> {r['workers']} "

@@ -324,6 +324,8 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
                 cluster.run_until(lambda: sum(_loads(conn, keys, router.name)) >= rows, 5.0, poll=0.2)
             cluster.quiesce(timeout=5.0)
             run_summary = cluster.summary()
+            tuples = {name: {k: counters[k] for k in ("emitted", "executed", "acked", "failed", "timed_out")}
+                      for name, counters in cluster.stats().items()}
             cluster.shutdown()
     except RunTimeout as exc:
         mark_interrupted(conn, keys, f"--timeout: {exc}")
@@ -336,6 +338,7 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
     summary = {**base, **summarise(conn, keys, loaded, feed)}
     summary.update({k: run_summary[k] for k in ("worker_restarts", "task_deaths", "unacked_inputs",
                                                 "task_restarts")})
+    summary["tuples"] = tuples  # per component, as Storm's UI counts them (local/cluster.py LocalCluster.stats)
     summary["kills"] = injector.fired
     summary["log_dir"] = str(log_dir)
     summary["wall_s"] = time.time() - base["started"]
