@@ -29,9 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def load_runs(conn, run_ids: list[str]) -> list[dict]:
     """The finished runs' summaries; a one-line KeysplitError for a run that is missing or not finished."""
-    import json
 
     from keysplit.errors import KeysplitError
+    from keysplit.runs.collect import stored_summary
     from keysplit.runs.records import check_run_id, read_record
     from keysplit.storm.keys import RunKeys
 
@@ -44,7 +44,7 @@ def load_runs(conn, run_ids: list[str]) -> list[dict]:
             state = "no such run" if record is None else f"it is {record['state']}"
             raise KeysplitError(f"run {run_id} has no summary in this Redis ({state}); calibrate from finished "
                                 "runs (a cluster run: `keysplit run wordcount --collect ID` first)")
-        runs.append(json.loads(raw))
+        runs.append(stored_summary(raw, run_id))  # a damaged one: one line
     return runs
 
 

@@ -52,9 +52,11 @@ DELIVERIES = ("exactly-once", "at-least-once")
 #: as a double, which holds every integer below 2^53 exactly.
 SPAN = 48
 
-# KEYS: counts, seen, floor, dropped, peak (not done: see below). ARGV[1]: JSON [word, ...]; ARGV[2]: JSON [[line,
-# pos, line, pos, ...], ...], each word's occurrences (two arrays, so that the client builds the second from the texts
-# tuples carry).
+# KEYS: counts, seen, floor, dropped, peak, loads once (not done: see below). ARGV[1]: JSON [word, ...]; ARGV[2]: JSON
+# [[line, pos, line, pos, ...], ...], each word's occurrences (two arrays, so that the client builds the second from
+# the texts tuples carry); ARGV[3] (optional): JSON [counter, ...], the counter task each word's entry came from.
+# Each counter's load, the words it counted once, grows by the occurrences its entries commit first (``loads:once``):
+# after any replay or restart the loads add up to the words of the feed, once each.
 # Returns each word's total after the commit, in order (what the aggregator's top-k must show); counts the
 # occurrences it drops as committed before in ``dropped``, and the most marks ever held in ``peak``.
 #
@@ -96,6 +98,8 @@ for s = 1, #fields, 1000 do
   local part = redis.call('HMGET', KEYS[2], unpack(fields, s, math.min(s + 999, #fields)))
   for k = 1, #part do marks[s + k - 1] = tonumber(part[k]) or 0 end
 end
+local counters = (ARGV[3] and #ARGV[3] > 0) and cjson.decode(ARGV[3]) or nil
+local counted = {}
 local totals, dropped, changed, k = {}, 0, {}, 0
 for i, word in ipairs(words) do
   local new = 0
@@ -112,6 +116,7 @@ for i, word in ipairs(words) do
     end
   end
   dropped = dropped + #occurrences[i] / 2 - new
+  if counters and new > 0 then counted[counters[i]] = (counted[counters[i]] or 0) + new end
   if new > 0 then
     totals[i] = redis.call('HINCRBY', KEYS[1], word, new)
   else
@@ -126,6 +131,7 @@ for f in pairs(changed) do
 end
 if #out > 0 then redis.call('HSET', KEYS[2], unpack(out)) end
 if dropped > 0 then redis.call('INCRBY', KEYS[4], dropped) end
+for counter, n in pairs(counted) do redis.call('HINCRBY', KEYS[6], counter, n) end
 local held = redis.call('HLEN', KEYS[2])
 if held > tonumber(redis.call('GET', KEYS[5]) or '0') then redis.call('SET', KEYS[5], held) end
 return totals
@@ -189,16 +195,18 @@ class Dedup:
         self._commit = conn.register_script(COMMIT)
         self._complete = conn.register_script(COMPLETE)
 
-    def commit(self, batch: Sequence[tuple[str, str | Sequence[int]]], client: redis.Redis | None = None
-               ) -> list[int]:
+    def commit(self, batch: Sequence[tuple[str, str | Sequence[int]]], client: redis.Redis | None = None,
+               counters: Sequence[int] | None = None) -> list[int]:
         """Add each word's occurrences ``[line, pos, line, pos, ...]`` not counted before; the words' totals. The
         occurrences may be given as the text a tuple carries them in (``"7,0,7,2"``): the script's JSON is built
-        around it, never parsed."""
+        around it, never parsed. ``counters``: the counter each entry came from, whose load (``loads:once``) grows
+        by the occurrences it counts first. A word may have several entries (one per counter)."""
         k = self.keys
         words = json.dumps([word for word, _ in batch], separators=(",", ":"), ensure_ascii=False)
         texts = (occ if isinstance(occ, str) else encode_occurrences(occ) for _, occ in batch)
-        return self._commit(keys=[k.counts, k.dedup_seen, k.dedup_floor, k.dedup_dropped, k.dedup_peak],
-                            args=[words, f"[[{'],['.join(texts)}]]" if batch else "[]"], client=client)
+        return self._commit(keys=[k.counts, k.dedup_seen, k.dedup_floor, k.dedup_dropped, k.dedup_peak, k.loads_once],
+                            args=[words, f"[[{'],['.join(texts)}]]" if batch else "[]",
+                                  json.dumps(list(counters)) if counters is not None else ""], client=client)
 
     def complete(self, lines: Iterable[tuple[int, int]], client=None):
         """Lines ``(line, words)`` whose tuple trees completed: forget their marks, move the floor (returned;

@@ -132,6 +132,7 @@ class StreamFeed:
         self.emitted = 0
         self.acked = 0
         self.replayed = 0
+        self.timed_out = 0  # lines failed a message timeout or more after their emit (Storm's timeouts, in lines)
         self.first_emit = 0.0
         self.last_ack = 0.0
         self.healed = 0  # lines this process found XACKed and not complete, and completed (heal_floor)
@@ -341,8 +342,10 @@ class StreamFeed:
             now = self.clock()
             # Storm fails a tree for a timeout no earlier than the timeout after its emit (SpoutExecutor's rotating
             # pending map); the bolts here never fail a tuple themselves, but an older fail is what a timeout is
-            if self.flow is not None and now - sent >= self.timeout_secs:
-                self.flow.on_timeout(sent, self.out, now)
+            if now - sent >= self.timeout_secs:
+                self.timed_out += 1
+                if self.flow is not None:
+                    self.flow.on_timeout(sent, self.out, now)
             self.replays.append(entry_id)
             self._queued.add(entry_id)
 
@@ -374,6 +377,7 @@ class StreamFeed:
         self.acked = int(old["acked"])
         self.replayed = int(old["replayed"])
         self.healed = int(old.get("healed", 0))
+        self.timed_out = int(old.get("timed_out", 0))
         self.first_emit = float(old["first_emit"])
         self.last_ack = float(old["last_ack"])
         if self.flow is not None and "window" in old:  # a restarted spout goes on at the window it had reached
@@ -386,6 +390,7 @@ class StreamFeed:
             "acked": self.acked,
             "replayed": self.replayed,
             "healed": self.healed,
+            "timed_out": self.timed_out,
             "in_flight": len(self.in_flight),
             "first_emit": self.first_emit,
             "last_ack": self.last_ack,
