@@ -315,7 +315,24 @@ def connect(url: str | None = None, *, home: str | os.PathLike | None = None) ->
                             or f"Redis at {redact(url)} refused the connection: {exc}") from None
     except redis.RedisError as exc:  # e.g. InvalidResponse: something answers, but not in Redis's protocol
         raise KeysplitError(f"the server at {redact(url)} does not answer like Redis: {exc}") from None
-    return client(url)
+    conn = client(url)
+    check_no_eviction(conn, url)
+    return conn
+
+
+def check_no_eviction(conn: redis.Redis, url: str) -> None:
+    """Refuse a server that evicts keys when full (``maxmemory`` set, ``maxmemory-policy`` ``allkeys-*`` or
+    ``volatile-*``): it would drop a run's feed, marks or record in the middle of the run ("no such key"), and lose
+    stored runs. A server that does not say (INFO refused) is taken as it is."""
+    try:
+        memory = conn.info("memory")
+    except redis.ResponseError:
+        return
+    policy, limit = str(memory.get("maxmemory_policy", "noeviction")), int(memory.get("maxmemory", 0) or 0)
+    if limit and policy != "noeviction":
+        raise KeysplitError(f"Redis at {redact(url)} evicts keys when full (maxmemory-policy {policy}, maxmemory "
+                            f"{limit:,} bytes): a run's keys would vanish mid-run; set maxmemory-policy noeviction "
+                            "(CONFIG SET maxmemory-policy noeviction) or use another server")
 
 
 @dataclass
