@@ -25,17 +25,18 @@ from keysplit.storm.settings import split_password
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory):
+def server(tmp_path_factory):
+    """The managed Redis of a state folder of this module's (``server.home``)."""
     path = tmp_path_factory.mktemp("reports-home")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KEYSPLIT_HOME", str(path))
-        yield path
+        yield redis_server.start_server(path)
         redis_server.stop_server(path, force=True)
 
 
-@pytest.fixture(scope="module")
-def server(home):
-    return redis_server.start_server(home)
+@pytest.fixture
+def home(server):
+    return Path(server.directory).parent
 
 
 def _one_line_error(result: subprocess.CompletedProcess, *needles: str) -> str:
@@ -77,7 +78,8 @@ def test_a_run_stopped_while_loading_is_not_offered_a_resume_and_a_damaged_summa
     for text in ("{not json", '{"run_id": "damaged-summary"}', "[1, 2]"):
         conn.set(damaged.summary, text)
         _one_line_error(keysplit("runs", "show", damaged.run_id, home=home, cwd=tmp_path), "damaged")
-        _one_line_error(keysplit("calibrate", "--run", damaged.run_id, "--name", "x", home=home, cwd=tmp_path), "damaged")
+        calibrated = keysplit("calibrate", "--run", damaged.run_id, "--name", "x", home=home, cwd=tmp_path)
+        _one_line_error(calibrated, "damaged")
 
 
 def test_a_redis_that_evicts_keys_is_refused_in_one_line(tmp_path):

@@ -59,7 +59,8 @@ def listing(conn, as_json: bool) -> int:
     if not runs:
         print("no runs stored (keysplit run wordcount ... stores one)")
         return 0
-    rows = [{"grouping": "-", "dataset": "-", **r, "start": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r["started"] else "-",
+    rows = [{"grouping": "-", "dataset": "-", **r,  # a record of a run stopped before it was described
+             "start": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r["started"] else "-",
              "words": f"{r['messages']:,}" if "messages" in r else "-"} for r in runs]
     print_table(rows, [("run id", "run_id", str), ("state", "state", str), ("grouping", "grouping", str),
                        ("dataset", "dataset", str), ("words", "words", str), ("start", "start", str)])
