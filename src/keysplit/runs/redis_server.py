@@ -1,8 +1,9 @@
-"""Redis for keysplit: connect to a given server, or start a project-managed one on loopback.
+"""Redis for keysplit: connect to a given server, or start a project-managed one on a private Unix socket.
 
 ``connect(url)`` with a URL connects and pings, failing fast with a one-line :class:`KeysplitError` when the
 server cannot be reached. Without a URL it starts (or reuses, when one is already running) a
-``redis-server`` owned by the project: a free loopback port, a random password, its data under
+``redis-server`` owned by the project: a Unix socket in its 0700 data folder, no TCP port (:func:`socket_path`), a
+random password, its data under
 ``<home>/redis/`` (``home`` is ``$KEYSPLIT_HOME`` or ``./.keysplit``). :func:`stop_server` shuts it down with
 ``SHUTDOWN SAVE``, so the next start (``keysplit compare`` starts it the same way) loads every stored run. Clients
 reconnect after a lost connection (:mod:`keysplit.redis_client`).
@@ -591,7 +592,7 @@ def _stop(home: str | os.PathLike | None, save: bool, force: bool) -> bool:
 def live_leases(conn: redis.Redis) -> int:
     """The sessions holding the managed server, after dropping the leases of processes that no longer exist
     (a ``kill -9`` gives its session no chance to release its lease). Leases are a hash: holder -> pid; every
-    holder runs on this machine, since the managed server listens on loopback only."""
+    holder runs on this machine, since the managed server listens on a Unix socket only."""
     if conn.type(LEASES) not in ("hash", "none"):  # a counter written by an older keysplit
         conn.delete(LEASES)
     dead = [holder for holder, pid in conn.hgetall(LEASES).items()
