@@ -333,3 +333,15 @@ def test_while_the_server_is_down_no_other_user_can_take_its_place_nor_get_its_p
     finally:
         redis_server.stop_server(home, force=True)
         shutil.rmtree(top)
+
+
+def test_a_state_folder_too_deep_for_a_socket_path_uses_a_private_one_in_the_temporary_folder(tmp_path):
+    home = tmp_path / ("d" * 80) / "home"  # a socket path is at most 108 bytes
+    server = redis_server.start_server(home)
+    try:
+        folder = os.path.dirname(server.socket)
+        assert len(server.socket) <= redis_server.SOCKET_PATH_MAX and not server.socket.startswith(str(home))
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700 and os.stat(folder).st_uid == os.geteuid()
+        assert redis_server.client(server.url).ping()
+    finally:
+        redis_server.stop_server(home, force=True)
