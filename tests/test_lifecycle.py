@@ -29,6 +29,7 @@ from keysplit.outputs import atomic_file
 from keysplit.runs import redis_server
 from keysplit.runs.records import check_run_id, read_record, reserve, set_state
 from keysplit.storm.keys import RunKeys
+from keysplit.storm.settings import split_password
 
 ROOT = Path(__file__).resolve().parents[1]
 def snapshot(folder: Path) -> dict[str, str]:
@@ -325,8 +326,12 @@ def test_redis_killed_mid_run_is_one_line(tmp_path):
     home, own = tmp_path / "home", tmp_path / "own-redis"
     server = redis_server.start_server(own)  # the run's server, killed below; not the managed one
     write_text(tmp_path / "t.txt", 1500)
+    url, password = split_password(server.url)  # the password in a file: in the URL it warns (every user sees ps)
+    (tmp_path / "pw").write_text(password)
+    os.chmod(tmp_path / "pw", 0o600)
     proc = start("run", "wordcount", "-g", "pkg", "--dataset", "text:t.txt", "-S", "1", "-W", "2", "-A", "1",
-                 "--cpu-delay", "2", "--redis", server.url, home=home, cwd=tmp_path)
+                 "--cpu-delay", "2", "--redis", url, "--redis-password-file", str(tmp_path / "pw"), home=home,
+                 cwd=tmp_path)
     try:
         conn = redis_server.client(server.url)
 

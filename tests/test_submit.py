@@ -31,7 +31,7 @@ from keysplit.runs.collect import read_counts
 from keysplit.simulator import simulate
 from keysplit.storm.feed import feed_done
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.settings import split_password
+from keysplit.storm.settings import split_password, with_password
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,7 +98,7 @@ def test_what_submit_sends_runs_exactly_the_record(redis, tmp_path, capsys):
     conf = submit_conf(topology, args.name, args.options, env_config=read_env(ROOT / "config.json", "local"))
     assert conf["keysplit.cpu_delay_ms"] == 0.2 and conf["keysplit.redis_password_file"] == redis[1]
     assert conf["topology.workers"] == 2  # `sparse submit --workers 2`: two worker processes, tuples cross them
-    url = redis[0].replace("redis://", f"redis://:{Path(redis[1]).read_text().strip()}@")
+    url = with_password(redis[0], Path(redis[1]).read_text().strip())
     conn = redis_server.connect(url)
     with LocalCluster(topology, conf, cwd=str(ROOT)) as cluster:
         cluster.start()
@@ -179,7 +179,7 @@ def test_collect_of_a_crash_looping_run_names_the_restarting_tasks(redis, tmp_pa
 
     run_id = load(redis, tmp_path, capsys)
     url, secret = redis
-    conn = redis_server.connect(url.replace("redis://", f"redis://:{Path(secret).read_text().strip()}@"))
+    conn = redis_server.connect(with_password(url, Path(secret).read_text().strip()))
     for _ in range(14):
         record_start(conn, RunKeys(run_id), ROUTER, 1)
     record_start(conn, RunKeys(run_id), "counter", 0)

@@ -34,10 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def load_runs(conn, run_ids: list[str]) -> list[dict]:
     """The finished runs' summaries; a one-line KeysplitError for a run that is missing or not finished."""
-    import json
 
     from keysplit.errors import KeysplitError
-    from keysplit.runs.collect import refuse_topology_file_run
+    from keysplit.runs.collect import refuse_topology_file_run, stored_summary
     from keysplit.runs.records import check_run_id, read_record
     from keysplit.storm.keys import RunKeys
 
@@ -50,7 +49,7 @@ def load_runs(conn, run_ids: list[str]) -> list[dict]:
             state = "no such run" if record is None else f"it is {record['state']}"
             raise KeysplitError(f"run {run_id} has no summary in this Redis ({state}); calibrate from finished "
                                 "runs (a cluster run: `keysplit run wordcount --collect ID` first)")
-        summary = json.loads(raw)
+        summary = stored_summary(raw, run_id)  # a damaged one: one line
         refuse_topology_file_run(run_id, summary)
         runs.append(summary)
     return runs

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import math
 import os
 import signal
@@ -15,6 +16,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from keysplit.errors import KeysplitError, SpecError
+
+log = logging.getLogger("keysplit")
 
 
 def comma_list(text: str) -> list[str]:
@@ -226,12 +229,17 @@ def redis_url(args: argparse.Namespace) -> str | None:
             raise KeysplitError("--redis-password-file needs --redis URL (the managed server has its own password)")
         return None
     given = split_password(url)[1]
+    if given is not None:
+        log.warning("the --redis URL carries its password, which every local user can read in `ps`: give it with "
+                    "--redis-password-file FILE or $%s instead", REDIS_PASSWORD_ENV)
     if file:
         if given is not None:
             raise KeysplitError("the --redis URL carries a password and --redis-password-file gives another: "
                                 "give it once, in the file")
         try:
             with open(file, encoding="utf-8") as fh:
+                if os.fstat(fh.fileno()).st_mode & 0o044:
+                    log.warning("--redis-password-file %s is readable by other users: chmod 600 %s", file, file)
                 password = fh.readline().rstrip("\r\n")
         except (OSError, UnicodeDecodeError) as exc:
             raise KeysplitError(f"cannot read --redis-password-file {file}: {getattr(exc, 'strerror', exc)}") from None

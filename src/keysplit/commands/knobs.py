@@ -11,12 +11,38 @@ the options.
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 
 from keysplit.commands.common import non_negative_float, positive_float, positive_int
 from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS
 from keysplit.topology_model.params import ARRIVALS, KNOBS
 
-__all__ = ["ARRIVALS", "KNOBS", "add_shared_knobs", "add_topology_options", "overheads"]
+__all__ = ["ARRIVALS", "KNOBS", "add_shared_knobs", "add_topology_options", "overheads", "rate"]
+
+# Bounds on the knobs that set how long a run waits, as --cpu-delay has one (keysplit.sizes.MAX_CPU_DELAY_MS): past
+# them a run does nothing but wait (--flush 1e9 flushes never, --rate 1e-9 emits one word in 30 years).
+#: The longest aggregation period T (``--flush``), seconds: an hour.
+MAX_FLUSH_SECS = 3600.0
+#: The longest a router holds a batch (``--batch-ms``), milliseconds: a minute.
+MAX_BATCH_MS = 60_000.0
+#: The lowest open-loop rate (``run --rate``), words per second: a word a minute.
+MIN_RATE = 1 / 60
+
+
+def _within(low: float, high: float, says: str) -> Callable[[str], float]:
+    """A positive number in ``[low, high]``; else argparse's one line, ``says`` (the bound, in words)."""
+    def parse(text: str) -> float:
+        value = positive_float(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{says}, got {text}")
+        return value
+    return parse
+
+
+flush_secs = _within(0.0, MAX_FLUSH_SECS, f"at most {MAX_FLUSH_SECS:,.0f} s (an hour)")
+batch_ms = _within(0.0, MAX_BATCH_MS, f"at most {MAX_BATCH_MS:,.0f} ms (a minute)")
+rate = _within(MIN_RATE, math.inf, f"at least {MIN_RATE:.4g} words/s (a word a minute)")
 
 
 def add_shared_knobs(p: argparse.ArgumentParser) -> None:
@@ -25,7 +51,7 @@ def add_shared_knobs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aggregators", "-A", type=positive_int, default=2, metavar="A",
                    help="aggregator tasks (default 2)")
     p.add_argument("--spouts", type=positive_int, default=1, metavar="P", help="spout tasks (default 1)")
-    p.add_argument("--flush", type=positive_float, default=1.0, metavar="SECS",
+    p.add_argument("--flush", type=flush_secs, default=1.0, metavar="SECS",
                    help="aggregation period T: counters flush partial counts every T s (tick tuples; default 1)")
     p.add_argument("--max-pending", type=positive_int, default=1000, metavar="N",
                    help="topology.max.spout.pending: lines in flight per spout (default 1000)")
@@ -34,7 +60,7 @@ def add_shared_knobs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, metavar="N",
                    help="keysplit.batch: a router sends the words its grouping chose for one counter together, up to "
                    f"N in one tuple (1: one tuple per word; default {DEFAULT_BATCH})")
-    p.add_argument("--batch-ms", type=positive_float, default=DEFAULT_BATCH_MS, metavar="MS",
+    p.add_argument("--batch-ms", type=batch_ms, default=DEFAULT_BATCH_MS, metavar="MS",
                    help="keysplit.batch_ms: ... or once the first of them waited this long, whichever comes first "
                    f"(default {DEFAULT_BATCH_MS:g})")
 

@@ -25,7 +25,7 @@ from keysplit.commands.common import (
     redis_url,
     stop_on_signals,
 )
-from keysplit.commands.knobs import add_shared_knobs
+from keysplit.commands.knobs import add_shared_knobs, rate
 from keysplit.commands.run_topology import run_seconds
 from keysplit.commands.simulate import GROUPINGS_EPILOG, GroupingsHelpFormatter
 from keysplit.datasets import open_dataset
@@ -82,7 +82,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="how lines reach the routers (sources), as `keysplit simulate --split` deals records: "
                    "round-robin (shuffle, default) or by the first key's hash (key)")
     add_shared_knobs(p)  # -A, --spouts, --flush, --max-pending, --message-timeout, --batch(-ms), as keysplit replay
-    p.add_argument("--rate", type=positive_float, metavar="MSG_PER_S",
+    p.add_argument("--rate", type=rate, metavar="MSG_PER_S",
                    help="open loop: the spouts emit this many words (messages) per second, line by line, "
                    "--max-pending still a cap (default: closed loop, as fast as max pending allows)")
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="k of the top-k (default 10)")
@@ -321,10 +321,11 @@ def print_summary(s: dict) -> None:
                                                  for k, v in s["grouping_stats"].items() if v != []) + "\n")
     out.write("\n")
     total = sum(s["loads"]) or 1
-    rows = [{"worker": i, "load": load, "share": 100.0 * load / total, "distinct": d}
-            for i, (load, d) in enumerate(zip(s["loads"], s["distinct_per_worker"]))]
+    redone = s.get("redone") or [0] * len(s["loads"])  # words processed again (replays, flushes lost to a crash)
+    rows = [{"worker": i, "load": load, "share": 100.0 * load / total, "distinct": d, "redone": r}
+            for i, (load, d, r) in enumerate(zip(s["loads"], s["distinct_per_worker"], redone))]
     print_table(rows, [("worker", "worker", str), ("words", "load", str), ("share %", "share", "{:.1f}".format),
-                       ("distinct keys", "distinct", str)])
+                       ("distinct keys", "distinct", str)] + ([("redone", "redone", str)] if any(redone) else []))
     out.write(f"\ntop-{len(s['top_k'])}:\n")
     print_table([{"rank": i + 1, "word": w, "count": c} for i, (w, c) in enumerate(s["top_k"])],
                 [("rank", "rank", str), ("word", "word", str), ("count", "count", str)])
@@ -362,7 +363,8 @@ def window_line(s: dict) -> str:
 
 
 def timeout_note(s: dict) -> str:
-    return (f"{s['timed_out']} line(s) were not acked within the message timeout of {s['message_timeout_secs']} s "
+    lines = s.get("timed_out_lines", s["timed_out"])  # lines, not spout tuples (a tuple carries several lines)
+    return (f"{lines} line(s) were not acked within the message timeout of {s['message_timeout_secs']} s "
             "and were replayed"
             + (f"; the spouts cut their in-flight window to {s['window']:,} lines"
                if s.get("window_cuts") and s.get("window") else "")

@@ -5,7 +5,6 @@ The word-count runs stored in Redis, their state, and their removal."""
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 from keysplit.cli import command_summary
@@ -65,7 +64,8 @@ def listing(conn, as_json: bool) -> int:
     if not runs:
         print("no runs stored (keysplit run wordcount ... stores one)")
         return 0
-    rows = [{**r, "start": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r["started"] else "-",
+    rows = [{"grouping": "-", "dataset": "-", **r,  # a record of a run stopped before it was described
+             "start": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r["started"] else "-",
              "words": f"{r['messages']:,}" if "messages" in r else "-"} for r in runs]
     print_table(rows, [("run id", "run_id", str), ("state", "state", str), ("grouping", "grouping", str),
                        ("dataset", "dataset", str), ("words", "words", str), ("start", "start", str)])
@@ -73,14 +73,16 @@ def listing(conn, as_json: bool) -> int:
 
 
 def show(conn, run_id: str, as_json: bool) -> int:
+    from keysplit.runs.collect import damaged_summary, stored_summary
     from keysplit.runs.records import read_record
     from keysplit.storm.keys import RunKeys
 
     record = read_record(conn, run_id)
     if record is None:
         raise KeysplitError(f"no run {run_id!r} in this Redis (see `keysplit runs`)")
-    summary = conn.get(RunKeys(run_id).summary)
-    out = {"record": record, "summary": json.loads(summary) if summary else None}
+    keys = RunKeys(run_id)
+    summary = conn.get(keys.summary)
+    out = {"record": record, "summary": stored_summary(summary, run_id) if summary else None}
     if as_json:
         print_json(out)
         return 0
@@ -97,11 +99,18 @@ def show(conn, run_id: str, as_json: bool) -> int:
         from keysplit.commands.run import print_summary
 
         print()
-        print_summary(out["summary"])
-    elif record["state"] == "interrupted":
+        try:
+            print_summary(out["summary"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise damaged_summary(run_id) from None
+    elif record["state"] == "interrupted" and record.get("feed_complete") and conn.exists(keys.feed):
         print(f"\ncontinue it with `keysplit run wordcount --resume {run_id}`, or delete it with "
               f"`keysplit runs delete {run_id}`")
+    elif record["state"] == "interrupted":  # what --resume refuses (runs/wordcount.py resume_run)
+        print(f"\nit was interrupted before its feed was completely loaded, so it cannot be resumed: delete it with "
+              f"`keysplit runs delete {run_id}` and start again")
     return 0
+
 
 
 def delete(conn, run_ids: list[str], as_json: bool) -> int:

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         check_plot_path(args.plot)
         refuse_state("--plot", args.plot)
-    check_workers(args.workers, args.sources, args.groupings)  # before any per-worker state is allocated
+    check_workers([*args.workers, *(r.workers for r in args.resize)], args.sources, args.groupings)  # a --resize too
     dataset = open_dataset(args.dataset)
     if args.plot is not None and isinstance(dataset, FileDataset):
         refuse_inputs("--plot", args.plot, [dataset.path])

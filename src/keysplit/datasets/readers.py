@@ -143,7 +143,8 @@ class FileDataset(Dataset):
         self.report()
 
     def report(self) -> None:
-        if self.invalid_utf8_lines:
+        if self.invalid_utf8_lines and not getattr(self, "_utf8_reported", False):  # once, however often it is read
+            self._utf8_reported = True
             log.warning("%s: %d line(s) were not valid UTF-8; invalid bytes were replaced by U+FFFD",
                         self.path, self.invalid_utf8_lines)
 

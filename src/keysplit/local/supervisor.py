@@ -149,7 +149,10 @@ class Supervisor:
         code = task.proc.poll() if task.proc else None
         tail = task.stderr_tail()
         last = tail.strip().splitlines()[-1] if tail.strip() else "no output on stderr"
-        log.error("task %s[%d] failed to start; its stderr ends with:\n%s", task.name, task.index, tail)
+        if tail.strip():
+            log.error("task %s[%d] failed to start; its stderr ends with:\n%s", task.name, task.index, tail)
+        else:
+            log.error("task %s[%d] failed to start and wrote nothing on stderr", task.name, task.index)
         tries = f" ({attempts} starts, keysplit.local.startup.attempts)" if attempts > 1 else ""
         return TopologyError(f"component {task.name!r} ({task.component.class_path}) task {task.task_id} exited "
                              f"during startup with code {code}{tries}: {last}{self.stderr_note(task)}", tail)

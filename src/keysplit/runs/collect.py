@@ -29,7 +29,7 @@ def spout_metrics(conn: redis.Redis, keys: RunKeys, spouts: int) -> dict[str, An
     window (storm/window.py: the lines it settled at, its lowest, its cuts; -1 unlimited)."""
     histogram = LatencyHistogram()
     windows: list[dict[str, int]] = []
-    acked = replayed = 0
+    acked = replayed = timed_out = 0
     first, last = float("inf"), 0.0
     for i in range(spouts):
         m = conn.hgetall(keys.spout(i))
@@ -38,20 +38,27 @@ def spout_metrics(conn: redis.Redis, keys: RunKeys, spouts: int) -> dict[str, An
         histogram.merge(LatencyHistogram.from_json(m["histogram"]))
         acked += int(m["acked"])
         replayed += int(m["replayed"])
+        timed_out += int(m.get("timed_out", 0))  # lines (a spout tuple carries several)
         if "window" in m:  # spouts older than the adaptive window did not write it
             windows.append({k: int(m[k]) for k in ("window", "window_min", "window_cuts")})
         if float(m["first_emit"]):
             first = min(first, float(m["first_emit"]))
         last = max(last, float(m["last_ack"]))
-    return {"histogram": histogram, "acked": acked, "replayed": replayed, "windows": windows,
+    return {"histogram": histogram, "acked": acked, "replayed": replayed, "timed_out_lines": timed_out,
+            "windows": windows,
             "first_emit": first if first != float("inf") else 0.0, "last_ack": last}
 
 
 def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base: dict[str, Any]) -> dict[str, Any]:
     """The run's summary (the ``--json`` object) from what the components wrote to Redis."""
     spouts = spout_metrics(conn, keys, settings.spouts)
-    loads_raw = conn.hgetall(keys.loads)
-    loads = [int(loads_raw.get(str(i), 0)) for i in range(settings.counter_tasks)]
+    # The loads: the words each counter counted once (exactly-once: whose commit came from it, so that after any
+    # crash, replay or --resume they add up to the feed's words); and its work: every word it processed and flushed,
+    # replays and flushes lost to a crash included. Work minus load is what the counter redid.
+    work_raw = conn.hgetall(keys.loads)
+    work = [int(work_raw.get(str(i), 0)) for i in range(settings.counter_tasks)]
+    once = conn.hgetall(keys.loads_once) if settings.exactly_once else {}
+    loads = [int(once.get(str(i), 0)) for i in range(settings.counter_tasks)] if once else work
     distinct_per_worker = [int(conn.scard(keys.keys(i))) for i in range(settings.counter_tasks)]
     distinct = int(conn.hlen(keys.counts))
     duration = max(spouts["last_ack"] - spouts["first_emit"], 1e-9)
@@ -70,6 +77,9 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
         "lines_per_second": base["lines"] / duration,
         "latency_ms": {k: latency[k] for k in ("mean", "p50", "p95", "p99", "max")},
         "loads": loads,
+        "work": work,
+        "redone": [w - n for w, n in zip(work, loads)] if once else None,
+        "timed_out_lines": spouts["timed_out_lines"],
         "dist_cost": dist_cost(distinct_per_worker, distinct),
         "distinct_per_worker": distinct_per_worker,
         "distinct_keys": distinct,
@@ -231,6 +241,30 @@ def collect_run(conn: redis.Redis, run_id: str) -> dict[str, Any]:
     mark_totals(summary, timed_out=None)
     conn.set(keys.summary, json.dumps(summary))
     set_state(conn, keys, "finished", finished=time.time())
+    return summary
+
+
+#: Fields every stored run summary has (what ``runs show`` and ``calibrate`` read first).
+SUMMARY_FIELDS = ("run_id", "grouping", "dataset", "lines", "messages", "sources", "workers")
+#: ... and those of a topology file's run (keysplit.runs.topology_run), whose summary has ``routers``.
+FILE_SUMMARY_FIELDS = ("run_id", "topology", "rows", "routers", "partials", "merges")
+
+
+def damaged_summary(run_id: str) -> KeysplitError:
+    return KeysplitError(f"the summary stored for run {run_id} is damaged (not a run summary keysplit wrote); delete "
+                         f"the run with `keysplit runs delete {run_id}`")
+
+
+def stored_summary(text: str, run_id: str) -> dict[str, Any]:
+    """A run's stored summary (its JSON text); a one-line KeysplitError for a value that is not one (damaged, or
+    written by something else), never a traceback."""
+    try:
+        summary = json.loads(text)
+    except ValueError:
+        raise damaged_summary(run_id) from None
+    fields = FILE_SUMMARY_FIELDS if isinstance(summary, dict) and "routers" in summary else SUMMARY_FIELDS
+    if not isinstance(summary, dict) or any(field not in summary for field in fields):
+        raise damaged_summary(run_id)
     return summary
 
 

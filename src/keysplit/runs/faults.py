@@ -4,7 +4,7 @@ once a fraction of the lines is acked, as a crash on a cluster would.
 - ``feed``, ``router``, ``counter``, ``aggregator``, ``topk`` (task INDEX, default 0): SIGKILL of that task's
   process; its worker goes down with it and the supervisor restarts the worker (``LocalCluster``).
 - ``worker`` (worker INDEX of ``--worker-processes``): SIGKILL of every task process of that worker at once.
-- ``redis``: SIGKILL of the managed Redis server, restarted :data:`REDIS_DOWN_SECS` later on the same port from
+- ``redis``: SIGKILL of the managed Redis server, restarted :data:`REDIS_DOWN_SECS` later on the same socket from
   its append-only file; the components' clients reconnect meanwhile (``redis_server.client``).
 
 ``COMPONENT[:INDEX]@start`` kills the task (or every task of the worker) while the topology starts, before it

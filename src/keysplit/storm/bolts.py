@@ -316,25 +316,28 @@ class AggregatorBolt(CoalescedWrites, Bolt):
         self.totals = Totals({w: int(c) for w, c in self.conn.hgetall(self.keys.counts).items()})
         self.pending: list = []
         self.partials = 0  # partial counts since the last commit (one a tuple, or many in a counter's flush)
-        self.batch: dict[str, list[str]] = {}  # exactly-once: word -> its occurrences' texts since the last commit
+        # exactly-once: (word, counter index) -> its occurrences' texts since the last commit (the counter: whose load
+        # a committed occurrence is, storm/exactly_once.py COMMIT)
+        self.batch: dict[tuple[str, int], list[str]] = {}
+        self.counter_of = {task: i for i, task in enumerate(component_tasks(context, COUNTER))}
 
     def process(self, tup):
         if tup.stream == FLUSH_STREAM:  # a counter's partial counts for this aggregator (CounterBolt.emit_flushes)
             triples = decode_flush(*tup.values[:3])
             for word, count, occ in triples:
-                self.add(word, count, occ)
+                self.add(word, count, occ, tup.task)
             self.partials += len(triples)
         else:
             word, count, occurrences = tup.values
-            self.add(word, count, occurrences)
+            self.add(word, count, occurrences, tup.task)
             self.partials += 1
         self.pending.append(tup.id)
 
-    def add(self, word: str, count, occurrences: str) -> None:
+    def add(self, word: str, count, occurrences: str, task: int) -> None:
         if self.dedup is None:
             self.totals.add(word, int(count))
-        else:
-            self.batch.setdefault(word, []).append(occurrences)  # text, as it goes into the commit's JSON
+        else:  # text, as it goes into the commit's JSON
+            self.batch.setdefault((word, self.counter_of.get(task, -1)), []).append(occurrences)
 
     def process_tick(self, tup):
         self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
@@ -358,8 +361,9 @@ class AggregatorBolt(CoalescedWrites, Bolt):
                 pipe.hincrby(self.keys.counts, word, count)
             pipe.execute()
         else:
-            batch = [(word, ",".join(filter(None, texts))) for word, texts in self.batch.items()]
-            for (word, _), total in zip(batch, self.dedup.commit(batch)):
+            batch = [(word, ",".join(filter(None, texts))) for (word, _), texts in self.batch.items()]
+            counters = [counter for _, counter in self.batch]
+            for (word, _), total in zip(batch, self.dedup.commit(batch, counters=counters)):
                 self.totals.set(word, int(total))
             self.batch = {}
         self.emit([self.index, json.dumps(self.totals.top(self.k))], anchors=self.pending)

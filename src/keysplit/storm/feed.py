@@ -16,9 +16,12 @@ The complete latency of a tuple (emit to ack, Storm's "complete latency") goes i
 :class:`~keysplit.latency.LatencyHistogram`.
 
 With a :class:`~keysplit.storm.exactly_once.Dedup` (exactly-once totals) an ack also completes the line: the
-``XACK`` and the completion script run in one transaction, which forgets the line's commit marks and returns the
-floor (the lowest incomplete line). A fresh line is emitted only below ``floor + window``, so the marks Redis
-keeps never cover more than ``window`` lines, however long the stream.
+``XACK``, the completion and the spout's metrics are one script (:data:`ACK`), which forgets the line's commit marks
+and returns the floor (the lowest incomplete line). One script is one unit however it is retried: a lost reply or a
+restarted server makes the client send it again whole (loaded again on NOSCRIPT), and XACKing or completing a line
+twice changes nothing. (In a MULTI/EXEC, a retry on a restarted server ran the ``XACK`` and failed the script with
+NOSCRIPT: lines acked and never complete, a floor that never moved again.) A fresh line is emitted only below
+``floor + window``, so the marks Redis keeps never cover more than ``window`` lines, however long the stream.
 
 With a :class:`~keysplit.storm.window.AdaptiveWindow` (``flow``) the spout keeps at most that window's lines out
 (replays included: a line failed and not yet sent again is not out), and tells it each ack and each timeout (a
@@ -26,8 +29,15 @@ fail of a line emitted at least ``timeout_secs`` ago): the rule against Storm's 
 (storm/window.py).
 
 Every Redis call may be retried by the client after a lost connection; a retried ``XREADGROUP ... >`` may have
-delivered entries whose reply was lost, so an idle spout re-reads its own pending list every second and emits
-what it holds there and does not know of.
+delivered entries whose reply was lost. So every :data:`PENDING_REREAD_SECS`, whatever its buffer holds, the spout
+compares its own pending list with the entries it knows (in flight or buffered) and takes the others back
+(``XCLAIM``) to emit them; waiting until the buffer is empty would wait forever under the exactly-once window,
+where the buffer always holds the next line while the lost ones hold the floor.
+
+A floor that does not move for :data:`HEAL_SECS` while the window holds lines back is looked at
+(:meth:`StreamFeed.heal_floor`): lines the group delivered that no pending list holds were XACKed, so their trees
+completed; any of them not complete (a keysplit before :data:`ACK` could leave such lines) is completed then. The
+spout heals itself, on the local runner and on a Storm cluster alike: no ``--resume`` is needed.
 """
 
 from __future__ import annotations
@@ -45,8 +55,33 @@ from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import FEED_GROUP, RunKeys
 from keysplit.storm.window import AdaptiveWindow
 
-#: Seconds between re-reads of an idle spout's own pending list (entries a lost XREADGROUP reply delivered).
+#: Seconds between checks of a spout's own pending list for entries it does not know (a lost XREADGROUP reply).
 PENDING_REREAD_SECS = 1.0
+#: Seconds the floor may stay where it is, with the window holding lines back, before the spout looks for lines
+#: XACKed and not complete (and between two such looks).
+HEAL_SECS = 5.0
+#: Entry ids one XPENDING or XACK call takes at most.
+ID_CHUNK = 1000
+
+# The spout's acknowledgement, one script: XACK the entries, complete their lines (exactly-once) and write the
+# spout's metrics. KEYS: stream, seen, done, floor, metrics. ARGV: group, n, n entry ids, m, m values (line, words,
+# line, words, ...), then the metrics' field, value, ... Returns the floor. Run again whole after a lost reply,
+# it changes nothing: an XACKed entry is not XACKed again, a complete line not completed again.
+ACK = exactly_once.COMPLETE_LINES + """
+local n = tonumber(ARGV[2])
+for i = 3, 2 + n, ID_CHUNK do
+  redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, i, math.min(i + ID_CHUNK - 1, 2 + n)))
+end
+local m = tonumber(ARGV[3 + n])
+local floor
+if m > 0 then
+  floor = complete_lines(KEYS[2], KEYS[3], KEYS[4], ARGV, 4 + n, 3 + n + m)
+else
+  floor = tonumber(redis.call('GET', KEYS[4]) or '0')
+end
+if #ARGV > 3 + n + m then redis.call('HSET', KEYS[5], unpack(ARGV, 4 + n + m, #ARGV)) end
+return floor
+""".replace("ID_CHUNK", str(ID_CHUNK))
 #: Seconds between reads of the floor while the window holds the next line back.
 FLOOR_POLL_SECS = 0.02
 
@@ -100,12 +135,17 @@ class StreamFeed:
         self.emitted = 0
         self.acked = 0
         self.replayed = 0
+        self.timed_out = 0  # lines failed a message timeout or more after their emit (Storm's timeouts, in lines)
         self.first_emit = 0.0
         self.last_ack = 0.0
+        self.healed = 0  # lines this process found XACKed and not complete, and completed (heal_floor)
         self._own_pending_read = False
         self._next_pending_reread = clock() + PENDING_REREAD_SECS  # the first read of it comes anyway
         self._last_ack_flush = 0.0
         self._next_orphan_check = 0.0
+        self._floor_moved = clock()  # when the floor last moved (as this spout saw it)
+        self._next_heal = 0.0
+        self._ack = conn.register_script(ACK)
 
     # -- reading ---------------------------------------------------------------------------------------
 
@@ -115,6 +155,9 @@ class StreamFeed:
         now = self.clock()
         if self.ack_buffer and now - self._last_ack_flush >= self.ack_flush_secs:
             self.flush_acks()
+        if self._own_pending_read and now >= self._next_pending_reread:
+            self._next_pending_reread = now + PENDING_REREAD_SECS
+            self._take_unknown_pending()
         if self.flow is not None and not self.flow.allows(self.out):
             return None  # the adaptive window is full: Storm calls again, and we emit nothing (storm/window.py)
         while self.replays:
@@ -159,8 +202,16 @@ class StreamFeed:
             return True
         if now >= self._next_floor_read:
             self._next_floor_read = now + FLOOR_POLL_SECS
-            self.floor = exactly_once.floor(self.conn, self.keys)
+            self._set_floor(exactly_once.floor(self.conn, self.keys))
+        if line >= self.floor + self.window and now - self._floor_moved >= HEAL_SECS and now >= self._next_heal:
+            self._next_heal = now + HEAL_SECS
+            self.heal_floor()
         return line < self.floor + self.window
+
+    def _set_floor(self, floor: int) -> None:
+        if floor > self.floor:
+            self.floor = floor
+            self._floor_moved = self.clock()
 
     def _fill(self, now: float) -> None:
         if not self._own_pending_read:
@@ -172,13 +223,13 @@ class StreamFeed:
             self._take(entries, replay=False)
         if self.buffer:
             return
-        if now >= self._next_pending_reread:
-            self._next_pending_reread = now + PENDING_REREAD_SECS
-            self.flush_acks()  # acked entries leave the pending list first: only unknown ones are read back
-            self._read_own_pending()
-        if not self.buffer and now >= self._next_orphan_check:
+        if now >= self._next_orphan_check:
             self._next_orphan_check = now + self.orphan_idle_ms / 2000.0
             self._claim_orphans()
+        if not self.buffer and not self.in_flight and self.window and now >= self._next_heal:
+            # nothing to read, nothing out: the last lines of a feed may be XACKed and not complete
+            self._next_heal = now + HEAL_SECS
+            self.heal_floor()
 
     def _read_own_pending(self) -> None:
         """Entries delivered to this consumer name before a restart and never acked: replay them all."""
@@ -192,6 +243,54 @@ class StreamFeed:
             start = entries[-1][0]
         self._own_pending_read = True
 
+    def _take_unknown_pending(self) -> None:
+        """Take back the entries of this consumer's pending list that it neither has out nor holds in its buffer
+        (delivered by a read whose reply was lost) and queue them as replays. XPENDING's summary first: most of the
+        time the counts agree and nothing more is read."""
+        self.flush_acks()  # acked entries leave the pending list first
+        known = self.in_flight.keys() | {item[0] for item in self.buffer}
+        summary = self.conn.xpending(self.stream, FEED_GROUP)
+        own = next((int(c["pending"]) for c in summary.get("consumers") or [] if c["name"] == self.consumer), 0)
+        if own <= len(known):
+            return
+        unknown, start = [], "-"
+        while True:
+            rows = self.conn.xpending_range(self.stream, FEED_GROUP, start, "+", ID_CHUNK, consumername=self.consumer)
+            unknown += [r["message_id"] for r in rows if r["message_id"] not in known]
+            if len(rows) < ID_CHUNK:
+                break
+            start = "(" + rows[-1]["message_id"]
+        for i in range(0, len(unknown), self.batch):  # XCLAIM returns the entries and keeps them ours
+            self._take(self.conn.xclaim(self.stream, FEED_GROUP, self.consumer, 0, unknown[i:i + self.batch]),
+                       replay=True)
+
+    def heal_floor(self) -> int:
+        """Complete the lines above the floor that the group delivered and no pending list holds: an entry leaves
+        a pending list only by its XACK, which only a completed tuple tree sends, so such a line is counted in
+        full. The lines healed (0 when the floor is held by a line still pending, as it mostly is)."""
+        floor = exactly_once.floor(self.conn, self.keys)
+        pipe = self.conn.pipeline(transaction=True)  # one moment: delivered by then and not pending at it
+        pipe.xinfo_groups(self.stream)
+        pipe.xpending(self.stream, FEED_GROUP)
+        groups, pending = pipe.execute()
+        last = next((g["last-delivered-id"] for g in groups if g["name"] == FEED_GROUP), "0-0")
+        lowest = pending["min"] if pending["pending"] else last  # entries below it are XACKed
+        first = self.conn.xrange(self.stream, lowest, lowest, count=1)
+        if not first or not first[0][1]:
+            return 0  # nothing delivered yet, or the entry was deleted
+        top = int(first[0][1].get("s", -1))  # the line of that entry: lines follow entry ids
+        end, count = ("(" + lowest, top - floor) if pending["pending"] else (lowest, top - floor + 1)
+        if count <= 0:
+            return 0
+        lines = [(int(data["s"]), len(decode_record(data["r"])[1]))
+                 for _id, data in self.conn.xrevrange(self.stream, end, "-", count=count)
+                 if data and int(data.get("s", -1)) >= floor]
+        if not lines:
+            return 0
+        self._set_floor(int(self.dedup.complete(lines)))  # type: ignore[union-attr]
+        self.healed += len(lines)
+        return len(lines)
+
     def _claim_orphans(self) -> None:
         start = "0-0"
         while True:
@@ -203,13 +302,19 @@ class StreamFeed:
                 break
 
     def _take(self, entries: list, replay: bool) -> None:
-        gone = []
+        """Buffer ``entries``; replays (entries read back from a pending list) go first, since the window never holds
+        them back while a fresh line it holds back would keep them behind it."""
+        gone, items = [], []
         for entry_id, data in entries:
             if not data:  # the entry was deleted from the stream while pending
                 gone.append(entry_id)
                 continue
             # runs loaded before lines had sequence numbers have no "s" (they run at-least-once)
-            self.buffer.append((entry_id, data["r"], int(data.get("s", -1)), int(data.get("d", -1)), replay))
+            items.append((entry_id, data["r"], int(data.get("s", -1)), int(data.get("d", -1)), replay))
+        if replay:
+            self.buffer.extendleft(reversed(items))
+        else:
+            self.buffer.extend(items)
         if gone:
             self.conn.xack(self.stream, FEED_GROUP, *gone)
 
@@ -240,24 +345,25 @@ class StreamFeed:
             now = self.clock()
             # Storm fails a tree for a timeout no earlier than the timeout after its emit (SpoutExecutor's rotating
             # pending map); the bolts here never fail a tuple themselves, but an older fail is what a timeout is
-            if self.flow is not None and now - sent >= self.timeout_secs:
-                self.flow.on_timeout(sent, self.out, now)
+            if now - sent >= self.timeout_secs:
+                self.timed_out += 1
+                if self.flow is not None:
+                    self.flow.on_timeout(sent, self.out, now)
             self.replays.append(entry_id)
             self._queued.add(entry_id)
 
     def flush_acks(self) -> None:
-        """XACK the buffered ids, complete their lines (exactly-once) and, in the same transaction, write the
-        metrics that include them."""
+        """XACK the buffered ids, complete their lines (exactly-once) and write the metrics that include them: one
+        script (:data:`ACK`), retried whole by the client after a lost connection."""
         if self.ack_buffer:
-            pipe = self.conn.pipeline(transaction=True)
-            pipe.xack(self.stream, FEED_GROUP, *self.ack_buffer)
-            if self.completed:
-                self.dedup.complete(self.completed, client=pipe)  # type: ignore[union-attr]
-            if self.metrics_key:
-                pipe.hset(self.metrics_key, mapping=self.metrics())
-            results = pipe.execute()
-            if self.completed:
-                self.floor = int(results[1])
+            k = self.keys
+            pairs = [v for line in self.completed for v in line]
+            metrics = [v for item in self.metrics().items() for v in item] if self.metrics_key else []
+            floor = self._ack(keys=[self.stream, k.dedup_seen, k.dedup_done, k.dedup_floor,
+                                    self.metrics_key or k.spout(-1)],
+                              args=[FEED_GROUP, len(self.ack_buffer), *self.ack_buffer, len(pairs), *pairs, *metrics])
+            if self.dedup is not None:
+                self._set_floor(int(floor))
             self.ack_buffer.clear()
             self.completed.clear()
         self._last_ack_flush = self.clock()
@@ -273,6 +379,8 @@ class StreamFeed:
         self.emitted = int(old["emitted"])
         self.acked = int(old["acked"])
         self.replayed = int(old["replayed"])
+        self.healed = int(old.get("healed", 0))
+        self.timed_out = int(old.get("timed_out", 0))
         self.first_emit = float(old["first_emit"])
         self.last_ack = float(old["last_ack"])
         if self.flow is not None and "window" in old:  # a restarted spout goes on at the window it had reached
@@ -284,6 +392,8 @@ class StreamFeed:
             "emitted": self.emitted,
             "acked": self.acked,
             "replayed": self.replayed,
+            "healed": self.healed,
+            "timed_out": self.timed_out,
             "in_flight": len(self.in_flight),
             "first_emit": self.first_emit,
             "last_ack": self.last_ack,

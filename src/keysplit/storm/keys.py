@@ -16,7 +16,8 @@ key                         content
 ``...:feed``                stream: one entry per dataset record, fields ``r`` (encoded record), ``n`` (index
                             in the dataset), ``s`` (the line's sequence number in the feed: 0, 1, 2, ...)
 ``...:frequencies``         hash: word -> exact count (only for groupings that need a full pass)
-``...:loads``               hash: counter index -> words processed (what PKG's probe reads)
+``...:loads``               hash: counter index -> words processed (what PKG's probe reads; replays included)
+``...:loads:once``          hash: counter index -> words whose commit came from it (exactly-once: once each)
 ``...:counter:{i}``         hash: metrics of counter ``i`` (processed, distinct, rate, busy_s, first_tuple, task, pid)
 ``...:keys:{i}``            set: the distinct words counter ``i`` has held (memory, DistCost)
 ``...:aggregator:{i}``      hash: aggregator ``i``'s ticks with partial counts: ``partials`` and ``busy_s``
@@ -62,6 +63,7 @@ class RunKeys:
         self.feed = p + "feed"
         self.frequencies = p + "frequencies"
         self.loads = p + "loads"
+        self.loads_once = p + "loads:once"
         self.grouping_state = p + "grouping_state"
         self.grouping_version = p + "grouping_version"
         self.grouping_stats = p + "grouping_stats"

@@ -194,7 +194,8 @@ def split_password(url: str) -> tuple[str, str | None]:
         return url, None
     host = parts.netloc.rsplit("@", 1)[1]
     netloc = f"{parts.username}@{host}" if parts.username else host
-    return urlunsplit(parts._replace(netloc=netloc)), unquote(parts.password)
+    url = urlunsplit(parts._replace(netloc=netloc))  # "unix:/path" when no netloc is left: keep its "//"
+    return url if url.startswith(f"{parts.scheme}://") else url.replace(":", "://", 1), unquote(parts.password)
 
 
 def with_password(url: str, password: str) -> str:
