@@ -9,7 +9,7 @@ import resource
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import redis
@@ -180,34 +180,52 @@ def load_feed(
     words). Records without keys are skipped, as the simulator skips them. ``with_frequencies`` also stores
     the exact key counts (for groupings that need a full pass). ``deal(index, first key)`` gives each line the router
     (source) the simulator deals its record to, stored with the line for the spout (``d``)."""
+    words = 0
+    frequencies: Counter = Counter()
+
+    def entries() -> Iterator[dict]:
+        nonlocal words
+        lines = 0
+        for index, record in enumerate(dataset.records()):
+            if not record[1]:
+                continue
+            entry = {"r": encode_record(record), "n": index, "s": lines}
+            if deal is not None:
+                entry["d"] = deal(index, record[1][0])
+            lines += 1
+            words += len(record[1])
+            if with_frequencies:
+                frequencies.update(record[1])
+            yield entry
+
+    lines = fill_feed(conn, keys, entries(), frequencies, progress=progress, deadline=deadline)
+    return lines, words
+
+
+def fill_feed(conn: redis.Redis, keys: RunKeys, entries: Iterable[dict], frequencies: Counter, *,
+              progress: Callable[[int], None] | None = None, deadline: float | None = None) -> int:
+    """Append ``entries`` to the run's new feed stream, pipelined :data:`LOAD_BATCH` at a time (``progress`` after
+    each batch; a RunTimeout past ``deadline``), then store ``frequencies`` (filled while the entries are drawn) and
+    create the spouts' consumer group; returns how many entries. Both feeds are loaded so: the word count's lines
+    (:func:`load_feed`) and a toolkit topology's rows (keysplit.runs.topology_run.load_rows)."""
     if conn.exists(keys.feed):
         raise KeysplitError(f"run {keys.run_id!r} already has a feed in Redis; choose another run id")
-    lines = words = 0
-    frequencies: Counter = Counter()
+    count = 0
     pipe = conn.pipeline(transaction=False)
-    for index, record in enumerate(dataset.records()):
-        if not record[1]:
-            continue
-        entry = {"r": encode_record(record), "n": index, "s": lines}
-        if deal is not None:
-            entry["d"] = deal(index, record[1][0])
+    for entry in entries:
         pipe.xadd(keys.feed, entry)
-        lines += 1
-        words += len(record[1])
-        if with_frequencies:
-            frequencies.update(record[1])
-        if lines % LOAD_BATCH == 0:
+        count += 1
+        if count % LOAD_BATCH == 0:
             pipe.execute()
             if progress is not None:
                 progress(LOAD_BATCH)
             if deadline is not None and time.monotonic() > deadline:
-                raise RunTimeout(f"{lines:,} lines loaded into the feed")
+                raise RunTimeout(f"{count:,} lines loaded into the feed")
     pipe.execute()
     if progress is not None:
-        progress(lines % LOAD_BATCH)
-    if with_frequencies and frequencies:
-        for start in range(0, len(frequencies), 10_000):
-            chunk = dict(list(frequencies.items())[start:start + 10_000])
-            conn.hset(keys.frequencies, mapping=chunk)
+        progress(count % LOAD_BATCH)
+    items = list(frequencies.items())
+    for start in range(0, len(items), 10_000):
+        conn.hset(keys.frequencies, mapping=dict(items[start:start + 10_000]))
     create_group(conn, keys)
-    return lines, words
+    return count

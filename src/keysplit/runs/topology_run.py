@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,11 +35,11 @@ from keysplit.home import keysplit_home, private_dir
 from keysplit.metrics import imbalance_fraction
 from keysplit.runs.collect import spout_metrics
 from keysplit.runs.faults import Injector, check_kills, parse_kill
-from keysplit.runs.prepare import LOAD_BATCH, RunTimeout
+from keysplit.runs.prepare import RunTimeout, fill_feed
 from keysplit.runs.records import mark_interrupted, reserve, set_state
 from keysplit.runs.redis_server import managed_server
 from keysplit.specs import parse_spec
-from keysplit.storm.feed import create_group, feed_done
+from keysplit.storm.feed import feed_done
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.settings import PASSWORD_ENV, split_password
 from keysplit.stream import source_of
@@ -187,32 +187,17 @@ def load_rows(conn: redis.Redis, keys: RunKeys, dataset: CsvDataset, *, sources:
               deadline: float | None = None) -> int:
     """Append every row with a key to the run's feed: its columns as a JSON object (the key column as the record's
     key: cleaned as every reader cleans it), its record number, and the router it is dealt to; returns the rows."""
-    if conn.exists(keys.feed):
-        raise KeysplitError(f"run {keys.run_id!r} already has a feed in Redis; choose another run id")
-    rows = 0
     frequencies: Counter = Counter()
-    pipe = conn.pipeline(transaction=False)
-    for index, (record, row) in enumerate(dataset.rows()):
-        key = record[1][0]
-        pipe.xadd(keys.feed, {"r": json.dumps(row, separators=(",", ":")), "n": index, "s": rows,
-                              "d": source_of(index, key, sources, split)})
-        rows += 1
-        if with_frequencies:
-            frequencies[key] += 1
-        if rows % LOAD_BATCH == 0:
-            pipe.execute()
-            if progress is not None:
-                progress(LOAD_BATCH)
-            if deadline is not None and time.monotonic() > deadline:
-                raise RunTimeout(f"{rows:,} rows loaded into the feed")
-    pipe.execute()
-    if progress is not None:
-        progress(rows % LOAD_BATCH)
-    items = list(frequencies.items())
-    for start in range(0, len(items), 10_000):
-        conn.hset(keys.frequencies, mapping=dict(items[start:start + 10_000]))
-    create_group(conn, keys)
-    return rows
+
+    def entries() -> Iterator[dict]:
+        for index, (record, row) in enumerate(dataset.rows()):
+            key = record[1][0]
+            if with_frequencies:
+                frequencies[key] += 1
+            yield {"r": json.dumps(row, separators=(",", ":")), "n": index, "s": index,
+                   "d": source_of(index, key, sources, split)}
+
+    return fill_feed(conn, keys, entries(), frequencies, progress=progress, deadline=deadline)
 
 
 def new_run_id(name: str) -> str:

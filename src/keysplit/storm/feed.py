@@ -419,3 +419,24 @@ def feed_done(conn: redis.Redis, keys: RunKeys) -> bool:
         if group["name"] == FEED_GROUP:
             return group["pending"] == 0 and group["last-delivered-id"] == last
     return False
+
+
+def open_feed(conn: redis.Redis, keys: RunKeys, settings, conf, consumer: str, index: int, *,
+              words: Callable[[str], int] | None = None) -> StreamFeed:
+    """A spout task's feed as Storm's configuration asks for it, restored (its own pending lines re-read): the
+    exactly-once window when ``settings`` deliver exactly once, and the adaptive window within max pending. Both
+    spouts call it: the word count's (storm/spout.py) and the toolkit's (keysplit.toolkit.spout)."""
+    timeout = float(conf.get("topology.message.timeout.secs", 30))
+    max_pending = conf.get("topology.max.spout.pending")
+    feed = StreamFeed(
+        conn, keys, consumer,
+        orphan_idle_ms=int(3 * timeout * 1000), metrics_key=keys.spout(index),
+        dedup=Dedup(conn, keys) if settings.exactly_once else None,
+        window=settings.window_lines(max_pending),
+        # Storm calls nextTuple below max pending whatever we do; this window keeps the lines out within what
+        # completes before the message timeout (storm/window.py)
+        flow=AdaptiveWindow(settings.window_policy, int(max_pending) if max_pending else None, timeout),
+        timeout_secs=timeout, words=words,
+    )
+    feed.restore()
+    return feed

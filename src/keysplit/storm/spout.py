@@ -10,14 +10,12 @@ from keysplit.datasets import decode_record
 from keysplit.redis_client import client
 from keysplit.storm import quiet_exit
 from keysplit.storm.components import ROUTER, record_start
-from keysplit.storm.exactly_once import Dedup
-from keysplit.storm.feed import StreamFeed
+from keysplit.storm.feed import open_feed
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.settings import WordCountSettings
 from keysplit.storm.spout_pacing import RatePacer
 from keysplit.storm.streams import LINES, component_tasks, declare, decode_ids, encode_lines, route_value
-from keysplit.storm.window import AdaptiveWindow
 
 quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
 
@@ -57,21 +55,9 @@ class RedisStreamSpout(CoalescedWrites, Spout):
         settings = WordCountSettings.from_conf(conf)
         keys = RunKeys(settings.run_id)
         index = component_tasks(context, self.component_name).index(int(self.task_id))
-        timeout = float(conf.get("topology.message.timeout.secs", 30))
-        max_pending = conf.get("topology.max.spout.pending")
         conn = client(settings.redis_connect_url())
         record_start(conn, keys, self.component_name, index, conf, context)
-        self.feed = StreamFeed(
-            conn, keys, f"spout-{index}",
-            orphan_idle_ms=int(3 * timeout * 1000), metrics_key=keys.spout(index),
-            dedup=Dedup(conn, keys) if settings.exactly_once else None,
-            window=settings.window_lines(max_pending),
-            # Storm calls nextTuple below max pending whatever we do; this window keeps the lines out within what
-            # completes before the message timeout (storm/window.py)
-            flow=AdaptiveWindow(settings.window_policy, int(max_pending) if max_pending else None, timeout),
-            timeout_secs=timeout,
-        )
-        self.feed.restore()
+        self.feed = open_feed(conn, keys, settings, conf, f"spout-{index}", index)
         self.routers = len(component_tasks(context, ROUTER))
         self.routes = [route_value(s, self.routers) for s in range(self.routers)]
         # open loop: this spout's share of the rate; closed loop (rate 0): no schedule

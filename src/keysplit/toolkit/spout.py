@@ -22,11 +22,9 @@ import json
 from streamparse import Spout
 
 from keysplit.storm import quiet_exit
-from keysplit.storm.exactly_once import Dedup
-from keysplit.storm.feed import StreamFeed
+from keysplit.storm.feed import open_feed
 from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.streams import component_tasks, route_value
-from keysplit.storm.window import AdaptiveWindow
 from keysplit.toolkit.contract import ROUTE_FIELD
 from keysplit.toolkit.runtime import ToolkitError, connect, subscribers, task_index
 
@@ -53,17 +51,8 @@ class FeedSpout(CoalescedWrites, Spout):
                                "(keysplit run sets it)")
         self.fields = list(cfg["fields"])
         index, _ = task_index(context, self.component_name, self.task_id)
-        timeout = float(conf.get("topology.message.timeout.secs", 30))
-        max_pending = conf.get("topology.max.spout.pending")
-        self.feed = StreamFeed(
-            conn, keys, f"{self.component_name}-{index}",
-            orphan_idle_ms=int(3 * timeout * 1000), metrics_key=keys.spout(index),
-            dedup=Dedup(conn, keys) if settings.exactly_once else None,
-            window=settings.window_lines(max_pending),
-            flow=AdaptiveWindow(settings.window_policy, int(max_pending) if max_pending else None, timeout),
-            timeout_secs=timeout, words=lambda row: 1,  # one record, one key: one commit mark a row
-        )
-        self.feed.restore()
+        # one record, one key: one commit mark a row
+        self.feed = open_feed(conn, keys, settings, conf, f"{self.component_name}-{index}", index, words=lambda row: 1)
         # the router this spout deals rows to: the component grouping its stream on the route field, if any
         dealt = [name for name, g in subscribers(context, "default").items()
                  if list(g.get("fields") or []) == [ROUTE_FIELD]]
