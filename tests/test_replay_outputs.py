@@ -157,7 +157,8 @@ def _limit_file_size() -> None:  # in the child: writes past 1 MiB fail with EFB
 
 def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
     """A dataset of 300,000 distinct words (its counts.parquet alone is several MiB) replayed into a 1 MiB disk:
-    the executors' Parquet writer (Java) fails, or the driver's own writes (Python) do; either way one line."""
+    the executors' Parquet writer (Java) fails; a generator of as many written there first: the driver's own write
+    (Python) fails. Either way one line after the progress lines, and nothing left on the disk."""
     words = tmp_path / "words.txt"
     with open(words, "w", encoding="utf-8") as fh:
         for i in range(30_000):
@@ -165,21 +166,24 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
     disk = tmp_path / "disk"
     disk.mkdir()
     mounted = _mount_tmpfs(disk, "1m")
+    cause = "No space left on device" if mounted else "File too large"
+    env = {**os.environ, "KEYSPLIT_HOME": str(tmp_path / "home")}
+    env.pop("PYSPARK_GATEWAY_PORT", None)
     try:
-        env = {**os.environ, "KEYSPLIT_HOME": str(tmp_path / "home")}
-        env.pop("PYSPARK_GATEWAY_PORT", None)
-        proc = subprocess.run([sys.executable, "-m", "keysplit.cli", "replay", "--dataset", f"text:{words}", "-g",
-                               "kg", "-W", "4", "-S", "1", "--out", str(disk / "o")], env=env, capture_output=True,
-                              text=True, timeout=600, check=False,
-                              **({} if mounted else {"preexec_fn": _limit_file_size, "restore_signals": False}))
-        assert proc.returncode == 2, proc.stderr[-3000:]
-        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-        cause = "No space left on device" if mounted else "File too large"
-        assert proc.stderr.startswith("keysplit: error: ") and cause in proc.stderr, proc.stderr
-        assert os.listdir(disk) == []  # no staging folder, no half-written output
+        for dataset, says in ((f"text:{words}", "a Spark task could not write: "),
+                              ("zipf:messages=300000,keys=200000", "cannot write ")):
+            proc = subprocess.run([sys.executable, "-m", "keysplit.cli", "replay", "--dataset", dataset, "-g", "kg",
+                                   "-W", "4", "-S", "1", "--out", str(disk / "o")], env=env, capture_output=True,
+                                  text=True, timeout=600, check=False,
+                                  **({} if mounted else {"preexec_fn": _limit_file_size, "restore_signals": False}))
+            *progress, last = proc.stderr.splitlines()
+            assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+            assert all(line.startswith("replay: ") for line in progress), proc.stderr[-3000:]
+            assert last.startswith(f"keysplit: error: {says}") and cause in last, last
+            assert os.listdir(disk) == []  # no staging folder, no half-written output
     finally:
         if mounted:
-            subprocess.run(["umount", str(disk)], check=False)
+            subprocess.run(["umount", "--lazy", str(disk)], check=False)
 
 
 def test_a_dead_replays_staging_folder_does_not_make_out_look_foreign(tmp_path):
