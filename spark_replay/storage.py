@@ -76,7 +76,7 @@ def check_out(dataset: Any, out: str, force: bool = False) -> None:
     if not os.path.lexists(out):
         return
     if not os.path.isdir(out):
-        raise KeysplitError(f"--out {out} is a file, not a folder; name a folder for the replay's outputs")
+        raise KeysplitError(f"cannot create output directory {out}: File exists")  # as every command's --out
     foreign = sorted(n for n in os.listdir(out) if not n.startswith(STAGING))  # a killed replay's staging is ours
     if force or not foreign or MARKER in foreign:
         return

@@ -46,7 +46,7 @@ def test_a_folder_of_the_users_files_is_refused_before_spark_starts(tmp_path, ca
     file_out = tmp_path / "file"
     file_out.write_text("x")
     assert cli_main(["replay", "--dataset", "zipf:messages=100", "--out", str(file_out)]) == 2
-    assert "is a file, not a folder" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"keysplit: error: cannot create output directory {file_out}: File exists\n"
 
 
 def test_force_replaces_the_outputs_only_and_marks_the_folder_as_a_replays(spark, tmp_path, capsys):
