@@ -12,7 +12,7 @@ same decisions) rather than keep every decision of the measurements in memory.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from spark_replay.chunks import compact
 from spark_replay.ingest import Ingested, deal_chunk
 from spark_replay.ordered import in_order
 from spark_replay.routing import GLOBAL, has_fast_path, router
+
+if TYPE_CHECKING:
+    from spark_replay.job import ReplayOptions
 
 
 class ModelKeyIds:
@@ -194,7 +197,7 @@ def estimate_from_chunks(chunks: Any, order: list, offsets: dict, sources: int, 
     return chunks.coalesce(1).mapPartitions(task).collect()[0]
 
 
-def merged_decisions(spec: str, mode: str, opts: Any) -> bool:
+def merged_decisions(spec: str, mode: str, opts: ReplayOptions) -> bool:
     """True when routing the merged stream (every chunk whole, each message with its source) makes the
     decisions of ``spec``'s routing: a global grouping is routed so anyway, and the fast path's kernel keeps
     every source's state apart (a message touches only its source's row), so it decides each source's messages
@@ -202,7 +205,7 @@ def merged_decisions(spec: str, mode: str, opts: Any) -> bool:
     return mode == GLOBAL or (opts.fast and has_fast_path(spec, opts.workers, opts.sources))
 
 
-def model_estimate(ing: Ingested, spec: str, mode: str, opts: Any, frequencies: Any, hashed: bool = True,
+def model_estimate(ing: Ingested, spec: str, mode: str, opts: ReplayOptions, frequencies: Any, hashed: bool = True,
                    measure: Any = None) -> tuple:
     """The topology model's estimate for ``spec``: the stream routed again (the same decisions) and given in
     sequence order to the model's one task: straight from the cached chunks where the merged stream's decisions

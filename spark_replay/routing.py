@@ -27,7 +27,7 @@ from __future__ import annotations
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from keysplit.simulator.tokenize import HashIds
 from keysplit.stream import Resize
 from spark_replay.ingest import Ingested, SubStream
 from spark_replay.ordered import in_order
+
+if TYPE_CHECKING:
+    from spark_replay.job import ReplayOptions
 
 PARTITIONED = "partitioned"
 GLOBAL = "global"
@@ -197,7 +200,7 @@ def route_pieces(source: int, pieces: Iterator[SubStream], p: RoutingParams) -> 
         yield sub, router.route(sub), fs is not None
 
 
-def routing_params(spec: str, mode: str, opts: Any) -> RoutingParams:
+def routing_params(spec: str, mode: str, opts: ReplayOptions) -> RoutingParams:
     """The routing parameters of ``spec`` in a replay (``opts``: :class:`spark_replay.job.ReplayOptions`)."""
     return RoutingParams(spec=spec, workers=opts.workers, sources=opts.sources, rate=opts.rate, mode=mode,
                          split=opts.split, fast=opts.fast,
@@ -209,7 +212,7 @@ def routing_params(spec: str, mode: str, opts: Any) -> RoutingParams:
 RoutedPieces = Callable[[int, Iterator], Iterator[tuple[SubStream, np.ndarray, bool]]]
 
 
-def router(ing: Ingested, spec: str, mode: str, opts: Any, frequencies: Any,
+def router(ing: Ingested, spec: str, mode: str, opts: ReplayOptions, frequencies: Any,
            hashed: bool = True) -> tuple[Any, list[int], RoutedPieces]:
     """``(stream, sources, routed_pieces)``: the pieces ``spec`` routes (one partition per source, or the merged
     one), their sources, and the partition function that routes them in chunk order. ``hashed``: key ids come

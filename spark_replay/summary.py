@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from spark_replay.model_task import model_estimate
 from spark_replay.queueing import throughput_estimate
 from spark_replay.routing import router
 
+if TYPE_CHECKING:
+    from spark_replay.job import ReplayOptions
+
 
 @dataclass
 class GroupingResult:
@@ -31,7 +34,7 @@ class GroupingResult:
     series_loads: list[list[int]]
 
 
-def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Any, every: int,
+def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: ReplayOptions, every: int,
                     frequencies: Any, estimate: Future | None = None, hashed: bool = True,
                     started: float | None = None) -> GroupingResult:
     """Route every sub-stream with ``spec`` and measure it (loads, I(t), memory, queueing); ``estimate`` is the
