@@ -115,3 +115,21 @@ def test_fingerprint_adds_up_over_any_cut_and_sees_every_change():
     retimed[0] = (1.0, records[0][1])
     merged = [*records[:2], (None, records[2][1] + records[3][1]), *records[4:]]
     assert len({whole, dataset_sha256(swapped), dataset_sha256(retimed), dataset_sha256(merged)}) == 4
+
+
+def test_routing_params_cross_into_spark_as_a_typed_value():
+    """What a routing task receives: a frozen dataclass that pickles whole (Spark ships it in the task's closure)
+    and builds the same groupings as the arguments it holds."""
+    import dataclasses
+    import pickle
+
+    from keysplit.stream import Resize
+    from spark_replay.routing import PARTITIONED, RoutingParams, prepare
+
+    params = RoutingParams(spec="fish", workers=4, sources=2, rate=100.0, mode=PARTITIONED, split="key",
+                           capacities=(1.0, 2.0, 1.0, 2.0), resizes=(Resize(10, 6),))
+    back = pickle.loads(pickle.dumps(dataclasses.replace(params, frequencies={"a": 3})))
+    assert back == dataclasses.replace(params, frequencies={"a": 3}) and back.every_worker == 6
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        back.workers = 5  # type: ignore[misc]
+    assert [g.describe() for g in prepare(back)] == [g.describe() for g in prepare(params)]
