@@ -108,7 +108,8 @@ def has_fast_path(spec: str, workers: int, sources: int) -> bool:
 
 
 def prepare(p: RoutingParams) -> list[BaseGrouping]:
-    """``prepare_groupings`` without the dataset: the frequencies come from the replay's counts."""
+    """``keysplit.groupings.hosting.prepare_groupings`` without the dataset: the frequencies come from the replay's
+    counts."""
     return prepare_groupings(p.spec, p.workers, p.sources, capacities=p.capacities, frequencies=p.frequencies or {})
 
 
