@@ -1,6 +1,6 @@
 """Per-partition summaries of routed messages, and how the driver combines them.
 
-A routing task routes its pieces one at a time (:mod:`spark_replay.source_routing`) and keeps, for all of them:
+A routing task routes its pieces one at a time (:mod:`spark_replay.routing`) and keeps, for all of them:
 
 - ``agg``: the K x W matrix of loads at the checkpoints (row j: messages with sequence < (j+1)*c that went
   to each worker, the simulator's ``ImbalanceSeries`` points) and the final per-worker loads; summed over
@@ -26,13 +26,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 
 from keysplit.hashing import hash32
-from keysplit.latency import QUEUE_BITS, LatencyHistogram
+from keysplit.latency import LatencyHistogram
 from spark_replay.ingest import SubStream
 from spark_replay.ordered import InOrder
+from spark_replay.queueing import Queues
 
 #: Above this many (key, worker) cells a partition finds its pairs by sorting instead of with a bitmap.
 _BITMAP_CELLS = 1 << 26
@@ -209,55 +209,6 @@ class Partial:
     def merge(self, other: Partial) -> Partial:
         agg = other.agg if self.agg is None else self.agg if other.agg is None else merge_agg(self.agg, other.agg)
         return Partial(agg, self.distinct + other.distinct, self.keys + other.keys, self.hist.merge(other.hist))
-
-
-@numba.njit(cache=True, nogil=True)
-def lindley_from(arrivals: np.ndarray, service: float, wait: float, last: float) -> tuple:
-    """Lindley's recursion (:func:`spark_replay.queueing.lindley`) continued from a previous batch that left
-    the queue with waiting time ``wait`` after its last arrival ``last`` (``-inf``: an empty queue).
-    Returns the latencies, and the ``wait`` and ``last`` to continue from."""
-    out = np.empty(arrivals.shape[0], dtype=np.float64)
-    for n in range(arrivals.shape[0]):
-        wait = max(0.0, wait + service - (arrivals[n] - last))
-        last = arrivals[n]
-        out[n] = wait + service
-    return out, wait, last
-
-
-class Queues:
-    """The FIFO queues of one reduce task's workers, served chunk after chunk (or all at once at the end)."""
-
-    def __init__(self, service: float, streaming: bool) -> None:
-        self.service = service
-        self.streaming = streaming
-        self.hist = LatencyHistogram(service if service > 0 else 1.0, QUEUE_BITS)  # bins relative to D
-        self.state: dict[int, tuple[float, float]] = {}
-        self.pending: dict[int, list[np.ndarray]] = {}
-
-    def add(self, pieces: list[list[tuple[int, np.ndarray]]]) -> None:
-        """One chunk's arrivals at these workers, from every source (each source's sorted)."""
-        per_worker: dict[int, list[np.ndarray]] = {}
-        for piece in pieces:
-            for w, times in piece:
-                per_worker.setdefault(w, []).append(times)
-        for w, parts in per_worker.items():
-            if not self.streaming:
-                self.pending.setdefault(w, []).extend(parts)
-                continue
-            times = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts), kind="stable")
-            self._serve(w, times)
-
-    def _serve(self, w: int, times: np.ndarray) -> None:
-        wait, last = self.state.get(w, (0.0, -np.inf))
-        latencies, wait, last = lindley_from(times, self.service, wait, last)
-        self.state[w] = (wait, last)
-        self.hist.add(latencies)
-
-    def finish(self) -> LatencyHistogram:
-        for w, parts in self.pending.items():
-            self._serve(w, np.sort(np.concatenate(parts), kind="stable"))
-        self.pending.clear()
-        return self.hist
 
 
 def finish_partition(items: Iterable[tuple[tuple, Any]], group: int, chunks: int, sources: list[int],

@@ -1,58 +1,35 @@
-"""Reading a dataset on Spark partitions, numbering its messages, and dealing them to S ordered sub-streams.
+"""The deal: the dataset's chunks on Spark numbered and dealt to S ordered sub-streams, one piece per (source, chunk).
 
 The rules are the stream's (``keysplit.stream``): records are numbered 0, 1, ... in file order (the
 records the reader yields, i.e. after ``parse_line`` skipped blank or keyless lines); record ``index`` goes
 to source ``source_of(index, first_key, S, split)``; messages (keys) are numbered by ``sequence`` from 0 over
 the whole stream, and a message's event time is its record's timestamp or ``sequence / rate``.
 
-Reading is Spark's (:mod:`spark_replay.sparkinput`: every split of the file read by one task, in file order;
-plain text lines tokenized by :mod:`spark_replay.text_input`); this module cuts what a task reads into chunks of
-at most :data:`CHUNK_MESSAGES` messages (:class:`ChunkBuilder`: memory per task does not grow with the dataset).
-A small job then gives every chunk its global record and message offsets (prefix sums of per-chunk counts, a few
-numbers per chunk on the driver) and its share of the dataset fingerprint (:mod:`keysplit.fingerprint`), and one
-shuffle deals each chunk's messages to the partition of their source (:func:`deal_chunk`, the rules of
-``keysplit.stream``), as one piece per (source, chunk). A routing task then takes its pieces in chunk order
-(:mod:`spark_replay.ordered`), one at a time. Nothing of the dataset itself goes through the driver.
+A small job gives every chunk (:mod:`spark_replay.chunks`, read by :mod:`spark_replay.sparkinput`) its global
+record and message offsets (prefix sums of per-chunk counts, a few numbers per chunk on the driver), and one
+shuffle (run by the first job that routes) deals each chunk's messages to the partition of their source. The
+chunks stay cached: their share of the dataset fingerprint (:mod:`keysplit.fingerprint`) and the exact counts
+(:mod:`spark_replay.key_counts`) are taken from them while the routing jobs (:mod:`spark_replay.routing`) run,
+and the topology model (:mod:`spark_replay.model_task`) reads them in sequence order. Nothing of the dataset
+itself goes through the driver.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import zlib
-from collections.abc import Iterable, Iterator
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import mmh3
 import numpy as np
 
-from keysplit.datasets import Dataset, FileDataset, open_dataset, write_dataset
-from keysplit.datasets.readers import ParquetDataset, bounded_lines, open_binary
+from keysplit.datasets import FileDataset
 from keysplit.errors import DatasetError
-from keysplit.fingerprint import RecordColumns, chunk_lanes, key_hashes
-from keysplit.hashing import BASE_SEED
+from keysplit.fingerprint import Fingerprint, chunk_lanes, key_hashes
 from keysplit.stream import event_times, key_sources, sources_of
-
-#: Seed of the 64-bit key fingerprints the replay uses to merge per-key state across partitions.
-KEY_HASH_SEED = BASE_SEED + 700
-
-#: Target bytes per input partition of an uncompressed file.
-SLICE_BYTES = 8 << 20
-#: Most messages in one chunk (a unit of parsing, shuffling and routing; bounds a task's memory).
-CHUNK_MESSAGES = 1 << 19
-
-
-@dataclass
-class Chunk:
-    """Consecutive records of one input partition, in file order: keys as ids into ``vocab``."""
-
-    part: tuple[int, int]  # (input partition, chunk number inside it): chunks sort in file order
-    vocab: list[str]
-    key_ids: np.ndarray  # int32, one per message
-    rec_len: np.ndarray  # int32, keys per record
-    ts: np.ndarray | None  # float64 per record (0 where absent), None when no record has one
-    has_ts: np.ndarray | None  # bool per record
+from spark_replay.chunks import Chunk, compact
+from spark_replay.key_counts import fingerprints
+from spark_replay.sparkinput import read_failure, spark_chunks
 
 
 @dataclass
@@ -75,147 +52,6 @@ class SubStream:
     def now(self, rate: float) -> np.ndarray:
         """Event time of every message (``keysplit.stream.event_times``)."""
         return event_times(self.seq, rate, self.ts, self.has_ts)
-
-
-# ----------------------------------------------------------------------------------------------- reading
-
-
-def decode_line(data: bytes) -> str:
-    """One line as :meth:`FileDataset.lines` decodes it (invalid UTF-8 replaced, line end stripped)."""
-    try:
-        line = data.decode("utf-8")
-    except UnicodeDecodeError:
-        line = data.decode("utf-8", errors="replace")
-    return line.rstrip("\r\n")
-
-
-def read_range(path: str, start: int, end: int) -> Iterator[str]:
-    """The decoded lines that start at a byte offset in ``[start, end)`` of an uncompressed file."""
-    with open(path, "rb") as fh:
-        if start > 0:
-            fh.seek(start - 1)
-            fh.readline()  # the line that started before ``start`` belongs to the previous range
-        pos = fh.tell()
-        lines = bounded_lines(fh, path, numbered=start == 0)
-        while pos < end:
-            data = next(lines, b"")
-            if not data:
-                break
-            pos += len(data)
-            yield decode_line(data)
-
-
-def read_gzip(path: str) -> Iterator[str]:
-    try:
-        with open_binary(path) as raw:
-            for data in bounded_lines(raw, path):
-                yield decode_line(data)
-    except (OSError, EOFError, zlib.error) as exc:  # as FileDataset.lines: truncated, bad CRC, bad deflate data
-        raise DatasetError(f"cannot read dataset file {path}: corrupt gzip data ({exc})") from None
-
-
-@dataclass
-class Slice:
-    """One input partition: a byte range of a text file, the whole of a gzip file, or Parquet row groups."""
-
-    part: int
-    start: int = 0
-    end: int = 0
-    gzip: bool = False
-    row_groups: tuple[int, ...] = ()
-
-
-def plan_slices(dataset: FileDataset, partitions: int | None, parallelism: int) -> list[Slice]:
-    """Cut the file into input partitions (``partitions`` forces the number for byte ranges)."""
-    path = dataset.path
-    if isinstance(dataset, ParquetDataset):
-        groups = dataset._file.num_row_groups
-        n = max(1, min(groups, partitions or parallelism))
-        bounds = [groups * i // n for i in range(n + 1)]
-        return [Slice(i, row_groups=tuple(range(bounds[i], bounds[i + 1]))) for i in range(n)]
-    with open(path, "rb") as fh:
-        if fh.read(2) == b"\x1f\x8b":
-            return [Slice(0, gzip=True)]
-    size = os.path.getsize(path)
-    n = partitions or max(parallelism, math.ceil(size / SLICE_BYTES))
-    n = max(1, min(n, size))
-    bounds = [size * i // n for i in range(n + 1)]
-    return [Slice(i, bounds[i], bounds[i + 1]) for i in range(n)]
-
-
-def executor_dataset(dataset: FileDataset) -> Any:
-    """What a task needs to re-create the reader: the dataset itself, or for Parquet its (path, key, time)."""
-    if isinstance(dataset, ParquetDataset):
-        return ("parquet", dataset.path, dataset.key_column, dataset.time_column)
-    return dataset
-
-
-def parse_slice(reader: Any, piece: Slice) -> list[Chunk]:
-    """Every chunk of one input partition (eagerly; the job streams :func:`slice_chunks`)."""
-    return list(slice_chunks(reader, piece))
-
-
-class ChunkBuilder:
-    """Records in file order, cut into :class:`Chunk` s of about ``limit`` messages numbered ``(part, 0), (part,
-    1), ...``: the one way every reader turns records into chunks."""
-
-    def __init__(self, part: int, limit: int = CHUNK_MESSAGES) -> None:
-        self.part, self.limit, self.number = part, limit, 0
-        self._reset()
-
-    def _reset(self) -> None:
-        self.cols = RecordColumns()
-
-    def add(self, records: Iterable) -> Iterator[Chunk]:
-        """Take records ``(ts, keys)``; yield every chunk that fills up."""
-        for ts, keys in records:
-            self.cols.add(ts, keys)
-            if len(self.cols.ids) >= self.limit:
-                yield self._take()
-
-    def finish(self) -> Iterator[Chunk]:
-        """The last, partly filled chunk (if any record is left)."""
-        if self.cols.lengths:
-            yield self._take()
-
-    def _take(self) -> Chunk:
-        c = self.cols
-        chunk = Chunk(
-            part=(self.part, self.number),
-            vocab=list(c.vocab),
-            key_ids=np.asarray(c.ids, dtype=np.int32),
-            rec_len=np.asarray(c.lengths, dtype=np.int32),
-            ts=np.asarray(c.times, dtype=np.float64) if c.any_ts else None,
-            has_ts=np.asarray(c.timed, dtype=bool) if c.any_ts else None,
-        )
-        self.number += 1
-        self._reset()
-        return chunk
-
-
-def slice_chunks(reader: Any, piece: Slice, limit: int = CHUNK_MESSAGES) -> Iterator[Chunk]:
-    """Parse one input partition with the reader's ``parse_line`` into chunks of about ``limit`` messages."""
-    if isinstance(reader, tuple):
-        records: Iterator = _parquet_records(ParquetDataset(*reader[1:]), piece.row_groups)
-    else:
-        lines = read_gzip(reader.path) if piece.gzip else read_range(reader.path, piece.start, piece.end)
-        if reader.skip_header and piece.start == 0:
-            next(lines, None)
-        records = filter(None, map(reader.parse_line, lines))
-    builder = ChunkBuilder(piece.part, limit)
-    yield from builder.add(records)
-    yield from builder.finish()
-
-
-def _parquet_records(dataset: ParquetDataset, groups: tuple[int, ...]) -> Iterator:
-    import pyarrow as pa
-
-    for g in groups:
-        try:
-            table = dataset._file.read_row_group(g, columns=dataset.columns)
-        except (OSError, pa.ArrowException) as exc:  # pages that do not decode under a valid footer
-            raise DatasetError(f"cannot read Parquet file {dataset.path}: {exc}") from None
-        yield from dataset.table_records(table)
 
 
 # ------------------------------------------------------------------------------------- sources and order
@@ -261,15 +97,6 @@ def deal_chunk(chunk: Chunk, rec0: int, seq0: int, sources: int, split: str, mer
         yield s, (chunk.part, sub)
 
 
-def compact(ids: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(ids, return_inverse=True)`` for ids below ``size``, without a sort: the ids used, ascending,
-    and every id's rank among them (O(len(ids) + size), for pieces much larger than their vocabulary)."""
-    seen = np.zeros(size, dtype=bool)
-    seen[ids] = True
-    rank = np.cumsum(seen, dtype=np.int64) - 1
-    return np.flatnonzero(seen), rank[ids]
-
-
 def chunk_facts(chunk: Chunk, rec0: int, seq0: int, rate: float) -> tuple[tuple[int, int], tuple[int, int], tuple]:
     """What the driver learns of a chunk once its offsets are known: its share of the dataset fingerprint, and
     its first and last event time and whether they rise within it (Lindley can then stream chunk by chunk)."""
@@ -284,33 +111,88 @@ def chunk_facts(chunk: Chunk, rec0: int, seq0: int, rate: float) -> tuple[tuple[
     return chunk.part, lanes, (float(now[0]), float(now[-1]), rising)
 
 
-def key_fingerprint(key: str) -> int:
-    """A key's 64-bit murmur3 fingerprint (only trusted after the ingest checked there is no collision)."""
-    return mmh3.hash64(key, KEY_HASH_SEED, signed=False)[0]
+# ------------------------------------------------------------------------------------------- on Spark
 
 
-def fingerprints(vocab: list[str]) -> np.ndarray:
-    """:func:`key_fingerprint` of every key, as uint64."""
-    return np.fromiter((key_fingerprint(k) for k in vocab), dtype=np.uint64, count=len(vocab))
+@dataclass
+class Ingested:
+    """The dataset on Spark: its pieces (cached), their order, the exact counts, its size and fingerprint.
+
+    The pieces are dealt by the first job that routes them; the chunks stay cached for :func:`facts` (the
+    fingerprint, whether event times rise), :func:`spark_replay.key_counts.count_keys` (the exact counts, whether
+    the keys' 64-bit fingerprints are collision-free), which the replay runs beside the routing, and the topology
+    model (:func:`spark_replay.model_task.estimate_from_chunks`)."""
+
+    streams: Any  # RDD[(source, (chunk id, SubStream))], partition s = source s
+    merged: Any  # RDD[(0, (chunk id, SubStream))] in one partition (every source), or None
+    order: list[tuple[int, int]]  # every chunk id, in sequence order
+    chunks: Any  # RDD[Chunk], cached (the facts, the counts and the topology model read it)
+    offsets: dict[tuple[int, int], tuple[int, int]]  # chunk id -> (first record, first message)
+    rate: float
+    records: int
+    messages: int
+    partitions: int
+    counts: Any = None  # RDD[(key, count)], set by key_counts.count_keys
+    sha256: str = ""  # set by facts
+    rising_times: bool = True  # event times never decrease along the stream (set by facts)
+    hashed: bool | None = None  # the keys' fingerprints are collision-free (None: not checked yet)
+    cached_counts: Any = None  # the cached RDD behind ``counts``
+
+    def unpersist(self) -> None:
+        for rdd in (self.chunks, self.cached_counts):
+            if rdd is not None:
+                rdd.unpersist()
 
 
-# ------------------------------------------------------------------------------------------- the job
+def ingest(spark: Any, dataset: FileDataset, sources: int, split: str, partitions: int | None = None,
+           rate: float = 10_000.0, merged: bool = False) -> Ingested:
+    """Read, number and deal the dataset into pieces per (source, chunk), cached (see the module docstring);
+    ``merged`` also keeps every chunk whole, for the groupings routed in one partition. Every piece carries its
+    keys' 64-bit fingerprints; the routing trusts them only where the counts found no collision
+    (:func:`spark_replay.key_counts.count_keys`)."""
+    from pyspark import StorageLevel
+
+    chunks, n_input = spark_chunks(spark, dataset, partitions)
+    chunks = chunks.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        sizes = sorted(chunks.map(lambda c: (c.part, len(c.rec_len), len(c.key_ids))).collect())
+    except Exception as exc:
+        failure = read_failure(exc, dataset)
+        if failure is None:
+            raise
+        raise failure from None
+    records = sum(r for _, r, _ in sizes)
+    messages = sum(m for _, _, m in sizes)
+    if messages == 0:
+        chunks.unpersist()
+        raise DatasetError(f"dataset {dataset.spec!r} has no records (empty file or no keys in it)")
+    offsets: dict[tuple[int, int], tuple[int, int]] = {}
+    rec0 = seq0 = 0
+    for part, r, m in sizes:
+        offsets[part] = (rec0, seq0)
+        rec0 += r
+        seq0 += m
+
+    def deal(chunk: Chunk, whole: bool) -> Iterator:
+        return deal_chunk(chunk, *offsets[chunk.part], sources, split, merged=whole, hashed=True)
+
+    # Not cached: the first job that routes runs the deal's shuffle, and every later one reads its files again
+    # (Spark keeps a shuffle's output while its RDD lives), without a pass that only fills a cache.
+    streams = chunks.flatMap(lambda c: deal(c, False)).partitionBy(sources, lambda s: s)
+    whole = chunks.flatMap(lambda c: deal(c, True)).partitionBy(1, lambda s: 0) if merged else None
+    return Ingested(streams, whole, [part for part, _, _ in sizes], chunks, offsets, rate, records, messages,
+                    n_input)
 
 
-def is_uri(path: str) -> bool:
-    """A path with a scheme (``hdfs://``, ``s3a://``, ``file:``) rather than a local file name."""
-    head = path.split("/", 1)[0]
-    return ":" in head and len(head.split(":", 1)[0]) > 1
-
-
-def materialise(dataset: Dataset, out_dir: str) -> FileDataset:
-    """A file dataset for ``dataset``: itself, or a generator written out first as ``out_dir/dataset.csv``."""
-    if isinstance(dataset, FileDataset):
-        if not is_uri(dataset.path):
-            dataset.path = os.path.abspath(dataset.path)
-        return dataset
-    os.makedirs(out_dir, exist_ok=True)
-    spec, _ = write_dataset(dataset, os.path.join(out_dir, "dataset.csv"))
-    written = open_dataset(spec)
-    assert isinstance(written, FileDataset)
-    return written
+def facts(ing: Ingested) -> None:
+    """The dataset fingerprint and whether event times rise, from every chunk's facts (one small job)."""
+    offsets, rate = ing.offsets, ing.rate
+    found = sorted(ing.chunks.map(lambda c: (len(c.rec_len), len(c.key_ids),
+                                             chunk_facts(c, *offsets[c.part], rate))).collect(),
+                   key=lambda f: f[2][0])
+    fingerprint = Fingerprint()
+    for r, m, (_, lanes, _) in found:
+        fingerprint.add(r, m, lanes)
+    spans = [span for _, _, (_, _, span) in found if span[0] is not None]
+    ing.sha256 = fingerprint.hexdigest()
+    ing.rising_times = all(span[2] for span in spans) and all(a[1] <= b[0] for a, b in itertools.pairwise(spans))

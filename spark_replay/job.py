@@ -4,10 +4,19 @@ Library use: ``run_replay(spark, ReplayOptions(...))`` returns the summary it wr
 On a cluster: ``spark-submit [--master URL] spark_replay/__main__.py --dataset SPEC --groupings ... --out DIR``
 (the same options as ``keysplit replay``; the entry point is :mod:`spark_replay.__main__`, and this file still runs
 as the script it was).
+
+The walk of :func:`run_replay`, one module per step: check everything (:func:`validate`, the output folder in
+:mod:`~spark_replay.storage`); **read** the dataset into chunks (:mod:`~spark_replay.sparkinput`,
+:mod:`~spark_replay.text_input`, :mod:`~spark_replay.chunks`); **deal** them into S ordered sub-streams
+(:mod:`~spark_replay.ingest`) and count every key exactly (:mod:`~spark_replay.key_counts`); for each grouping,
+**route** (:mod:`~spark_replay.routing`), **model** (:mod:`~spark_replay.model_task`, or
+:mod:`~spark_replay.queueing` for ``--arrivals lindley``) and **summarise** (:mod:`~spark_replay.summary`,
+:mod:`~spark_replay.aggregates`); write the outputs (:mod:`~spark_replay.storage`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -15,35 +24,28 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from keysplit.datasets import FileDataset
 from keysplit.errors import KeysplitError, SpecError
+from keysplit.groupings import build_grouping
 from keysplit.groupings.hosting import check_resizes
-from keysplit.metrics import (
-    ImbalanceSeries,
-    default_checkpoint,
-    dist_cost,
-    imbalance,
-    imbalance_fraction,
-    load_stddev,
-)
-from keysplit.outputs import inside, same_file
+from keysplit.metrics import default_checkpoint
+from keysplit.outputs import json_text
 from keysplit.sizes import MAX_CPU_DELAY_MS
 from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS, DEFAULT_RATE, SPLITS, Resize, check_checkpoint
 from keysplit.topology_model import ARRIVALS, model_params
-from spark_replay import aggregates, source_routing, storage
-from spark_replay.ingest import is_uri, materialise
-from spark_replay.queueing import throughput_estimate
-from spark_replay.routed import merged_decisions, model_estimate, router
+from spark_replay import aggregates, routing, storage
+from spark_replay.ingest import Ingested, facts, ingest
+from spark_replay.key_counts import count_keys
+from spark_replay.model_task import merged_decisions, model_estimate
 from spark_replay.session import worker_problem
-from spark_replay.sparkinput import open_for_spark, uri_of
-from spark_replay.streams import Ingested, count_keys, facts, ingest
+from spark_replay.sparkinput import check_lines, materialise, open_for_spark
+from spark_replay.storage import is_uri, uri_of
+from spark_replay.summary import replay_grouping, write_timeseries
 
 DEFAULT_CPU_DELAY_MS = 1.0
 DEFAULT_OUT = os.path.join(".keysplit", "replay")
@@ -62,6 +64,7 @@ class ReplayOptions:
     checkpoint: int | None = None
     top_k: int = DEFAULT_TOP_K
     out: str = DEFAULT_OUT
+    force: bool = False  # replace the outputs in an --out folder that does not hold a replay
     capacities: list[float] | None = None
     partitions: int | None = None  # input partitions (default: by file size and cores)
     fast: bool = True  # route kg/sg/pkg with keysplit.simulator.fast's proven kernel
@@ -76,14 +79,6 @@ class ReplayOptions:
     batch_ms: float = DEFAULT_BATCH_MS
     arrivals: str = "closed"  # closed | open (the topology model) | lindley (one D/D/1 queue per worker)
     overheads: dict = field(default_factory=dict)  # the model's calibrated overheads (topology_model.CALIBRATED)
-
-
-@dataclass
-class GroupingResult:
-    summary: dict
-    series_t: list[int]
-    series_imbalance: list[float]
-    series_loads: list[list[int]]
 
 
 _REMOTE_ERROR = re.compile(r"keysplit\.errors\.(\w+Error): (.+)")
@@ -103,6 +98,11 @@ def user_errors(master: str = "") -> Iterator[None]:
         match = _REMOTE_ERROR.search(str(exc))
         if match is not None:
             raise KeysplitError(match.group(2).strip()) from None
+        full = _WRITE_FAILURE.search(str(exc))
+        if full is not None:  # an executor's write: --out's disk, or Spark's local folder (shuffle, spill)
+            raise KeysplitError(f"a Spark task could not write: {full.group(0)} (on the disk of --out or of Spark's "
+                                "local folder, spark.local.dir); free space there or choose another --out (nothing "
+                                "was replaced)") from None
         problem = worker_problem(str(exc), os.environ.get("PYSPARK_PYTHON", sys.executable), master)
         if problem is None:
             raise
@@ -128,7 +128,7 @@ def validate(opts: ReplayOptions) -> list[str]:
     if opts.capacities is not None and len(opts.capacities) != opts.workers:
         raise SpecError(f"--capacities needs {opts.workers} values, got {len(opts.capacities)}")
     check_resizes(opts.groupings, opts.workers, opts.resizes)
-    return [source_routing.routing_mode(spec, opts.workers, opts.sources) for spec in opts.groupings]
+    return [routing.routing_mode(spec, opts.workers, opts.sources) for spec in opts.groupings]
 
 
 def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] | None = None) -> dict:
@@ -136,38 +136,37 @@ def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] 
     say = progress or (lambda _msg: None)
     modes = validate(opts)
     dataset = open_for_spark(spark, opts.dataset)
+    check_lines(dataset)  # run's line bound, before Spark's line reader holds a giant line
     if is_uri(opts.out):
         # A folder named by URI (hdfs://, s3a://) is written in place through Hadoop's file system, where a
         # rename of a folder is not atomic on every store (s3a copies): summary.json is written last.
         out = storage.prepare_out(spark, opts.out)
         summary = _replay_into(spark, opts, modes, dataset, out, say)
-        storage.write_text(spark, storage.join(out, "summary.json"), json.dumps(summary, indent=2) + "\n")
+        storage.write_text(spark, storage.join(out, "summary.json"), json_text(summary, "summary.json") + "\n")
         return summary
-    check_outputs(dataset, opts.out)
+    storage.check_out(dataset, opts.out, opts.force)
     final = os.path.abspath(opts.out)
     out, fresh = storage.stage_out(final)  # moved into place at the end: never a half-written set, even after kill -9
     try:
+        storage.write_marker(out)
         summary = _replay_into(spark, opts, modes, dataset, out, say)
         summary = json.loads(json.dumps(summary).replace(out, final))  # paths as they will be
-        storage.write_text(spark, os.path.join(out, "summary.json"), json.dumps(summary, indent=2) + "\n")
-        storage.publish_out(out, final, fresh, OUTPUTS)  # summary.json last
+        storage.write_text(spark, os.path.join(out, "summary.json"), json_text(summary, "summary.json") + "\n")
+        storage.publish_out(out, final, fresh, storage.OUTPUTS)  # the marker first, summary.json last
+    except OSError as exc:
+        if exc.errno not in WRITE_FAILURES:
+            raise
+        raise KeysplitError(f"cannot write the replay's outputs in {final}: {exc.strerror}; free space there or "
+                            "choose another --out (nothing was replaced)") from None
     finally:
-        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)  # the staging folder, whatever ended the replay (SIGTERM included)
     return summary
 
 
-#: What a replay writes in --out, in the order it is moved into place.
-OUTPUTS = ("dataset.csv", "counts.parquet", "timeseries.parquet", "summary.json")
-
-
-def check_outputs(dataset: Any, out: str) -> None:
-    """Refuse an --out whose outputs would replace the dataset being read (same file, any spelling)."""
-    if isinstance(dataset, FileDataset) and not is_uri(dataset.path):
-        for name in OUTPUTS:
-            target = os.path.join(out, name)
-            if same_file(target, dataset.path) or (os.path.isdir(target) and inside(dataset.path, target)):
-                raise KeysplitError(f"--out {out} would overwrite the input {dataset.path} ({name}); choose "
-                                    "another output directory")
+#: Errors of a write that no retry mends: a full disk, a file size limit, a quota, a read-only file system.
+WRITE_FAILURES = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)
+#: The same errors as Java and Python name them in a Spark task's failure.
+_WRITE_FAILURE = re.compile(r"No space left on device|File too large|Disk quota exceeded|Read-only file system")
 
 
 def _replay_into(spark: Any, opts: ReplayOptions, modes: list[str], dataset: Any, out: str,
@@ -220,7 +219,7 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
     """Ingest once, write the exact counts, then replay every grouping."""
     t0 = time.perf_counter()
     ing = ingest(spark, source, opts.sources, opts.split, opts.partitions, opts.rate,
-                 merged=source_routing.GLOBAL in modes)
+                 merged=routing.GLOBAL in modes)
     ingest_s = time.perf_counter() - t0
     say(f"read {ing.messages:,} messages in {ing.records:,} records from {ing.partitions} partition(s) "
         f"into {opts.sources} sub-stream(s) in {ingest_s:.1f} s")
@@ -231,7 +230,7 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
     counts_info = None
     frequencies = None
     if any(g.needs_full_pass for spec in opts.groupings
-           for g in source_routing.build_grouping(spec, opts.workers, opts.sources)[:1]):
+           for g in build_grouping(spec, opts.workers, opts.sources)[:1]):
         counts_info = count_keys(ing, groups, opts.top_k)  # the offline groupings route by the exact counts
         frequencies = spark.sparkContext.broadcast(ing.counts.collectAsMap())
     hashed = ing.hashed is not False  # unchecked yet: trusted now, checked by the counts below
@@ -248,13 +247,17 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
                                  aggregates.one_task(n_workers, every, ing.messages, len(ing.order), opts.rate)
                                  if merged_decisions(spec, mode, opts) else None)
                      if opts.arrivals != "lindley" else None for spec, mode in zip(opts.groupings, modes)]
-        facts(ing)  # the fingerprint, and whether event times rise (the queues of --arrivals lindley need it)
-        if counts_info is None:
-            counts_info = count_keys(ing, groups, opts.top_k)
-        write_counts(spark, ing, counts_path)
-        say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")
-        results = [replay_grouping(spark, ing, spec, mode, opts, every, frequencies, estimate, hashed, submitted)
-                   for spec, mode, estimate in zip(opts.groupings, modes, estimates)]
+        try:
+            facts(ing)  # the fingerprint, and whether event times rise (the queues of --arrivals lindley need it)
+            if counts_info is None:
+                counts_info = count_keys(ing, groups, opts.top_k)
+            write_counts(spark, ing, counts_path)
+            say(f"exact counts of {counts_info['keys']:,} keys written to {counts_path}")
+            results = [replay_grouping(spark, ing, spec, mode, opts, every, frequencies, estimate, hashed, submitted)
+                       for spec, mode, estimate in zip(opts.groupings, modes, estimates)]
+        except BaseException:  # a failure, Ctrl-C or SIGTERM: the model's threads wait on jobs that must end too
+            spark.sparkContext.cancelAllJobs()
+            raise
     if hashed and not ing.hashed:  # two keys share a fingerprint: every decision again, keys told apart by name
         say("two keys share a 64-bit fingerprint: routing again by key name")
         results = [replay_grouping(spark, ing, spec, mode, opts, every, frequencies, None, False)
@@ -273,124 +276,6 @@ def write_counts(spark: Any, ing: Ingested, path: str) -> None:
     frame.write.mode("overwrite").parquet(uri_of(path))  # a local folder as file:, not the default file system
 
 
-def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: ReplayOptions, every: int,
-                    frequencies: Any, estimate: Future | None = None, hashed: bool = True,
-                    started: float | None = None) -> GroupingResult:
-    """Route every sub-stream with ``spec`` and measure it (loads, I(t), memory, queueing); ``estimate`` is the
-    topology model's (:func:`model_estimate`, running in a thread since ``started``), awaited here, with the
-    measurements when its task took them. ``hashed``: keys are told apart by their fingerprints
-    (:func:`spark_replay.routed.router`)."""
-    W, S = opts.workers, opts.sources
-    changes = sorted(opts.resizes, key=lambda r: r.at)
-    n_workers = max([W] + [r.workers for r in changes])  # every worker that ever exists
-    rows = ing.messages // every
-    service = opts.cpu_delay_ms / 1000.0
-
-    order = ing.order
-    groups = max(2, spark.sparkContext.defaultParallelism)  # reduce tasks; worker w's queue is in task w % groups
-    stream, sources, routed_pieces = router(ing, spec, mode, opts, frequencies, hashed)
-    rate, rising = opts.rate, ing.rising_times
-    lindley = opts.arrivals == "lindley" and service > 0  # else the topology model estimates, below
-    queue_service = service if lindley else 0.0
-
-    def route(index: int, items: Iterator) -> Iterator:
-        source = 0 if mode == source_routing.GLOBAL else index
-        routed = enumerate(routed_pieces(index, items))
-        return aggregates.tag_pieces(routed, source, n_workers, every, rows, rate, lindley, groups)
-
-    def finish(group: int, items: Iterator) -> list:
-        return [aggregates.finish_partition(items, group, len(order), sources, n_workers, queue_service, rising)]
-
-    t0 = time.perf_counter() if started is None else started  # the grouping's seconds: its first job's start
-    summary_estimate, partial = estimate.result() if estimate is not None else (None, None)
-    if partial is None:  # not measured by the model's task: routing tasks, one shuffle, reduce tasks
-        partial = (
-            stream.mapPartitionsWithIndex(route)
-            .partitionBy(groups, aggregates.shuffle_partition)
-            .mapPartitionsWithIndex(finish)
-            .reduce(lambda a, b: a.merge(b))
-        )
-    matrix, loads_arr, fast = partial.agg
-    distinct, keys, hist = partial.distinct, partial.keys, partial.hist
-    if not lindley:  # every latency is 0 here (the topology model's estimate replaces them below): bounded steps
-        for start in range(0, ing.messages, 1 << 20):
-            hist.add(np.zeros(min(1 << 20, ing.messages - start)))
-    if estimate is None and opts.arrivals != "lindley":
-        summary_estimate, _ = model_estimate(ing, spec, mode, opts, frequencies, hashed)
-    elapsed = time.perf_counter() - t0
-
-    loads = [int(x) for x in loads_arr.tolist()]
-    series = ImbalanceSeries(every)
-    series_loads = []
-    for j in range(rows):
-        t = (j + 1) * every
-        present = workers_at(t, W, changes)
-        row = [int(x) for x in matrix[j].tolist()][:present]
-        series.record(t, row)
-        series_loads.append(row)
-    per_worker = [int(x) for x in distinct.tolist()]
-    m = ing.messages
-    summary = {
-        "grouping": source_routing.describe(spec, W, S),
-        "workers": workers_at(m, W, changes),
-        "sources": S,
-        "avg_imbalance_fraction": series.avg_fraction,
-        "final_imbalance_fraction": imbalance_fraction(loads),
-        "load_stddev": load_stddev(loads),
-        "dist_cost": dist_cost(per_worker, keys),
-        "loads": loads,
-        "messages_per_second": m / elapsed if elapsed > 0 else 0.0,
-        "messages": m,
-        "distinct_per_worker": per_worker,
-        "final_imbalance": imbalance(loads),
-        "throughput_estimate": throughput_estimate(m, loads, service),
-        "latency_mean_ms": hist.mean * 1000.0,
-        "latency_p50_ms": hist.percentile(50) * 1000.0,
-        "latency_p95_ms": hist.percentile(95) * 1000.0,
-        "latency_p99_ms": hist.percentile(99) * 1000.0,
-        "latency_max_ms": hist.high * 1000.0 if hist.count else 0.0,
-        "cpu_delay_ms": opts.cpu_delay_ms,
-        "rate": opts.rate,
-        "split": opts.split,
-        "mode": "global (one partition: decisions depend on every source)" if mode == source_routing.GLOBAL
-        else f"partitioned ({S} partition(s), one per source)",
-        "fast_path": bool(fast),
-        "seconds": elapsed,
-    }
-    if summary_estimate is not None:  # the topology model's throughput (words/s) and complete latency of a line
-        summary.update(summary_estimate, model="topology")
-    else:
-        summary["model"] = "lindley"
-    return GroupingResult(summary, series.times, series.values, series_loads)
-
-
-def workers_at(t: int, workers: int, changes: list[Resize]) -> int:
-    """The worker count at checkpoint ``t`` (after t messages): the changes before message t-1 took effect,
-    as in the simulator, which records a checkpoint before applying a change due at the same message.
-
-    >>> changes = [Resize(100, 12), Resize(200, 8)]
-    >>> workers_at(100, 10, changes), workers_at(101, 10, changes)
-    (10, 12)
-    """
-    for change in changes:
-        if change.at < t:
-            workers = change.workers
-    return workers
-
-
-def write_timeseries(spark: Any, path: str, results: list[GroupingResult]) -> None:
-    """I(t) and the loads at every checkpoint, one row per (grouping, checkpoint), as Parquet."""
-    names, ts, values, fractions, loads = [], [], [], [], []
-    for r in results:
-        for t, v, row in zip(r.series_t, r.series_imbalance, r.series_loads):
-            names.append(r.summary["grouping"])
-            ts.append(t)
-            values.append(v)
-            fractions.append(v / t)
-            loads.append(row)
-    storage.write_table(spark, path, {"grouping": names, "t": ts, "imbalance": values,
-                                      "imbalance_fraction": fractions, "loads": loads},
-                        "grouping string, t long, imbalance double, imbalance_fraction double, loads array<long>")
 
 
 if __name__ == "__main__":  # spark-submit spark_replay/job.py ARGS, as before the entry point moved

@@ -1,7 +1,7 @@
 """The exact count of every key, and the check that the keys' 64-bit fingerprints are collision-free, in one
 shuffle of numpy arrays.
 
-Every input partition sums its chunks' counts per fingerprint (:func:`~spark_replay.ingest.key_fingerprint`)
+Every input partition sums its chunks' counts per fingerprint (:func:`key_fingerprint`)
 and sends them in ``buckets`` pieces (by fingerprint), each as three arrays: the sorted fingerprints, their
 counts and their keys. A reduce task merges its bucket's pieces the same way; where two entries share a
 fingerprint their keys must be equal, or the fingerprints are not collision-free (a clash), which the driver
@@ -13,11 +13,29 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import mmh3
 import numpy as np
 
-from spark_replay.ingest import Chunk, fingerprints
+from keysplit.hashing import BASE_SEED
+from spark_replay.chunks import Chunk
+
+if TYPE_CHECKING:
+    from spark_replay.ingest import Ingested
+
+#: Seed of the 64-bit key fingerprints the replay uses to merge per-key state across partitions.
+KEY_HASH_SEED = BASE_SEED + 700
+
+def key_fingerprint(key: str) -> int:
+    """A key's 64-bit murmur3 fingerprint (only trusted after the counts checked there is no collision)."""
+    return mmh3.hash64(key, KEY_HASH_SEED, signed=False)[0]
+
+
+def fingerprints(vocab: list[str]) -> np.ndarray:
+    """:func:`key_fingerprint` of every key, as uint64."""
+    return np.fromiter((key_fingerprint(k) for k in vocab), dtype=np.uint64, count=len(vocab))
+
 
 #: One merged piece of counts: sorted fingerprints (uint64), counts (int64), keys (object), and the clash flag.
 Counts = tuple[np.ndarray, np.ndarray, np.ndarray, bool]
@@ -97,3 +115,35 @@ def summary(counts: Any, k: int) -> dict:
 def pairs(counts: Any) -> Any:
     """The counts as an RDD of ``(key, count)``."""
     return counts.flatMap(lambda t: zip(t[2].tolist(), t[1].tolist()))
+
+
+def count_keys(ing: Ingested, buckets: int, k: int) -> dict:
+    """The exact counts (``ing.counts``) and their :func:`summary`; sets ``ing.hashed``. The counts go by
+    fingerprint (:func:`key_counts`); if two keys share one, they are counted again by name."""
+    from pyspark import StorageLevel
+
+    if ing.cached_counts is not None:
+        ing.cached_counts.unpersist()
+    merged = key_counts(ing.chunks, buckets).persist(StorageLevel.MEMORY_AND_DISK)
+    info = summary(merged, k)
+    ing.hashed = info["hashed"]
+    if ing.hashed:
+        ing.counts, ing.cached_counts = pairs(merged), merged
+        return info
+    merged.unpersist()
+    ing.counts = ing.chunks.flatMap(_chunk_counts).reduceByKey(lambda a, b: a + b)
+    ing.counts = ing.cached_counts = ing.counts.persist(StorageLevel.MEMORY_AND_DISK)
+    parts = ing.counts.mapPartitions(lambda it: [_partition_top(it, max(k, 1))]).collect()
+    best = heapq.nsmallest(max(k, 1), (kv for _, kvs in parts for kv in kvs), key=_rank)
+    return {"keys": sum(n for n, _ in parts), "top_k": [[w, c] for w, c in best[:k]], "top_count": best[0][1],
+            "hashed": False}
+
+
+def _partition_top(items: Iterator[tuple[str, int]], k: int) -> tuple[int, list]:
+    items = list(items)
+    return len(items), heapq.nsmallest(k, items, key=_rank)
+
+
+def _chunk_counts(chunk: Chunk) -> Iterator[tuple[str, int]]:
+    freq = np.bincount(chunk.key_ids, minlength=len(chunk.vocab)).tolist()
+    return zip(chunk.vocab, freq)

@@ -1,19 +1,32 @@
-"""The topology model in Spark (the replay's ``--arrivals closed`` and ``--arrivals open`` estimates): each
-grouping's routed stream goes, in slices, through a shuffle to ONE task, which takes the pieces in chunk order,
-merges each chunk's sources by sequence number and feeds a :class:`~keysplit.topology_model.StreamedModel`
-(:mod:`keysplit.topology_model`), so its memory does not grow with the stream; only the summary comes back.
+"""The model step: the topology model in Spark (the replay's ``--arrivals closed`` and ``--arrivals open``
+estimates), for each grouping in ONE task fed the routed stream in sequence order, a chunk at a time, so its
+memory does not grow with the stream; only the summary comes back (:func:`model_estimate`).
+
+Where the merged stream's decisions are the grouping's (:func:`merged_decisions`) the task reads the cached
+chunks itself, deals and routes each whole and also takes the measurements (:func:`estimate_from_chunks`);
+otherwise each grouping's routed pieces go, in slices, through a shuffle to the task, which takes them in chunk
+order and merges each chunk's sources by sequence number (:func:`spark_estimate`). Either way it feeds a
+:class:`~keysplit.topology_model.StreamedModel` (:mod:`keysplit.topology_model`). The model routes again (the
+same decisions) rather than keep every decision of the measurements in memory.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from keysplit.simulator.tokenize import HashIds
+from keysplit.topology_model import model_params
 from keysplit.topology_model.driver import StreamedModel, aggregator_of
 from keysplit.topology_model.params import TopologyParams
-from spark_replay.ingest import compact, deal_chunk
+from spark_replay.chunks import compact
+from spark_replay.ingest import Ingested, deal_chunk
+from spark_replay.ordered import in_order
+from spark_replay.routing import GLOBAL, has_fast_path, router
+
+if TYPE_CHECKING:
+    from spark_replay.job import ReplayOptions
 
 
 class ModelKeyIds:
@@ -124,8 +137,6 @@ def estimate_task(items: Any, chunks: int, sources: list[int], params: TopologyP
     pieces (:func:`model_slices`), released in chunk order (:func:`spark_replay.ordered.in_order`: early ones
     wait in a bounded buffer, then on disk); each chunk's slices are merged by sequence number and fed to a
     :class:`StreamedModel`."""
-    from spark_replay.ordered import in_order
-
     model = StreamedModel(params)
     keys = ModelKeyIds(params.aggregators)
     held: list[tuple] = []
@@ -160,7 +171,7 @@ def estimate_from_chunks(chunks: Any, order: list, offsets: dict, sources: int, 
     """The model for a grouping whose decisions the merged stream gives (:func:`merged_decisions`), in ONE
     task that reads the cached chunks themselves in sequence order (``coalesce(1)``: no shuffle; chunks that
     come early wait in :func:`~spark_replay.ordered.in_order`'s bounded buffer), deals each chunk whole,
-    routes it (``route``: a partition function as :func:`spark_replay.routed.router`'s, over the merged
+    routes it (``route``: a partition function as :func:`spark_replay.routing.router`'s, over the merged
     stream) and feeds the model one chunk at a time: no piece of the stream is sliced, shuffled or merged by
     sequence number. ``offsets``: every chunk's first record and message. ``measure``, if given, takes the
     same routed pieces ``(chunk index, (piece, workers, fast))`` as they are fed and returns the measurements
@@ -168,8 +179,6 @@ def estimate_from_chunks(chunks: Any, order: list, offsets: dict, sources: int, 
 
     def task(items: Any) -> list:
         from collections import deque
-
-        from spark_replay.ordered import in_order
 
         whole = (piece for c in in_order(((c.part, c) for c in items), order)
                  for piece in deal_chunk(c, *offsets[c.part], sources, split, merged=True, hashed=True))
@@ -186,3 +195,28 @@ def estimate_from_chunks(chunks: Any, order: list, offsets: dict, sources: int, 
         return [(model.finish().summary(), measured if measure is not None else None)]
 
     return chunks.coalesce(1).mapPartitions(task).collect()[0]
+
+
+def merged_decisions(spec: str, mode: str, opts: ReplayOptions) -> bool:
+    """True when routing the merged stream (every chunk whole, each message with its source) makes the
+    decisions of ``spec``'s routing: a global grouping is routed so anyway, and the fast path's kernel keeps
+    every source's state apart (a message touches only its source's row), so it decides each source's messages
+    as that source's own partition would."""
+    return mode == GLOBAL or (opts.fast and has_fast_path(spec, opts.workers, opts.sources))
+
+
+def model_estimate(ing: Ingested, spec: str, mode: str, opts: ReplayOptions, frequencies: Any, hashed: bool = True,
+                   measure: Any = None) -> tuple:
+    """The topology model's estimate for ``spec``: the stream routed again (the same decisions) and given in
+    sequence order to the model's one task: straight from the cached chunks where the merged stream's decisions
+    are the grouping's (:func:`merged_decisions`, :func:`estimate_from_chunks`, which also takes the
+    measurements, ``measure``, from the same decisions), else the routed pieces through a shuffle
+    (:func:`spark_estimate`). Returns ``(estimate, measured or None)``."""
+    n_workers = max([opts.workers] + [r.workers for r in opts.resizes])  # every worker that ever exists
+    params = model_params(opts, n_workers)
+    if merged_decisions(spec, mode, opts):
+        _, _, route = router(ing, spec, GLOBAL, opts, frequencies, hashed)
+        return estimate_from_chunks(ing.chunks, ing.order, ing.offsets, opts.sources, opts.split, route, params,
+                                    measure)
+    stream, sources, routed_pieces = router(ing, spec, mode, opts, frequencies, hashed)
+    return spark_estimate(stream.mapPartitionsWithIndex(routed_pieces), len(ing.order), sources, params), None

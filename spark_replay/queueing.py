@@ -25,6 +25,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from keysplit.latency import QUEUE_BITS, LatencyHistogram
+
 
 @numba.njit(cache=True, nogil=True)
 def lindley(arrivals: np.ndarray, service: float) -> np.ndarray:
@@ -38,10 +40,53 @@ def lindley(arrivals: np.ndarray, service: float) -> np.ndarray:
     return out
 
 
-def worker_latencies(arrival_chunks: list[np.ndarray], service: float) -> np.ndarray:
-    """Latencies at one worker from its arrivals (chunks from several sources, each sorted)."""
-    arrivals = np.sort(np.concatenate(arrival_chunks), kind="stable") if arrival_chunks else np.zeros(0)
-    return lindley(arrivals, service)
+@numba.njit(cache=True, nogil=True)
+def lindley_from(arrivals: np.ndarray, service: float, wait: float, last: float) -> tuple:
+    """Lindley's recursion (:func:`lindley`) continued from a previous batch that left
+    the queue with waiting time ``wait`` after its last arrival ``last`` (``-inf``: an empty queue).
+    Returns the latencies, and the ``wait`` and ``last`` to continue from."""
+    out = np.empty(arrivals.shape[0], dtype=np.float64)
+    for n in range(arrivals.shape[0]):
+        wait = max(0.0, wait + service - (arrivals[n] - last))
+        last = arrivals[n]
+        out[n] = wait + service
+    return out, wait, last
+
+
+class Queues:
+    """The FIFO queues of one reduce task's workers, served chunk after chunk (or all at once at the end)."""
+
+    def __init__(self, service: float, streaming: bool) -> None:
+        self.service = service
+        self.streaming = streaming
+        self.hist = LatencyHistogram(service if service > 0 else 1.0, QUEUE_BITS)  # bins relative to D
+        self.state: dict[int, tuple[float, float]] = {}
+        self.pending: dict[int, list[np.ndarray]] = {}
+
+    def add(self, pieces: list[list[tuple[int, np.ndarray]]]) -> None:
+        """One chunk's arrivals at these workers, from every source (each source's sorted)."""
+        per_worker: dict[int, list[np.ndarray]] = {}
+        for piece in pieces:
+            for w, times in piece:
+                per_worker.setdefault(w, []).append(times)
+        for w, parts in per_worker.items():
+            if not self.streaming:
+                self.pending.setdefault(w, []).extend(parts)
+                continue
+            times = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts), kind="stable")
+            self._serve(w, times)
+
+    def _serve(self, w: int, times: np.ndarray) -> None:
+        wait, last = self.state.get(w, (0.0, -np.inf))
+        latencies, wait, last = lindley_from(times, self.service, wait, last)
+        self.state[w] = (wait, last)
+        self.hist.add(latencies)
+
+    def finish(self) -> LatencyHistogram:
+        for w, parts in self.pending.items():
+            self._serve(w, np.sort(np.concatenate(parts), kind="stable"))
+        self.pending.clear()
+        return self.hist
 
 
 def throughput_estimate(messages: int, loads: list[int], service: float) -> float | None:

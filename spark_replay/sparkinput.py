@@ -20,18 +20,29 @@ import itertools
 import math
 import os
 import pickle
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from keysplit.datasets import open_dataset
+from keysplit.datasets import open_dataset, write_dataset
 from keysplit.datasets.base import Dataset
-from keysplit.datasets.readers import BOM, READERS, CsvDataset, FileDataset, ParquetDataset
+from keysplit.datasets.readers import (
+    BOM,
+    MAX_LINE_BYTES,
+    READERS,
+    CsvDataset,
+    FileDataset,
+    ParquetDataset,
+    bounded_lines,
+    open_binary,
+)
 from keysplit.errors import DatasetError, SpecError
 from keysplit.simulator.columns import is_plain_column
 from keysplit.simulator.tokenize import is_plain_text
-from spark_replay.ingest import SLICE_BYTES, Chunk, ChunkBuilder, decode_line, is_uri
+from spark_replay.chunks import SLICE_BYTES, Chunk, ChunkBuilder, decode_line
+from spark_replay.storage import is_uri, uri_of
 from spark_replay.text_input import arrow_runs, byte_runs, plain_text_chunks
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -45,11 +56,6 @@ def remote_spec(spec: str) -> tuple[str, str, list[str]] | None:
         return None
     parts = rest.split(",")
     return (kind, parts[0].strip(), parts[1:]) if is_uri(parts[0].strip()) else None
-
-
-def uri_of(path: str) -> str:
-    """What Spark reads: a URI as given, a local path as an absolute ``file:`` URI."""
-    return path if is_uri(path) else "file://" + os.path.abspath(path)
 
 
 def open_for_spark(spark: Any, spec: str) -> Dataset:
@@ -80,6 +86,65 @@ def open_for_spark(spark: Any, spec: str) -> Dataset:
     elif options:
         raise SpecError(f"{kind} datasets take only a path, got {spec!r}")
     return ds
+
+
+def materialise(dataset: Dataset, out_dir: str) -> FileDataset:
+    """A file dataset for ``dataset``: itself, or a generator written out first as ``out_dir/dataset.csv``."""
+    if isinstance(dataset, FileDataset):
+        if not is_uri(dataset.path):
+            dataset.path = os.path.abspath(dataset.path)
+        return dataset
+    os.makedirs(out_dir, exist_ok=True)
+    spec, _ = write_dataset(dataset, os.path.join(out_dir, "dataset.csv"))
+    written = open_dataset(spec)
+    assert isinstance(written, FileDataset)
+    return written
+
+
+#: Bytes read at a time by :func:`check_lines`: at most the line bound, so a line inside one block is within it.
+_SCAN_BYTES = MAX_LINE_BYTES
+#: The files :func:`check_lines` passed: (real path, size, modification time).
+_checked: set[tuple[str, int, int]] = set()
+
+
+def check_lines(dataset: Dataset) -> None:
+    """Refuse, in one line and before Spark reads a byte, a local text, edge or CSV file with a line longer than
+    ``keysplit run``'s bound (:data:`~keysplit.datasets.readers.MAX_LINE_BYTES`): Spark's line reader would
+    hold the whole line in an executor's memory first (a 1 GB line: a 79-line traceback after 102 s). One pass at
+    memchr speed, a block at a time; a long line is found within one block of its start. A file named by URI is
+    read only on the cluster, unchecked."""
+    if not isinstance(dataset, FileDataset) or isinstance(dataset, ParquetDataset) or is_uri(dataset.path):
+        return
+    st = os.stat(dataset.path)
+    seen = (os.path.realpath(dataset.path), st.st_size, st.st_mtime_ns)
+    if seen in _checked:  # the command checks before the JVM starts, the job again: one pass
+        return
+    run = start = 0  # bytes since the last line end, and where that line starts
+    with open_binary(dataset.path) as fh:
+        while True:
+            try:
+                block = fh.read(_SCAN_BYTES)
+            except (OSError, EOFError, zlib.error):  # corrupt gzip data: the readers report it, as without a scan
+                return
+            end = block.find(b"\n")
+            if run + (len(block) if end < 0 else end) > MAX_LINE_BYTES:
+                _refuse_line(dataset.path, start)
+            if not block:
+                _checked.add(seen)
+                return
+            if end < 0:
+                run += len(block)
+                continue
+            last = block.rfind(b"\n")
+            start = fh.tell() - len(block) + last + 1
+            run = len(block) - last - 1
+
+
+def _refuse_line(path: str, start: int) -> None:
+    """The reader's own one-line error for the line starting at byte ``start``, with its number."""
+    with open_binary(path) as fh:
+        number = sum(fh.read(min(_SCAN_BYTES, start - at)).count(b"\n") for at in range(0, start, _SCAN_BYTES)) + 1
+        next(bounded_lines(fh, f"{path} line {number}", numbered=False))  # raises: the line is too long
 
 
 def _columns(spark: Any, ds: Any) -> list[str]:
@@ -127,7 +192,7 @@ def check_gzip_name(spark: Any, dataset: FileDataset) -> None:
 def spark_chunks(spark: Any, dataset: FileDataset, partitions: int | None) -> tuple[Any, int]:
     """The dataset's chunks as an RDD, read by Spark, and the number of input partitions.
 
-    Splits are at most :data:`~spark_replay.ingest.SLICE_BYTES` (what one task parses and deals, so its
+    Splits are at most :data:`~spark_replay.chunks.SLICE_BYTES` (what one task parses and deals, so its
     memory does not grow with the file), or the file cut into ``partitions`` (``--partitions``). Spark takes
     split sizes from two session settings, read when the RDD is planned: they are set for that moment only.
     """

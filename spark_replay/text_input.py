@@ -4,7 +4,7 @@ word.
 Spark's text source hands the lines over as Arrow binary arrays: their data and offsets buffers are exactly
 what :meth:`keysplit.simulator.tokenize.Interner.lines` scans, so the words are found and interned by the
 compiled tokenizer (the reader's words on every line, ``tests/test_tokenize.py``) and only each chunk's
-distinct words become Python strings. The chunks are those :class:`~spark_replay.ingest.ChunkBuilder` cuts
+distinct words become Python strings. The chunks are those :class:`~spark_replay.chunks.ChunkBuilder` cuts
 from the same records: a chunk ends with the first record that brings it to ``limit`` messages.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 from keysplit.datasets.readers import FileDataset
 from keysplit.simulator.columns import ColumnScanner, is_plain_column
 from keysplit.simulator.tokenize import Interner
-from spark_replay.ingest import CHUNK_MESSAGES, Chunk, compact
+from spark_replay.chunks import CHUNK_MESSAGES, Chunk, compact
 
 #: One run of lines -> (ids, records per line, ...), interning into the interner given.
 Scan = Callable[[Interner, np.ndarray, np.ndarray], tuple]

@@ -168,7 +168,7 @@ def test_simulate_on_columns_equals_the_reference(tmp_path, kind):
 def test_the_replay_cuts_the_chunks_the_reader_does(tmp_path, kind, limit):
     """The replay's compiled path (``plain_text_chunks`` with the dataset) cuts, from runs of lines of several
     splits, the chunks ``ChunkBuilder`` cuts from the reader's records; the CSV header only in the split at 0."""
-    from spark_replay.ingest import ChunkBuilder
+    from spark_replay.chunks import ChunkBuilder
     from spark_replay.text_input import byte_runs, plain_text_chunks
     from tests.test_text_input import messages_of
 

@@ -17,7 +17,8 @@ from keysplit.datasets import open_dataset, write_dataset
 from keysplit.datasets.base import Dataset, decode_record, encode_record
 from keysplit.datasets.generators import GENERATORS, Drift, guide_table, inverse_cdf, zipf_cdf
 from keysplit.errors import DatasetError, SpecError
-from spark_replay.ingest import executor_dataset, parse_slice, plan_slices
+from spark_replay.sparkinput import text_chunks
+from spark_replay.text_input import byte_runs, plain_text_chunks
 
 
 def keys_of(spec: str) -> list[str]:
@@ -265,11 +266,14 @@ def test_a_quoted_csv_field_spanning_lines_is_refused_here_and_in_the_replay(tmp
     assert main(["datasets", "stats", f"csv:{path},key=key"]) == 2
     assert f"keysplit: error: {path} line 3: a quoted field spans lines, which keysplit's line-by-line CSV " \
         "reader does not support" in capsys.readouterr().err
-    # The replay parses its byte ranges with the same parse_line: the same error, without a line number.
+    # The replay's readers, given the file's lines as Spark's text source splits them (one run of the split at
+    # byte 0): its compiled key-column reader and its row path both refuse it too, without a line number.
     dataset = open_dataset(f"csv:{path},key=key")
-    with pytest.raises(DatasetError, match=f"^{path}: a quoted field spans lines"):
-        for piece in plan_slices(dataset, 2, 2):
-            parse_slice(executor_dataset(dataset), piece)
+    lines = [line + b"\n" for line in path.read_bytes().split(b"\n")[:-1]]
+    for read in (lambda: plain_text_chunks(byte_runs(iter([(0, [lines])])), dataset=dataset),
+                 lambda: text_chunks(dataset, iter([(0, [lines])]))):
+        with pytest.raises(DatasetError, match=f"^{path}: a quoted field spans lines"):
+            list(read())
     path.write_text('key,"a\nb\n')
     with pytest.raises(DatasetError, match="line 1: a quoted field spans lines"):
         open_dataset(f"csv:{path},key=key")

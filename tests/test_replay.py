@@ -303,19 +303,22 @@ def test_a_bad_value_found_by_an_executor_is_one_line(spark, tmp_path, capsys):
 def test_a_failed_replay_keeps_the_previous_outputs_and_a_good_one_replaces_them(spark, tmp_path, capsys):
     out = tmp_path / "o"
     out.mkdir()
+    (out / ".keysplit-replay").write_text("a replay's folder\n")  # what a previous replay left
     (out / "summary.json").write_text("previous\n")
     (out / "notes.txt").write_text("mine\n")
     bad = tmp_path / "bad.csv"
     bad.write_text("key,time\na,1.0\nb,soon\n")
     assert cli_main(["replay", "--dataset", f"csv:{bad},key=key,time=time", "-g", "kg", "--out", str(out)]) == 2
-    assert sorted(os.listdir(out)) == ["notes.txt", "summary.json"]  # no half-written set, no temporary folder
+    # no half-written set, no temporary folder
+    assert sorted(os.listdir(out)) == [".keysplit-replay", "notes.txt", "summary.json"]
     assert (out / "summary.json").read_text() == "previous\n"
     good = tmp_path / "good.csv"
     good.write_text("key,time\na,1.0\nb,2.0\n")
     assert cli_main(["replay", "--dataset", f"csv:{good},key=key,time=time", "-g", "kg", "--out", str(out),
                      "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert sorted(os.listdir(out)) == ["counts.parquet", "notes.txt", "summary.json", "timeseries.parquet"]
+    assert sorted(os.listdir(out)) == [".keysplit-replay", "counts.parquet", "notes.txt", "summary.json",
+                                       "timeseries.parquet"]
     assert json.loads((out / "summary.json").read_text()) == summary
     assert summary["replay"]["counts"] == str(out / "counts.parquet")
 

@@ -12,8 +12,9 @@ from test_replay import assert_same_as_simulate, write_text
 
 from keysplit.datasets import open_dataset
 from spark_replay import key_counts
-from spark_replay.ingest import Chunk, fingerprints
+from spark_replay.chunks import Chunk
 from spark_replay.job import ReplayOptions, run_replay
+from spark_replay.key_counts import fingerprints
 
 TIMINGS = ("seconds", "messages_per_second", "ingest_seconds", "total_seconds", "counts", "timeseries")
 

@@ -1,42 +1,20 @@
-"""The replay's building blocks, without Spark: byte ranges, Lindley's recursion, and key-set merging."""
+"""The replay's building blocks, without Spark: Lindley's recursion, the latency histogram, key-set merging, chunk
+order and the dataset fingerprint. (How Spark cuts a file into splits is tested end to end in
+``tests/test_replay.py``.)"""
 
 from __future__ import annotations
 
-import itertools
 import random
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from keysplit.datasets import open_dataset
 from keysplit.fingerprint import Fingerprint, chunk_lanes, dataset_sha256, key_hashes
 from keysplit.latency import LatencyHistogram
 from spark_replay.aggregates import distinct_counts, hashed_masks, key_masks, union_masks
-from spark_replay.ingest import key_fingerprint, read_range
+from spark_replay.key_counts import key_fingerprint
 from spark_replay.ordered import in_order
 from spark_replay.queueing import lindley
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    lines=st.lists(st.text(alphabet="ab \r\xe9", max_size=12), max_size=25),
-    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=6),
-    trailing_newline=st.booleans(),
-)
-def test_byte_ranges_own_every_line_exactly_once(tmp_path_factory, lines, cuts, trailing_newline):
-    path = tmp_path_factory.mktemp("ranges") / "f.txt"
-    data = "\n".join(lines).encode() + (b"\n" if trailing_newline and lines else b"")
-    path.write_bytes(data)
-    bounds = sorted({0, len(data), *[c for c in cuts if c < len(data)]})
-    pieces = [line for a, b in itertools.pairwise(bounds) for line in read_range(str(path), a, b)]
-    if data:
-        # The reader's own decoding of the whole file, line for line (TextDataset.lines).
-        reader = open_dataset(f"text:{path}")
-        assert pieces == list(reader.lines())
-    else:
-        assert pieces == []
 
 
 def test_lindley_equals_the_departure_recursion():
@@ -137,3 +115,21 @@ def test_fingerprint_adds_up_over_any_cut_and_sees_every_change():
     retimed[0] = (1.0, records[0][1])
     merged = [*records[:2], (None, records[2][1] + records[3][1]), *records[4:]]
     assert len({whole, dataset_sha256(swapped), dataset_sha256(retimed), dataset_sha256(merged)}) == 4
+
+
+def test_routing_params_cross_into_spark_as_a_typed_value():
+    """What a routing task receives: a frozen dataclass that pickles whole (Spark ships it in the task's closure)
+    and builds the same groupings as the arguments it holds."""
+    import dataclasses
+    import pickle
+
+    from keysplit.stream import Resize
+    from spark_replay.routing import PARTITIONED, RoutingParams, prepare
+
+    params = RoutingParams(spec="fish", workers=4, sources=2, rate=100.0, mode=PARTITIONED, split="key",
+                           capacities=(1.0, 2.0, 1.0, 2.0), resizes=(Resize(10, 6),))
+    back = pickle.loads(pickle.dumps(dataclasses.replace(params, frequencies={"a": 3})))
+    assert back == dataclasses.replace(params, frequencies={"a": 3}) and back.every_worker == 6
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        back.workers = 5  # type: ignore[misc]
+    assert [g.describe() for g in prepare(back)] == [g.describe() for g in prepare(params)]

@@ -10,7 +10,7 @@ import pytest
 
 from keysplit.datasets.readers import TextDataset
 from keysplit.simulator.tokenize import HashIds, decode
-from spark_replay.ingest import ChunkBuilder, compact
+from spark_replay.chunks import ChunkBuilder, compact
 from spark_replay.text_input import TextChunker, byte_runs, plain_text_chunks
 from tests.test_tokenize import random_line
 

@@ -1,20 +1,23 @@
-"""Writing outputs safely: never over an input, and all-or-nothing.
+"""Writing outputs safely: never over an input, never through another user's link, and all-or-nothing.
 
 Every command that writes a file checks first that the file is none of its inputs (the same file under any
-spelling: a relative path, a symlink, a hard link), and writes it under a temporary name in the same
-directory, renamed over the final name only when complete: a failure (a full disk, Ctrl-C, a crash) leaves
+spelling: a relative path, a symlink, a hard link), that no folder of its path is a symlink another user planted
+in a sticky world-writable folder (:func:`refuse_foreign_links`), and writes it under a temporary name in the
+same directory, renamed over the final name only when complete: a failure (a full disk, Ctrl-C, a crash) leaves
 the old file or nothing, never an empty or half-written one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
-from typing import IO
+from typing import IO, Any
 
 from keysplit.errors import KeysplitError
 from keysplit.processes import process_alive
@@ -39,9 +42,49 @@ def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
 STATE_FOLDERS = ("redis", "logs", "spark")
 
 
+def foreign_link(path: str | os.PathLike) -> tuple[str, int] | None:
+    """The first symlink on ``path`` (any of its folders, or itself) that lies in a sticky world-writable folder
+    (``/tmp``) and is owned by neither this user nor that folder's owner, with its owner's uid; None if there is
+    none. Linux refuses to follow such a link when ``fs.protected_symlinks`` is set (``may_follow_link`` in
+    ``fs/namei.c``): another user can plant it there to turn a write into one of this user's files; keysplit
+    applies the same rule whatever the setting."""
+    parts = os.path.abspath(os.fspath(path)).split(os.sep)
+    folder = os.sep
+    for name in parts[1:]:
+        if not name:
+            continue
+        entry = os.path.join(folder, name)
+        try:
+            st = os.lstat(entry)
+            parent = os.stat(folder)
+        except OSError:
+            return None  # nothing beyond a missing entry: no link to follow
+        if stat.S_ISLNK(st.st_mode):
+            sticky_shared = parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH
+            if sticky_shared and st.st_uid not in (os.geteuid(), parent.st_uid):
+                return entry, st.st_uid
+            entry = os.path.realpath(entry)  # an allowed link: the rest of the path is under its target
+        folder = entry
+    return None
+
+
+def refuse_foreign_links(option: str, output: str | os.PathLike) -> None:
+    """A one-line KeysplitError when ``output``'s path goes through a symlink another user planted in a sticky
+    world-writable folder (:func:`foreign_link`). Every writer calls it, through :func:`refuse_state` before
+    any work and :func:`atomic_file` at the write."""
+    found = foreign_link(output)
+    if found is not None:
+        link, uid = found
+        raise KeysplitError(f"{option} {os.fspath(output)} goes through {link}, a symlink that another user (uid "
+                            f"{uid}) owns in a shared sticky folder; keysplit does not follow it: choose another "
+                            "output path")
+
+
 def refuse_state(option: str, output: str | os.PathLike) -> None:
     """A one-line KeysplitError when ``output`` is or lies in one of the folders keysplit manages in its state
-    folder (:data:`STATE_FOLDERS`), under any spelling (a relative path, a symlink)."""
+    folder (:data:`STATE_FOLDERS`), under any spelling (a relative path, a symlink), or goes through another
+    user's link (:func:`refuse_foreign_links`)."""
+    refuse_foreign_links(option, output)
     home = os.path.realpath(os.environ.get("KEYSPLIT_HOME") or ".keysplit")
     target = os.path.realpath(output)
     for name in STATE_FOLDERS:
@@ -80,6 +123,7 @@ def atomic_file(path: str | os.PathLike, option: str = "output", mode: str = "w"
     """Open a temporary file beside ``path``; on success it replaces ``path``, on any failure it is removed.
     OSErrors become one-line KeysplitErrors naming ``option``."""
     path = os.fspath(path)
+    refuse_foreign_links(option, path)
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
@@ -134,3 +178,28 @@ def replace_entry(built: str, final: str) -> None:
         shutil.rmtree(aside, ignore_errors=True)
     else:
         os.replace(built, final)
+
+
+def non_finite(obj: Any, where: str = "") -> tuple[str, float] | None:
+    """The place (``runs[0].latency_p50_ms``) and value of the first NaN or infinity in ``obj``'s dicts and
+    lists, else None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return where or "the value", obj
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for key, value in items:
+        place = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key)
+        found = non_finite(value, place)
+        if found is not None:
+            return found
+    return None
+
+
+def json_text(obj: Any, what: str, indent: int | None = 2) -> str:
+    """``obj`` as strict JSON (RFC 8259 has no NaN or Infinity, which strict parsers reject): a one-line
+    KeysplitError naming the field instead of ever writing one (``json.dumps`` would, by default)."""
+    try:
+        return json.dumps(obj, indent=indent, allow_nan=False)
+    except ValueError:
+        where, value = non_finite(obj) or ("a value", math.nan)
+        raise KeysplitError(f"{what} would hold {where} = {value!r}, not a finite number, which JSON cannot carry; "
+                            "nothing was written") from None

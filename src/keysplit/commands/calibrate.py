@@ -100,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"calibration {args.name} from {len(runs)} runs ({profile['terms']['runtime']}, "
           f"{profile['terms']['worker_processes']} worker processes): {describe(profile)}")
     def cell(row: dict, key: str) -> str:
-        return f"{row['measured'][key]:,.0f} / {row['predicted'][key]:,.0f} ({row['ratio'][key]:.2f})"
+        ratio = row["ratio"][key]
+        shown = "-" if ratio is None else f"{ratio:.2f}"  # no ratio where the run measured 0
+        return f"{row['measured'][key]:,.0f} / {row['predicted'][key]:,.0f} ({shown})"
 
     rows = [{"run": r["run_id"], "w": cell(r, "words_per_second"), "p": cell(r, "p50_ms"), "q": cell(r, "p99_ms"),
              "ok": "yes" if r["within"] else "NO"} for r in profile["fit"]]

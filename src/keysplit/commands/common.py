@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import math
 import os
@@ -113,8 +112,10 @@ def ensure_output_dir(path: str, option: str = "--out") -> str:
 
 
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False)
-    sys.stdout.write("\n")
+    """``obj`` on stdout as strict JSON: a one-line KeysplitError, not ``NaN``/``Infinity``, for a non-finite value."""
+    from keysplit.outputs import json_text
+
+    sys.stdout.write(json_text(obj, "the --json output") + "\n")
 
 
 #: Seconds of work before a progress bar appears (tqdm's ``delay``): shorter commands never import tqdm.

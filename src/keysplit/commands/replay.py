@@ -13,11 +13,13 @@ import sys
 
 from keysplit.cli import command_summary
 from keysplit.commands.common import (
+    Stopped,
     cpu_delay,
     ensure_output_dir,
     positive_int,
     print_json,
     print_table,
+    stop_on_signals,
 )
 from keysplit.commands.knobs import add_topology_options, overheads
 from keysplit.commands.simulate import add_routing_options, parse_capacities
@@ -54,6 +56,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=("auto", "reference"), default="auto",
                    help="auto: kg/sg/pkg through the simulator's proven kernel; reference: every grouping's choose")
     p.add_argument("--out", default=_DEFAULT_OUT, metavar="DIR", help=f"output directory (default {_DEFAULT_OUT})")
+    p.add_argument("--force", action="store_true", help="replace the outputs in an --out folder that holds files "
+                   "other than a replay's (the rest of it is left alone)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     p.set_defaults(func=run)
 
@@ -74,13 +78,25 @@ def model_line(replay: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spark_replay.job import ReplayOptions, check_outputs, run_replay, validate
+    """SIGTERM and SIGHUP stop a replay the way Ctrl-C does: its staging folder removed, the Spark session
+    stopped, one line and the shell's status for the signal."""
+    try:
+        with stop_on_signals():
+            return _run(args)
+    except (Stopped, KeyboardInterrupt) as exc:
+        name, status = (str(exc), exc.status) if isinstance(exc, Stopped) else ("Ctrl-C", 130)
+        print(f"keysplit: replay stopped by {name}; nothing was written to {args.out}", file=sys.stderr)
+        return status
+
+
+def _run(args: argparse.Namespace) -> int:
+    from spark_replay.job import ReplayOptions, run_replay, validate
     from spark_replay.session import get_session, parse_conf, stop_session
 
     opts = ReplayOptions(
         dataset=args.dataset, groupings=args.groupings, workers=args.workers, sources=args.sources,
         cpu_delay_ms=args.cpu_delay, rate=args.rate, split=args.split, checkpoint=args.checkpoint,
-        top_k=args.top, out=args.out, capacities=parse_capacities(args.capacities, args.workers),
+        top_k=args.top, out=args.out, force=args.force, capacities=parse_capacities(args.capacities, args.workers),
         partitions=args.partitions, fast=args.engine == "auto", resizes=args.resize,
         aggregators=args.aggregators, spouts=args.spouts, flush_secs=args.flush, max_pending=args.max_pending,
         message_timeout=args.message_timeout, batch=args.batch, batch_ms=args.batch_ms, arrivals=args.arrivals,
@@ -104,13 +120,13 @@ def run(args: argparse.Namespace) -> int:
         messages = dataset.params["messages"]
         check_resizes(opts.groupings, opts.workers, opts.resizes, messages)
         check_checkpoint(opts.checkpoint, messages)
-    from spark_replay.ingest import is_uri
+    from spark_replay.sparkinput import check_lines
+    from spark_replay.storage import check_out, is_uri
 
-    check_outputs(dataset, opts.out)  # and an output that would replace the input
-    if not is_uri(opts.out):
-        from keysplit.outputs import refuse_state
-
-        refuse_state("--out", opts.out)  # or keysplit's own state (the managed Redis's data)
+    if not is_uri(opts.out):  # an output over the input, keysplit's own state, another user's link, a user's files
+        check_out(dataset, opts.out, opts.force)
+    if dataset is not None:
+        check_lines(dataset)  # a line longer than run's bound, before the JVM starts
     existed = is_uri(opts.out) or os.path.isdir(opts.out)
     if not is_uri(opts.out):  # a folder named by URI (hdfs://...) is created through Spark
         ensure_output_dir(opts.out)  # and an output directory that cannot be created

@@ -27,6 +27,9 @@ redis-server already working in the data directory (its pid file, and every proc
 is): one that answers, even with an error, is the server, never doubled (two servers appending to one file
 would destroy every stored run). One that cannot write (a full disk: MISCONF to every write and to PING) keeps
 what it acknowledged and writes it once there is room; commands fail with one line, ``disk full at PATH``.
+
+Over 600 lines: one purpose, the managed server's whole life (which binary, its folder and socket, start, lease,
+restart, stop, the refusals of a server that cannot serve the data), which two files once split in name only.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What every toolkit component reads when it starts: the run's settings and Redis, its place among its
 component's tasks, and the topology's wiring as the multi-lang handshake's ``context`` states it (Storm's
 ``TopologyContext.toJSONString``: ``task->component``, ``stream->target->grouping``, ``source->stream->fields``;
-apache/storm ``storm-client/src/jvm/org/apache/storm/task/TopologyContext.java``, and ``docs/Multilang-protocol.md``).
+apache/storm ``storm-client/src/jvm/org/apache/storm/task/TopologyContext.java``, and Storm's multi-lang protocol page).
 """
 
 from __future__ import annotations

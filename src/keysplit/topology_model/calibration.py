@@ -9,7 +9,7 @@ import os
 import re
 
 from keysplit.errors import KeysplitError
-from keysplit.topology_model.params import CALIBRATED, OPTIONAL_CALIBRATED
+from keysplit.topology_model.params import CALIBRATED, OPTIONAL_CALIBRATED, check_cost
 
 #: A profile's name (``keysplit calibrate --name``): it names a file in the state folder, so never a path.
 PROFILE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -32,16 +32,14 @@ def profile_path(name: str) -> str:
 
 def save_profile(profile: dict) -> str:
     """Write ``profile`` (with its ``name``) atomically to :func:`profile_path`; the path."""
-    import json
-
     from keysplit.home import private_dir
-    from keysplit.outputs import atomic_file
+    from keysplit.outputs import atomic_file, json_text
 
     path = profile_path(profile["name"])
+    text = json_text(profile, "the calibration profile") + "\n"  # strict JSON: no NaN or Infinity
     private_dir(os.path.dirname(path))
     with atomic_file(path, "the calibration profile") as fh:
-        json.dump(profile, fh, indent=2)
-        fh.write("\n")
+        fh.write(text)
     return path
 
 
@@ -69,11 +67,15 @@ def load_calibration(path: str | None) -> dict:
             data = json.load(fh)
     except (OSError, ValueError) as exc:
         raise KeysplitError(f"cannot read the calibration {target}: {exc}") from None
-    if not isinstance(data, dict) or any(not isinstance(data.get(k), (int, float)) for k in CALIBRATED):
+    if not isinstance(data, dict) or any(k not in data for k in CALIBRATED):
         raise KeysplitError(f"{target} is not a keysplit calibration (needs numbers {', '.join(CALIBRATED)})")
-    optional = {k: float(data[k]) for k in OPTIONAL_CALIBRATED if isinstance(data.get(k), (int, float))}
+    try:  # every cost finite and bounded (params.COST_LIMITS): a bad one is refused, not simulated for ever
+        given = (*CALIBRATED, *(k for k in OPTIONAL_CALIBRATED if data.get(k) is not None))
+        costs = {k: check_cost(k, data[k]) for k in given}
+    except ValueError as exc:
+        raise KeysplitError(f"calibration {target}: {exc}") from None
     named = {"profile": data["name"]} if isinstance(data.get("name"), str) else {}
-    return {k: float(data[k]) for k in CALIBRATED} | optional | {"source": os.path.abspath(target)} | named
+    return costs | {"source": os.path.abspath(target)} | named
 
 
 def overheads(calibration: str | None, overhead_us: float | None = None, counter_overhead_us: float | None = None,

@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from keysplit import latency
+from keysplit.errors import KeysplitError
 from keysplit.latency import LatencyHistogram
 from keysplit.storm.streams import fields_index
 from keysplit.topology_model.kernel import (
@@ -41,6 +42,7 @@ from keysplit.topology_model.kernel import (
     _S_RUNNER,
     _S_SERVICE,
     _S_TICK,
+    _S_TICKS,
     _S_TIMEOUT,
     _S_TUPLE,
     _S_WAIT,
@@ -67,15 +69,23 @@ def _regrow(arrays: list[np.ndarray], lo: int, hi: int, size: int) -> list[np.nd
     return out
 
 
-def kernel_settings(p: TopologyParams) -> np.ndarray:
+#: The model's bound on its own work: task visits at ticks (every tick visits every counter and aggregator, and
+#: ticks go on for as long as the simulated run lasts): 2^28, about 45 s of the event loop (2 us a tick at W=10,
+#: A=2, measured), 22 million ticks there, 259 days of topology time at 1 s a tick. A run the costs make longer
+#: (NaN or 1e300 us a tuple never ended) is refused in one line, not followed.
+MAX_TICK_VISITS = 1 << 28
+
+
+def kernel_settings(p: TopologyParams, tick_visits: int = MAX_TICK_VISITS) -> np.ndarray:
     """The kernel's settings (its ``_S_*`` slots) from the parameters: times in seconds."""
-    out = np.zeros(_S_FLUSH + 1)
+    out = np.zeros(_S_TICKS + 1)
     out[_S_SERVICE], out[_S_RUNNER], out[_S_TUPLE], out[_S_COMMIT] = (p.cpu_delay_ms / 1000.0, p.overhead_us / 1e6,
                                                                       p.tuple_us / 1e6, p.commit_s)
     out[_S_ACK], out[_S_TICK], out[_S_PHASE] = p.ack_delay_ms / 1000.0, p.tick_secs, p.tick_phase_s
     out[_S_CAP], out[_S_RATE], out[_S_TIMEOUT] = p.max_pending * p.spouts, p.rate or 0.0, p.message_timeout
     out[_S_HOP], out[_S_WORD], out[_S_CTUPLE] = p.hop_delay_ms / 1000.0, p.word_us / 1e6, p.counter_overhead_us / 1e6
     out[_S_BATCH], out[_S_WAIT], out[_S_FLUSH] = p.batch, p.batch_ms / 1000.0, p.flush_secs
+    out[_S_TICKS] = tick_visits // (p.workers + p.aggregators)
     return out
 
 
@@ -89,13 +99,13 @@ class StreamedModel:
     open loop at most ``max_pending x spouts`` lines are in flight), the counters' and aggregators' state, one
     stamp per key, the event heap and a fixed-size latency histogram: not the stream."""
 
-    def __init__(self, params: TopologyParams, keep_lines: int = 0) -> None:
+    def __init__(self, params: TopologyParams, keep_lines: int = 0, tick_visits: int = MAX_TICK_VISITS) -> None:
         self.params = params
         self.iv = np.zeros(12, dtype=np.int64)
         self.fv = np.zeros(8)
         self.fv[_F_MAX] = -math.inf
         self.fv[_F_MIN] = math.inf
-        self.settings = kernel_settings(params)
+        self.settings = kernel_settings(params, tick_visits)
         # the spouts' AIMD window (storm/window.py), open loop too (storm/spout_pacing.py)
         self.window = new_window(params.max_pending, params.spouts, params.message_timeout, params.aimd)
         size = 1024 + 4 * (params.workers + params.aggregators)
@@ -176,6 +186,13 @@ class StreamedModel:
                                           self.batches, self.stamp, (self.lines[0], self.lines[1], self.lines[2]),
                                           tuple(self.words), self.h_count,
                                           (self.rec_emit, self.rec_done), self.settings, final)
+        if status == 2:
+            ticks = int(self.settings[_S_TICKS])
+            days = ticks * self.params.tick_secs / 86400
+            left = int(self.iv[_I_LINES] - self.iv[_I_COMPLETED])
+            raise KeysplitError(f"the topology model gave up after {ticks:,} ticks ({days:,.0f} days of topology "
+                                f"time) with {left:,} line(s) not complete: the costs (CPU delay, calibration) make "
+                                "the run longer than the model follows; check them")
         assert final or status == 0, "the model stopped before the stream's end"
 
     def finish(self) -> ModelResult:

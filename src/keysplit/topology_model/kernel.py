@@ -67,9 +67,9 @@ _F_RUNNER, _F_FIRST, _F_LAST, _F_SUM, _F_COMP, _F_MAX, _F_MIN, _F_LAG = range(8)
 #: delay), the runner's per tuple sent to a counter, a tuple's in a tick, an aggregator's per partial count, the ack
 #: delay, the tick period and phase, the lines in flight at most, the rate (0: closed loop), the message timeout,
 #: the hop to a counter, the runner's per word, a counter's per input tuple, the batch size (words) and wait, the
-#: flush period of a counter's own clock.
+#: flush period of a counter's own clock, the most ticks the loop follows (its bound on its own work).
 _S_SERVICE, _S_RUNNER, _S_TUPLE, _S_COMMIT, _S_ACK, _S_TICK, _S_PHASE, _S_CAP, _S_RATE, _S_TIMEOUT, _S_HOP, \
-    _S_WORD, _S_CTUPLE, _S_BATCH, _S_WAIT, _S_FLUSH = range(16)
+    _S_WORD, _S_CTUPLE, _S_BATCH, _S_WAIT, _S_FLUSH, _S_TICKS = range(17)
 
 
 @numba.njit(cache=True)
@@ -220,8 +220,9 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
     - ``final``: run until every line fed is complete.
 
     Lines are numbered globally. The loop stops before the spout would emit a line that has not been fed yet
-    (returns 0: feed more), or, ``final``, once every line fed is complete (returns 1). Returns ``(status, heap)``
-    (the heap's arrays may have grown)."""
+    (returns 0: feed more), or, ``final``, once every line fed is complete (returns 1), or at a tick past
+    ``settings[_S_TICKS]`` (returns 2: costs that make the run longer than the model follows). Returns
+    ``(status, heap)`` (the heap's arrays may have grown)."""
     iv, fv, window = state
     ht, hs, hk, ha = heap
     c_head, c_tail, c_free, c_busy, c_tuples, c_last = counters
@@ -342,6 +343,9 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
                                           runner_free + hop)
                 seq += 1
         elif kind == _TICK:
+            if arg > settings[_S_TICKS]:  # each tick visits every task: the loop's work grows with simulated time
+                status = 2
+                break
             # every counter's tick, queued behind its backlog: it flushes the words that arrived before it
             for w in range(n_workers):
                 ht, hs, hk, ha, n, seq, stamp_no = _flush_counter(w, max(now, c_free[w]), counters, w_nxt, w_key,

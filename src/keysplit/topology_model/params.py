@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from keysplit.latency import LatencyHistogram
+from keysplit.sizes import MAX_CPU_DELAY_MS
 from keysplit.storm.window import WindowPolicy
 
 #: Summary field -> the option of `keysplit run` and `keysplit replay` that sets it (the topology's knobs, under
@@ -39,6 +40,25 @@ ARRIVALS = ("closed", "open", "lindley")
 CALIBRATED = ("overhead_us", "counter_overhead_us", "tuple_us", "tick_phase_s", "hop_delay_ms")
 #: Calibrated quantities a file may lack (made before they were measured): the model's default then applies.
 OPTIONAL_CALIBRATED = ("commit_us", "ack_delay_ms", "word_us")
+
+#: The most each calibrated cost may be, in its own unit: a minute, as the CPU delay
+#: (:data:`keysplit.sizes.MAX_CPU_DELAY_MS`). A profile is data a user may edit or receive: beyond these no topology
+#: is modelled (a fitted cost reaches 50 ms at most, :data:`keysplit.topology_model.profile.FITTED`), and a NaN
+#: (which Python's json reads) or 1e300 left the model's event loop running for ever. The tick phase may be
+#: negative (ticks that began before the first emit), by at most as much.
+COST_LIMITS: dict[str, float] = {"overhead_us": 60e6, "word_us": 60e6, "counter_overhead_us": 60e6, "tuple_us": 60e6,
+                                 "commit_us": 60e6, "hop_delay_ms": 60e3, "ack_delay_ms": 60e3, "tick_phase_s": 60.0}
+
+
+def check_cost(name: str, value: object) -> float:
+    """``value`` as the calibrated cost ``name``: a finite number within 0 and its :data:`COST_LIMITS` (the tick
+    phase within plus or minus it); a ValueError naming it otherwise."""
+    limit = COST_LIMITS[name]
+    low = -limit if name == "tick_phase_s" else 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= limit:
+        unit = name.rsplit("_", 1)[1]
+        raise ValueError(f"{name} must be a number between {low:g} and {limit:g} {unit}, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -71,16 +91,14 @@ class TopologyParams:
         for name in ("workers", "sources", "aggregators", "max_pending", "spouts", "batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("cpu_delay_ms", "overhead_us", "counter_overhead_us", "tuple_us", "ack_delay_ms", "hop_delay_ms",
-                     "commit_us", "word_us"):
-            if (getattr(self, name) or 0.0) < 0:
-                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
-        if self.flush_secs <= 0 or self.message_timeout <= 0:
-            raise ValueError("flush_secs and message_timeout must be positive")
-        if self.rate is not None and self.rate <= 0:
-            raise ValueError(f"rate must be positive, got {self.rate}")
-        if not self.batch_ms > 0:
-            raise ValueError(f"batch_ms must be positive, got {self.batch_ms}")
+        for name in COST_LIMITS:  # NaN and infinity fail every comparison: refused here, never simulated
+            if name != "commit_us" or self.commit_us is not None:
+                check_cost(name, getattr(self, name))
+        if not 0 <= self.cpu_delay_ms <= MAX_CPU_DELAY_MS:
+            raise ValueError(f"cpu_delay_ms must be between 0 and {MAX_CPU_DELAY_MS:g}, got {self.cpu_delay_ms}")
+        for name in ("flush_secs", "message_timeout", "batch_ms", *(("rate",) if self.rate is not None else ())):
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be a positive number, got {getattr(self, name)}")
 
     @property
     def tick_secs(self) -> float:

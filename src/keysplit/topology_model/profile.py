@@ -116,11 +116,12 @@ def observed(run: dict) -> dict:
 
 
 def ratios(pred: dict, meas: dict) -> dict:
-    return {k: (pred[k] / meas[k] if meas[k] else math.inf) for k in TARGETS}
+    """Predicted over measured, per target; None where the run measured 0 (no ratio: JSON has no infinity)."""
+    return {k: (pred[k] / meas[k] if meas[k] else None) for k in TARGETS}
 
 
 def within(r: dict) -> bool:
-    return all(abs(r[k] - 1.0) <= tol for k, tol in TARGETS.items())
+    return all(r[k] is not None and abs(r[k] - 1.0) <= tol for k, tol in TARGETS.items())
 
 
 def _loss(fitted: dict, cases: list[tuple[TopologyParams, tuple, dict]]) -> float:
