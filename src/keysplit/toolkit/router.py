@@ -21,8 +21,9 @@ anchored to the input and the input acked after it, so Storm's at-least-once del
   :class:`~keysplit.storm.router.Batcher` (the word count's) holds the rows bound for one downstream task and sends
   them as one tuple on :data:`~keysplit.toolkit.contract.ROWS_STREAM` once it holds N rows, or T ms after its first
   row from a timer thread, whichever comes first. The batch is anchored to every input it carries (Storm's
-  multi-anchoring), and each input is acked when its batch has left: a kill anywhere replays the inputs whose
-  trees it broke, as without batches.
+  multi-anchoring: apache/storm ``BoltOutputCollectorImpl.java`` ``boltEmit``, and ``ShellBolt.java``
+  ``handleEmit``, which needs every anchor still pending: keysplit.storm.router), and each input is acked when its
+  batch has left: a kill anywhere replays the inputs whose trees it broke, as without batches.
 - **Bad tuples**: one without the key field, or whose key is not a JSON scalar (None, a list), is failed (Storm
   replays it from the spout, or drops it for an unreliable one) and logged; the worker stays up.
 """
