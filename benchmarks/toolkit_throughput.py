@@ -29,6 +29,7 @@ from pathlib import Path
 from keysplit.datasets import open_dataset, write_dataset
 from keysplit.runs import redis_server
 from keysplit.runs.topology_run import TopologyRunOptions, load_topology, read_results, run_topology
+from keysplit.storm.keys import RunKeys
 
 TOPOLOGY = '''
 from keysplit.toolkit import Aggregate, FeedSpout, KeyRouter, Sum, Topology
@@ -99,14 +100,18 @@ def main() -> int:
                                            log_dir=folder / "logs" / f"{round_}-{batch}")
                     exact = read_results(conn, summary["run_id"], "total") == expected
                     rate = summary["rows_per_second"]
+                    # rows per tuple the partial tasks received: that the batches did fill
+                    held = [json.loads(v) for v in conn.hvals(RunKeys(summary["run_id"]).stage("partial", "tasks"))]
+                    per_tuple = sum(t["records"] for t in held) / max(1, sum(t.get("tuples", 0) for t in held))
                     results[batch].append(rate)
                     row = {"round": round_, "batch": batch, "rows_per_second": round(rate, 1),
-                           "wall_s": round(summary["wall_s"], 2), "p50_ms": summary["latency_ms"].get("p50"),
+                           "wall_s": round(summary["wall_s"], 2),
+                           "rows_per_partial_tuple": round(per_tuple, 1), "p50_ms": summary["latency_ms"].get("p50"),
                            "exact": exact, "load_before": before}
                     rows_out.append(row)
                     if not args.json:
                         print(f"batch {batch:>4}: {rate:>9,.0f} rows/s  wall {summary['wall_s']:6.1f} s  "
-                              f"exact totals {exact}  load {before}", flush=True)
+                              f"rows/tuple {per_tuple:5.1f}  exact totals {exact}  load {before}", flush=True)
         finally:
             redis_server.stop_server(folder / "home", save=False, force=True)
     single, batched = statistics.median(results[1]), statistics.median(results[args.batch])
