@@ -65,7 +65,7 @@ from keysplit.toolkit import Aggregate, {accumulator_class}, FeedSpout, KeyRoute
 class PageStats(Topology):
     config = {config!r}
     views = FeedSpout.spec(fields=["time", "page", "bytes"])
-    route = KeyRouter.spec(inputs=[views], key="page", grouping={grouping!r}, time={time!r}, par={sources})
+    route = KeyRouter.spec(inputs=[views], key="page", grouping={grouping!r}, time={time!r}, par={sources}{batch})
     partial = Aggregate.partial(inputs=route, accumulator={accumulator}, period=0.5, par={workers})
     total = Aggregate.merge(inputs=partial, top=5, par={merges})
 '''
@@ -78,10 +78,12 @@ def topology_file():
 
 
 def write_topology(folder: Path, grouping: str, *, sources: int = 2, workers: int = 4, merges: int = 2,
-                  time: str | None = "time", accumulator: str = 'Sum("bytes")', config: dict | None = None) -> Path:
-    """A user's topology file (outside any project: keysplit's own components only)."""
+                  time: str | None = "time", accumulator: str = 'Sum("bytes")', config: dict | None = None,
+                  batch: int = 1) -> Path:
+    """A user's topology file (outside any project: keysplit's own components only); ``batch`` > 1 makes its router
+    send rows in batches."""
     path = folder / "pagestats.py"
     path.write_text(TOPOLOGY.format(grouping=grouping, sources=sources, workers=workers, merges=merges, time=time,
                                     accumulator=accumulator, accumulator_class=accumulator.split("(")[0],
-                                    config=config or {}))
+                                    config=config or {}, batch=f", batch={batch}" if batch > 1 else ""))
     return path

@@ -41,6 +41,7 @@ and their encodings: storm/streams.py).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -261,6 +262,25 @@ class Batcher:
                     self._send(target)
         self._release(tup)
 
+    def add(self, tup: Hashable, item: object, target: int) -> None:
+        """Input tuple ``tup`` carrying one item for ``target`` (a toolkit router's row: no lines, no occurrences);
+        held by that one batch, so acked when it leaves.
+
+        >>> sent, acked = [], []
+        >>> b = Batcher(2, 0.05, lambda t, batch: sent.append((t, batch.words)), acked.append, clock=lambda: 0.0)
+        >>> b.add("T0", ["a", 1], 5); b.add("T1", ["b", 2], 6); b.add("T2", ["c", 3], 5)
+        >>> sent, acked
+        ([(5, [['a', 1], ['c', 3]])], ['T0', 'T2'])
+        """
+        batch = self.open.get(target)
+        if batch is None:
+            batch = self.open[target] = Batch(self.clock())
+        batch.words.append(item)  # type: ignore[arg-type]
+        batch.lines[tup] = None
+        self.refs[tup] = 1
+        if len(batch.words) >= self.size:
+            self._send(target)
+
     def next_due(self) -> float | None:
         """When the oldest open batch must leave (monotonic seconds), or None when none is open."""
         for batch in self.open.values():
@@ -275,6 +295,20 @@ class Batcher:
             if batch.opened > limit:
                 break
             self._send(target)
+
+    def serve(self, lock: threading.Condition, written: Callable[[], None]) -> None:
+        """A timer thread's loop (``RouterBolt._flusher``'s): under ``lock``, sleep until the oldest open batch is
+        due, emit it and call ``written`` (write the emits now: the main thread may be waiting for input). The adder
+        holds ``lock`` too, and notifies it when it opens a batch while none was open. Returns only by raising."""
+        with lock:
+            while True:
+                due = self.next_due()
+                wait = None if due is None else due - self.clock()
+                if wait is None or wait > 0:
+                    lock.wait(wait)
+                else:
+                    self.flush_due()
+                    written()
 
     def flush_all(self) -> None:
         while self.open:

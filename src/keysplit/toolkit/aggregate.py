@@ -1,9 +1,11 @@
 """The two-stage keyed aggregation a split key needs: partial state per task, merged per key downstream.
 
 ``PartialAggregate`` (behind a :class:`~keysplit.toolkit.router.KeyRouter`) adds each record to its key's state
-with the accumulator (:mod:`keysplit.toolkit.accumulators`) and flushes every period T, by its own clock and at its
-tick, as the word count's counters do: one tuple per merge task on the ``partials`` stream, anchored to the inputs
-it covers, then acks them. ``MergeAggregate`` merges the partial states of the keys it owns
+with the accumulator (:mod:`keysplit.toolkit.accumulators`), the rows of a batching router's batch one by one (all of
+them, or none when one is refused: the batch is failed whole, so its rows replay), and flushes every period T, by
+its own clock and at its tick, as the word count's counters do: one tuple per merge task on the ``partials`` stream,
+anchored to the inputs it covers, then acks them (a batch once, however many merge tasks its rows went to).
+``MergeAggregate`` merges the partial states of the keys it owns
 (:func:`~keysplit.toolkit.contract.merge_index`), commits them every period, emits ``(key, result)`` for each key
 that changed, anchored to the partials it merged, and acks those. A crash anywhere before the commit loses nothing:
 the spout replays the rows whose trees did not complete.
@@ -39,7 +41,9 @@ from keysplit.toolkit.contract import (
     RECORD_FIELD,
     RESULT_FIELDS,
     ROUTE_FIELD,
+    ROWS_STREAM,
     decode_partials,
+    decode_rows,
     encode_partials,
     key_text,
     merge_index,
@@ -113,7 +117,12 @@ class PartialAggregate(CoalescedWrites, Bolt):
         self.key_field = cfg["key"]
         self.period = float(cfg["period"])
         self.index, _ = task_index(context, me, self.task_id)
-        self.fields = input_fields(context)
+        declared = input_fields(context)
+        # the fields of the rows each input stream carries: a batch's rows are its router's default stream's values
+        # without the route field (contract.ROWS_STREAM)
+        self.batched = {(c, s) for c, s in declared if s == ROWS_STREAM}
+        self.fields = {(c, s): ([f for f in declared.get((c, "default"), ()) if f != ROUTE_FIELD]
+                                if (c, s) in self.batched else fields) for (c, s), fields in declared.items()}
         # exactly-once needs every row's identity, which only keysplit's feed gives
         self.exactly_once = settings.exactly_once and all(RECORD_FIELD in f for f in self.fields.values())
         merge = fields_subscriber(context, PARTIALS_STREAM, ROUTE_FIELD, me)
@@ -121,37 +130,52 @@ class PartialAggregate(CoalescedWrites, Bolt):
         self.routes = [route_value(m, merges) for m in range(merges)]
         self.owner: dict[str, int] = {}  # key -> its merge task (memoised hash)
         self.states: dict[str, object] = {}  # key (JSON text) -> state, or [[record, contribution], ...]
-        self.inputs: list[list] = [[] for _ in range(merges)]  # per merge task, the inputs its partials cover
+        # per merge task, the inputs its partials cover (a batch may cover several merge tasks: acked once)
+        self.inputs: list[dict] = [{} for _ in range(merges)]
         self.flushed_at = time.monotonic()
         self.records = 0
+        self.tuples = 0  # input tuples: fewer than records behind a batching router
         self.seen: set[str] = set()  # keys this task ever held: the state a split key costs (replication)
         self.failed = 0
         self.tasks_key = keys.stage(me, "tasks")
         if self.conn is not None:  # a restarted task goes on counting its records (the keys it holds start again)
             before = self.conn.hget(self.tasks_key, str(self.index))
             if before:
-                self.records = int(json.loads(before).get("records", 0))
+                stored = json.loads(before)
+                self.records, self.tuples = int(stored.get("records", 0)), int(stored.get("tuples", 0))
 
     def process(self, tup):
-        record = dict(zip(self.fields.get((tup.component, tup.stream), ()), tup.values))
-        key = record.get(self.key_field)
-        if key_text(key) is None:
-            return self._refuse(tup, f"its key {key!r} is not a JSON scalar")
-        name = json.dumps(key)
-        try:
-            if self.exactly_once:
-                self.states.setdefault(name, []).append([record[RECORD_FIELD], self.acc.one(record)])
+        where = (tup.component, tup.stream)
+        fields = self.fields.get(where, ())
+        rows = decode_rows(tup.values[0]) if where in self.batched else [tup.values]
+        acc, states, exactly_once = self.acc, self.states, self.exactly_once
+        staged: dict[str, object] = {}  # the tuple's rows, added to the states only once every row is accepted
+        for values in rows:
+            record = dict(zip(fields, values))
+            key = record.get(self.key_field)
+            if key_text(key) is None:
+                return self._refuse(tup, f"its key {key!r} is not a JSON scalar")
+            name = json.dumps(key)
+            try:
+                if exactly_once:
+                    staged.setdefault(name, []).append([record[RECORD_FIELD], acc.one(record)])  # type: ignore[union-attr]
+                else:
+                    state = staged[name] if name in staged else states.get(name)
+                    staged[name] = acc.add(acc.zero() if state is None else state, record)
+            except (AccumulatorError, KeysplitError, ValueError, TypeError) as exc:
+                return self._refuse(tup, str(exc))
+        for name, state in staged.items():
+            if exactly_once:
+                states.setdefault(name, []).extend(state)  # type: ignore[attr-defined]
             else:
-                state = self.states.get(name)
-                self.states[name] = self.acc.add(self.acc.zero() if state is None else state, record)
-        except (AccumulatorError, KeysplitError, ValueError, TypeError) as exc:
-            return self._refuse(tup, str(exc))
-        owner = self.owner.get(name)
-        if owner is None:
-            owner = self.owner[name] = merge_index(name, len(self.routes))
-            self.seen.add(name)
-        self.inputs[owner].append(tup.id)
-        self.records += 1
+                states[name] = state
+            owner = self.owner.get(name)
+            if owner is None:
+                owner = self.owner[name] = merge_index(name, len(self.routes))
+                self.seen.add(name)
+            self.inputs[owner][tup.id] = None
+        self.records += len(rows)
+        self.tuples += 1
         if time.monotonic() - self.flushed_at >= self.period:
             self.flush()
 
@@ -176,16 +200,20 @@ class PartialAggregate(CoalescedWrites, Bolt):
             by_merge[self.owner[name]].append([name, None, state] if self.exactly_once else [name, state])
         for m, entries in enumerate(by_merge):
             if entries:
-                self.emit([encode_partials(entries), self.routes[m]], stream=PARTIALS_STREAM, anchors=self.inputs[m],
-                          need_task_ids=False)
+                self.emit([encode_partials(entries), self.routes[m]], stream=PARTIALS_STREAM,
+                          anchors=list(self.inputs[m]), need_task_ids=False)
+        acked: set = set()
         for inputs in self.inputs:
             for tup_id in inputs:
-                self.ack(tup_id)
+                if tup_id not in acked:  # once: acking an id twice kills the worker (ShellBolt.handleAck)
+                    acked.add(tup_id)
+                    self.ack(tup_id)
             inputs.clear()
         self.states = {}
         if self.conn is not None:
             self.conn.hset(self.tasks_key, str(self.index),
-                           json.dumps({"records": self.records, "keys": len(self.seen), "failed": self.failed}))
+                           json.dumps({"records": self.records, "tuples": self.tuples, "keys": len(self.seen),
+                                       "failed": self.failed}))
 
 
 class MergeAggregate(CoalescedWrites, Bolt):

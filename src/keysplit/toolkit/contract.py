@@ -8,6 +8,9 @@ for the toolkit's components).
 - keysplit's feed spout (:class:`~keysplit.toolkit.spout.FeedSpout`) adds :data:`RECORD_FIELD`, the record's
   sequence number in the feed: the identity exactly-once commits deduplicate by (storm/exactly_once.py), and
   its own :data:`ROUTE_FIELD`, which deals records to the routers as the simulator deals them to sources.
+- With ``batch`` > 1 a KeyRouter sends the rows bound for one downstream task together, as one tuple on
+  :data:`ROWS_STREAM`: the JSON text of the list of the rows' value lists (:func:`encode_rows`) and the route value;
+  only a partial aggregate subscribes to it (and unpacks it row by row).
 - A partial aggregate flushes, every period, one tuple per merge task on :data:`PARTIALS_STREAM`: the JSON text of
   ``[[key, state], ...]`` (at-least-once) or ``[[key, [[record, contribution], ...]], ...]`` (exactly-once), and
   the route value of the merge task that owns those keys (:func:`merge_index`).
@@ -30,6 +33,9 @@ ROUTE_FIELD = "keysplit_route"
 RECORD_FIELD = "keysplit_record"
 #: Fields no user stream may declare: keysplit adds them.
 RESERVED_FIELDS = (ROUTE_FIELD, RECORD_FIELD)
+#: A batching KeyRouter's stream: many rows for one downstream task in one tuple.
+ROWS_STREAM = "batches"
+ROWS_FIELDS = ("rows", ROUTE_FIELD)
 #: A partial aggregate's stream to its merge stage.
 PARTIALS_STREAM = "partials"
 PARTIAL_FIELDS = ("partials", ROUTE_FIELD)
@@ -70,4 +76,18 @@ def encode_partials(entries: list) -> str:
 
 
 def decode_partials(text: str) -> list:
+    return json.loads(text)
+
+
+def encode_rows(rows: list) -> str:
+    """A batch's rows (each the list of a tuple's values, the route field left out) as tuple text (compact JSON):
+    Kryo writes no list value between workers.
+
+    >>> encode_rows([["0.5", "/home", 7], ["0.6", "/a", 1]])
+    '[["0.5","/home",7],["0.6","/a",1]]'
+    """
+    return json.dumps(rows, separators=(",", ":"))
+
+
+def decode_rows(text: str) -> list:
     return json.loads(text)

@@ -16,12 +16,22 @@ anchored to the input and the input acked after it, so Storm's at-least-once del
   router sent each worker), Gedik's routers share one partitioning function (router 0 leads, the others follow),
   offline groupings read the exact frequencies stored with keysplit's feed. FISH's capacities default to equal
   workers. Without Redis those groupings are refused when the task starts, in one line.
+- **Batches** (``batch`` N > 1, ``batch_ms`` T; only in front of an ``Aggregate.partial``): the grouping still
+  decides every tuple, in stream order (the same decisions as without batches); a
+  :class:`~keysplit.storm.router.Batcher` (the word count's) holds the rows bound for one downstream task and sends
+  them as one tuple on :data:`~keysplit.toolkit.contract.ROWS_STREAM` once it holds N rows, or T ms after its first
+  row from a timer thread, whichever comes first. The batch is anchored to every input it carries (Storm's
+  multi-anchoring: apache/storm ``BoltOutputCollectorImpl.java`` ``boltEmit``, and ``ShellBolt.java``
+  ``handleEmit``, which needs every anchor still pending: keysplit.storm.router), and each input is acked when its
+  batch has left: a kill anywhere replays the inputs whose trees it broke, as without batches.
 - **Bad tuples**: one without the key field, or whose key is not a JSON scalar (None, a list), is failed (Storm
   replays it from the spout, or drops it for an unreliable one) and logged; the worker stays up.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 
 from streamparse import Bolt
@@ -29,9 +39,9 @@ from streamparse import Bolt
 from keysplit.groupings import parse_grouping
 from keysplit.storm import quiet_exit
 from keysplit.storm.multilang import CoalescedWrites
-from keysplit.storm.router import GroupingChannel, Router
+from keysplit.storm.router import Batch, Batcher, GroupingChannel, Router
 from keysplit.storm.streams import component_tasks
-from keysplit.toolkit.contract import ROUTE_FIELD, key_text
+from keysplit.toolkit.contract import ROUTE_FIELD, ROWS_STREAM, encode_rows, key_text
 from keysplit.toolkit.runtime import ToolkitError, connect, fields_subscriber, input_fields, task_index
 
 quiet_exit.install()
@@ -54,8 +64,8 @@ class KeyRouter(CoalescedWrites, Bolt):
     :meth:`keysplit.toolkit.KeyRouter.spec`."""
 
     outputs: list = []  # declared per spec: the upstream's fields plus the route field
-    auto_ack = False  # acked after its emit, or failed: never both (ShellBolt kills a worker that does both)
-    auto_anchor = False
+    auto_ack = False  # acked after its emit (or its batch's), or failed: never both (ShellBolt kills a worker that
+    auto_anchor = False  # does both)
 
     def initialize(self, conf, context):
         cfg = conf.get(CONFIG_KEY)
@@ -109,6 +119,12 @@ class KeyRouter(CoalescedWrites, Bolt):
         self.failed = 0  # tuples failed since the last report
         self.failed_total = 0
         self.next_report = time.monotonic() + self.settings.stats_secs
+        self.batcher: Batcher | None = None
+        batch = int(cfg.get("batch") or 1)
+        if batch > 1:
+            self.batcher = Batcher(batch, float(cfg["batch_ms"]) / 1000.0, self._emit_batch, self.ack)
+            self.lock = threading.Condition()
+            threading.Thread(target=self._flusher, name="batch-flusher", daemon=True).start()
         if conn is not None:
             conn.hset(self.keys.stage(me, "meta"), mapping={
                 "kind": "router", "grouping": self.router.grouping.describe(), "workers": workers,
@@ -135,12 +151,34 @@ class KeyRouter(CoalescedWrites, Bolt):
         if router.reports:
             router.report()
         out = list(values) if keep is None else [values[i] for i in keep]
-        out.append(router.targets[worker])
-        self.emit(out, anchors=[tup.id], need_task_ids=False)
-        self.ack(tup)
         self.unreported[worker] += 1
+        if self.batcher is not None:
+            with self.lock:
+                idle = not self.batcher.open
+                self.batcher.add(tup.id, out, router.targets[worker])
+                if idle and self.batcher.open:
+                    self.lock.notify()  # the flusher waits without a deadline while no batch is open
+        else:
+            out.append(router.targets[worker])
+            self.emit(out, anchors=[tup.id], need_task_ids=False)
+            self.ack(tup)
         if self.conn is not None and time.monotonic() >= self.next_report:
             self.report()
+
+    def _emit_batch(self, route: int, batch: Batch) -> None:
+        """One batch: its rows as text and the route value of their task, anchored to every input it carries."""
+        self.emit([encode_rows(batch.words), route], stream=ROWS_STREAM, anchors=list(batch.lines),
+                  need_task_ids=False)
+
+    def _flusher(self) -> None:
+        """Send each batch that is not full ``batch_ms`` after its first row (the timer thread: a multi-lang bolt
+        runs only when a tuple arrives). As the word count's ``RouterBolt._flusher`` it only writes (emits without
+        task ids, acks), which pystorm serialises under its writer lock."""
+        try:
+            self.batcher.serve(self.lock, self.serializer.flush)  # type: ignore[union-attr]
+        except Exception:  # a flusher that stops would leave inputs unacked until they time out
+            self.logger.exception("the batch flusher failed; stopping the task")
+            os._exit(1)
 
     def _refuse(self, tup, key_at: int | None, why: str | None = None) -> None:
         """Fail a tuple that cannot be routed, and say why: the first one and then at 10, 100, 1000, ... of them."""

@@ -11,7 +11,9 @@ fields), so every mistake that can be seen before a process starts is refused th
         total = Aggregate.merge(inputs=partial, top=10, par=2)
 
 A user's own bolt goes behind a router with ``MyBolt.spec(inputs=route.into(), par=4)``: the fields grouping on
-the route field that delivers each tuple to the task the grouping chose.
+the route field that delivers each tuple to the task the grouping chose. A batching router (``batch`` > 1) packs many
+rows into one tuple that only ``Aggregate.partial`` unpacks, so it is refused in front of any other bolt: a user's
+bolt always sees one tuple per row, with the upstream's fields.
 """
 
 from __future__ import annotations
@@ -31,8 +33,17 @@ from streamparse.thrift import GlobalStreamId
 from keysplit.errors import KeysplitError
 from keysplit.groupings import build_grouping
 from keysplit.specs import parse_spec
+from keysplit.stream import DEFAULT_BATCH_MS
 from keysplit.toolkit.accumulators import Accumulator, check_accumulator
-from keysplit.toolkit.contract import PARTIAL_FIELDS, PARTIALS_STREAM, RECORD_FIELD, RESERVED_FIELDS, ROUTE_FIELD
+from keysplit.toolkit.contract import (
+    PARTIAL_FIELDS,
+    PARTIALS_STREAM,
+    RECORD_FIELD,
+    RESERVED_FIELDS,
+    ROUTE_FIELD,
+    ROWS_FIELDS,
+    ROWS_STREAM,
+)
 
 
 class TopologyBuildError(KeysplitError):
@@ -83,15 +94,19 @@ class KeyRouterSpec(_Spec, ShellBoltSpec):
     toolkit_kind = "router"
 
     def __init__(self, component_cls, *, key: str, grouping: str, to: str | None, workers: int | None,
-                 passed: list[str], **kwargs) -> None:
+                 passed: list[str], batch: int = 1, **kwargs) -> None:
         super().__init__(component_cls, command="streamparse_run",
                          script=f"{component_cls.__module__}.{component_cls.__name__}", **kwargs)
         self.key, self.grouping, self.to, self.workers, self.passed = key, grouping, to, workers, passed
+        self.batch = batch
 
     def into(self) -> dict:
         """``inputs=`` for the bolt behind this router: the fields grouping on the route field, which delivers each
-        tuple to the task the grouping chose."""
-        return {self["default"]: Grouping.fields(ROUTE_FIELD)}
+        tuple (or batch of rows, with ``batch`` > 1) to the task the grouping chose."""
+        streams = {self["default"]: Grouping.fields(ROUTE_FIELD)}
+        if self.batch > 1:
+            streams[self[ROWS_STREAM]] = Grouping.fields(ROUTE_FIELD)
+        return streams
 
 
 class PartialSpec(_Spec, ShellBoltSpec):
@@ -184,8 +199,10 @@ class KeyRouter:
 
     @staticmethod
     def spec(*, inputs: Any, key: str, grouping: str, to: str | None = None, time: str | None = None,
-             workers: int | None = None, name: str | None = None, par: int = 1,
-             config: Mapping[str, Any] | None = None) -> KeyRouterSpec:
+             workers: int | None = None, batch: int = 1, batch_ms: float = DEFAULT_BATCH_MS, name: str | None = None,
+             par: int = 1, config: Mapping[str, Any] | None = None) -> KeyRouterSpec:
+        """``batch`` > 1 (only in front of an ``Aggregate.partial``): send the rows bound for one task together, up to
+        ``batch`` rows or ``batch_ms`` milliseconds after the first, whichever comes first, in one tuple."""
         from keysplit.toolkit.router import CONFIG_KEY, check_grouping_spec
         from keysplit.toolkit.router import KeyRouter as Component
 
@@ -201,12 +218,22 @@ class KeyRouter:
             raise TopologyBuildError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise TopologyBuildError(f"{where}: workers must be a positive integer, got {workers!r}")
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 100_000:
+            raise TopologyBuildError(f"{where}: batch must be an integer in [1, 100000] (1: one tuple per row), got "
+                                     f"{batch!r}")
+        if isinstance(batch_ms, bool) or not isinstance(batch_ms, (int, float)) or not 0 < batch_ms <= 60_000:
+            raise TopologyBuildError(f"{where}: batch_ms must be a number of milliseconds in (0, 60000], got "
+                                     f"{batch_ms!r}")
         passed = [f for f in fields if f != ROUTE_FIELD]
-        cfg = {"key": key, "grouping": grouping, "to": to, "time": time, "workers": workers}
+        cfg = {"key": key, "grouping": grouping, "to": to, "time": time, "workers": workers, "batch": batch,
+               "batch_ms": float(batch_ms)}
+        outputs = [Stream(fields=[*passed, ROUTE_FIELD])]
+        if batch > 1:
+            outputs.append(Stream(fields=list(ROWS_FIELDS), name=ROWS_STREAM))
         return KeyRouterSpec(Component, key=key, grouping=grouping, to=to, workers=workers, passed=passed,
-                             name=name, par=par, inputs=streams,
+                             batch=batch, name=name, par=par, inputs=streams,
                              config=_json_config(config, {CONFIG_KEY: cfg, "topology.tick.tuple.freq.secs": 1}),
-                             outputs=[Stream(fields=[*passed, ROUTE_FIELD])])
+                             outputs=outputs)
 
 
 class Aggregate:
@@ -300,6 +327,9 @@ def check_topology(topology: Any) -> None:
                                          f"inputs={spec.name}.into(), found {behind or 'none'}")
             else:
                 target = behind[0]
+            if spec.batch > 1 and not isinstance(specs[target], PartialSpec):
+                raise TopologyBuildError(f"{where}: batch={spec.batch} packs rows into tuples that only "
+                                         f"Aggregate.partial unpacks, and {target!r} is not one (use batch=1)")
             tasks = specs[target].par
             workers = spec.workers or tasks
             if not isinstance(tasks, int) or workers > tasks:
