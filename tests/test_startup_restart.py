@@ -89,6 +89,21 @@ def test_a_task_that_never_starts_fails_the_run_after_its_attempts_with_one_line
     assert cluster.summary()["worker_restarts"] == 1
 
 
+def test_a_task_that_exits_silently_is_said_to_have_written_nothing(tmp_path, caplog):
+    """No "its stderr ends with:" over a blank line when there is nothing to show."""
+    class T(Topology):
+        numbers = NumberSpout.spec(par=1)
+        broken = UnimportableBolt.spec(inputs=[numbers], par=1)
+
+    conf = {"test.out": str(tmp_path), "test.n": 1, "keysplit.local.startup.attempts": 1}
+    cluster = LocalCluster(T, conf, cwd=str(ROOT), env={"PYTHONPATH": str(TESTS), "KEYSPLIT_TEST_SILENT_EXIT": "1"})
+    with pytest.raises(TopologyError) as err:
+        cluster.start()
+    assert "with code 3: no output on stderr" in str(err.value)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == ["task broken[0] failed to start and wrote nothing on stderr"], errors
+
+
 def test_keysplit_run_with_a_counter_killed_during_start_up_ends_exact(redis_url, tmp_path):  # noqa: F811
     # --kill counter@start: SIGKILL of the counter's process right after it was spawned, before its handshake,
     # through keysplit run's own fault injection (runs/faults.py); the run used to abort here

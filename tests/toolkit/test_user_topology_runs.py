@@ -150,3 +150,26 @@ def test_load_submit_collect_the_cluster_workflow(home, redis_url, views, tmp_pa
     assert summary["run_id"] == run_id and summary["worker_restarts"] is None and "incomplete" not in summary
     assert sum(summary["routers"]["route"]["loads"]) == summary["rows"]
     assert read_results(conn, run_id, "total") == dict(total_bytes)
+
+
+def test_the_example_topology_counts_the_generated_page_views_exactly(home, redis_url, tmp_path, capsys):
+    """topologies/pageviews.py as its docstring runs it, on `keysplit datasets generate pageviews:...`: exact bytes
+    per page against a sum made here with the csv module, and the simulator's loads."""
+    import csv
+    from collections import Counter
+    from pathlib import Path
+
+    views = tmp_path / "views.csv"
+    assert main(["datasets", "generate", "pageviews:keys=300,messages=2000,seed=2", "--out", str(views)]) == 0
+    capsys.readouterr()
+    example = Path(__file__).resolve().parents[2] / "topologies" / "pageviews.py"
+    assert main(["run", str(example), "--dataset", f"csv:{views},key=page", "--redis", redis_url,
+                 "--worker-processes", "2", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    total: Counter = Counter()
+    with open(views, newline="") as fh:
+        for row in csv.DictReader(fh):
+            total[row["page"]] += int(row["bytes"])
+    assert read_results(redis_server.connect(redis_url), summary["run_id"], "total") == dict(total)
+    reference = simulate(open_dataset(f"csv:{views},key=page,time=time"), "pkg:d=2", 4, 2, engine="reference")
+    assert summary["routers"]["route"]["loads"] == reference.loads
