@@ -49,13 +49,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         NAME,
         help=HELP,
-        description="Run a streamparse topology on this machine, with no JVM (one process per task, Storm's "
-        "multi-lang protocol): `wordcount`, keysplit's word-count / top-k topology, loads --dataset into Redis "
-        "and runs until every line is acked, printing throughput, complete latency, per-worker loads, imbalance, "
-        "memory and the top-k (stored in Redis under the run id for `keysplit compare`); a topology file "
-        "(path/to/topology.py) runs until every row of --dataset is acked when it reads keysplit's feed "
-        "(keysplit.toolkit.FeedSpout), else for --duration seconds or --until-idle, and prints each keyed "
-        "stage's loads.",
+        description="Run a streamparse topology on this machine with no JVM: one process per task, Storm's "
+        "multi-lang protocol.\n\n"
+        "  wordcount            keysplit's word-count / top-k topology: loads --dataset into Redis and runs until\n"
+        "                       every line is acked; prints throughput, complete latency, per-worker loads,\n"
+        "                       imbalance, memory and the top-k (stored under the run id for `keysplit compare`)\n"
+        "  path/to/topology.py  your streamparse topology (keysplit.toolkit): runs until every row of --dataset is\n"
+        "                       acked when it reads keysplit's feed (FeedSpout), else --until-idle or --duration;\n"
+        "                       prints each keyed stage's loads and results. Only the options Storm has apply\n"
+        "                       (--max-pending, --message-timeout, --worker-processes, --kill, --delivery, ...).",
         epilog=GROUPINGS_EPILOG + "\n\nexamples:\n  keysplit run wordcount --grouping pkg --dataset "
         "zipf:z=1.4,keys=10000,messages=20000,seed=1 --workers 8 --cpu-delay 2\n"
         "  keysplit run topologies/pageviews.py --dataset csv:views.csv,key=page --worker-processes 2",
