@@ -65,7 +65,7 @@ def write_dataset(dataset: Dataset, out: str, words_per_line: int | None = None)
     """
     if words_per_line is not None:
         return _write_text(dataset, out, words_per_line)
-    if hasattr(dataset, "rows") and hasattr(dataset, "columns"):  # a generator of whole rows (pageviews)
+    if isinstance(dataset, Generator) and hasattr(dataset, "rows"):  # a generator of whole rows (pageviews)
         return _write_rows(dataset, out)
     records = iter(dataset.records())
     first = next(records, None)
