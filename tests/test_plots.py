@@ -17,6 +17,7 @@ from matplotlib.colors import to_hex
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from keysplit import compare_plots
 from keysplit.advise import advise
 from keysplit.commands.advise import advice_figure
 from keysplit.commands.partition import partition_figure
@@ -25,7 +26,6 @@ from keysplit.groupings import available
 from keysplit.partitioning.experiment import ExperimentConfig, run_experiment
 from keysplit.plots import imbalance_figure, pyplot, series_style
 from keysplit.simulator import simulate
-from spark_replay import compare_plots
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = re.compile(r"\(.+\)")
@@ -111,7 +111,7 @@ def test_the_partition_plot_is_readable():
 
 
 def comparison_rows() -> list[dict]:
-    """Three comparison rows shaped as ``spark_replay.compare.compare_one`` makes them."""
+    """Three comparison rows shaped as ``keysplit.compare.compare_one`` makes them."""
     rows = []
     for i, grouping in enumerate(("kg", "sg", "pkg")):
         rows.append({

@@ -56,8 +56,8 @@ def _pair(a, b, fmt, ratio=None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from keysplit import compare, compare_plots
     from keysplit.runs.redis_server import session
-    from spark_replay import compare, compare_plots
 
     compare.load_replay(args.replay)  # a missing replay fails before Redis starts
     # and so does an output directory that cannot be created (after the replay check: the default is in it)
