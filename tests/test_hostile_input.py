@@ -159,8 +159,9 @@ def test_a_line_without_an_end_is_refused_in_bounded_memory(tmp_path, capsys, mo
             fh.write("word " * 200_000 + "x ")
         fh.write("\nand a second line\n")
     rss = psutil.Process().memory_info().rss
-    for argv in (["datasets", "stats", f"text:{sparse}"], ["datasets", "stats", f"text:{words}"],
-                 ["simulate", "--dataset", f"text:{words}", "-g", "kg"],
+    # NUL bytes only: refused as binary from its first 8 KiB, before any line is read
+    assert "is not text" in one_line(capsys, ["datasets", "stats", f"text:{sparse}"])
+    for argv in (["datasets", "stats", f"text:{words}"], ["simulate", "--dataset", f"text:{words}", "-g", "kg"],
                  ["run", "wordcount", "-g", "kg", "--dataset", f"text:{words}"]):
         err = one_line(capsys, argv)
         assert "line 1: a line longer than 16 MiB" in err, err
