@@ -273,3 +273,24 @@ def test_the_lazy_command_list_shows_each_modules_own_help():
     assert helps(build_parser(["--help"])) == eager
     for name, option in (("simulate", "--dataset"), ("advise", "--memory"), ("partition-experiment", "--domain")):
         assert option in keysplit(name, "--help").stdout
+
+
+def test_the_state_folder_is_found_from_a_subfolder_as_git_finds_its_repository(tmp_path, monkeypatch):
+    from keysplit.home import keysplit_home
+
+    monkeypatch.delenv("KEYSPLIT_HOME", raising=False)
+    monkeypatch.setenv("KEYSPLIT_CEILING", str(tmp_path))  # nothing above the test's folder counts
+    project = tmp_path / "project"
+    deep = project / "data" / "2026"
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    assert keysplit_home() == deep / ".keysplit"  # none anywhere: the current folder's, as before
+    (project / ".keysplit").mkdir(mode=0o700)
+    assert keysplit_home() == project / ".keysplit"
+    (project / "data" / ".keysplit").symlink_to(tmp_path)  # not a real folder: passed over
+    assert keysplit_home() == project / ".keysplit"
+    (deep / ".keysplit").mkdir(mode=0o700)  # the nearest wins
+    assert keysplit_home() == deep / ".keysplit"
+    monkeypatch.setenv("KEYSPLIT_CEILING", str(deep))
+    (deep / ".keysplit").rmdir()
+    assert keysplit_home() == deep / ".keysplit"  # the project's folder is above the ceiling

@@ -14,6 +14,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import IO
 
 from keysplit.errors import KeysplitError
@@ -42,7 +43,9 @@ STATE_FOLDERS = ("redis", "logs", "spark")
 def refuse_state(option: str, output: str | os.PathLike) -> None:
     """A one-line KeysplitError when ``output`` is or lies in one of the folders keysplit manages in its state
     folder (:data:`STATE_FOLDERS`), under any spelling (a relative path, a symlink)."""
-    home = os.path.realpath(os.environ.get("KEYSPLIT_HOME") or ".keysplit")
+    from keysplit.home import find_home
+
+    home = os.path.realpath(os.environ.get("KEYSPLIT_HOME") or find_home(Path.cwd()))
     target = os.path.realpath(output)
     for name in STATE_FOLDERS:
         folder = os.path.join(home, name)
