@@ -64,19 +64,29 @@ def legend_outside(ax, **kwargs) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8, **kwargs)
 
 
+#: One color per grouping in a figure of many runs: ten tab colors and four more, for the twelve groupings.
+GROUPING_COLORS = (*COLORS, "black", "gold", "navy", "lime")
+
+
 def imbalance_figure(runs: Sequence, title: str = ""):
     """The running average of I(t_j)/t_j up to t, for each run: the PKG paper's Fig. 5 view ("fraction of
     average imbalance through time"). Its last point is the run's ``avg_imbalance_fraction``. The y axis is
-    logarithmic down to 1e-6 and linear below, so a perfectly balanced run (exactly 0) still shows."""
+    logarithmic down to 1e-6 and linear below, so a perfectly balanced run (exactly 0) still shows. A grouping
+    keeps one color (and marker) over every W, and a W one line style over every grouping, as ``advise --plot``
+    does: W=10 and W=50 of one grouping read as one family."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    for index, run in enumerate(runs):
+    groupings = list(dict.fromkeys(run.grouping for run in runs))
+    widths = list(dict.fromkeys(run.workers for run in runs))
+    for run in runs:
         xs, ys, total = run.series_t, [], 0.0
         for j, (t, value) in enumerate(zip(xs, run.series_imbalance), start=1):
             total += value / t
             ys.append(total / j)
-        ax.plot(xs, ys, label=f"{run.grouping} (W={run.workers})", markevery=max(1, len(xs) // 8),
-                markersize=4, **series_style(index))
+        g, w = groupings.index(run.grouping), widths.index(run.workers)
+        ax.plot(xs, ys, label=f"{run.grouping} (W={run.workers})", markevery=max(1, len(xs) // 8), markersize=4,
+                color=GROUPING_COLORS[g % len(GROUPING_COLORS)], linestyle=LINESTYLES[w % len(LINESTYLES)],
+                marker=MARKERS[g % len(MARKERS)])
     ax.set_yscale("symlog", linthresh=1e-6)
     ax.set_xlabel("messages routed, t (count)")
     ax.set_ylabel("average imbalance fraction\n(max − mean load, per message)")
