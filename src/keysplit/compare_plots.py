@@ -109,18 +109,30 @@ def loads_figure(rows: list[dict]) -> Any:
     return fig
 
 
+#: The share of a series each point of the imbalance figure stands for (its worst value): I(t) of a balanced
+#: grouping rises and falls with every round of W messages, so a line through every checkpoint is a comb.
+ENVELOPE = 0.01
+
+
+def envelope(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The largest value of each consecutive run of ``ENVELOPE`` of the points, at the run's last t."""
+    size = max(1, round(len(pts) * ENVELOPE))
+    return [(pts[min(i + size, len(pts)) - 1][0], max(f for _, f in pts[i:i + size])) for i in range(0, len(pts), size)]
+
+
 def imbalance_figure(rows: list[dict], series: dict) -> Any:
     """The replay's I(t)/t over time per grouping (solid, its own style) and the run's final value (dotted,
-    same color); ``series`` is ``timeseries.parquet`` as columns. The y axis is logarithmic and a checkpoint
-    where I(t) = 0 (a perfect balance, frequent for sg) is left out, not drawn as a drop to the axis: such
-    drops made sg's line a dense comb that hid its level."""
+    same color); ``series`` is ``timeseries.parquet`` as columns. The y axis is logarithmic, a checkpoint where
+    I(t) = 0 (a perfect balance, frequent for sg) is left out, and each point is the worst of its stretch of the
+    series (:func:`envelope`): sg's I(t)/t swings by 10x with every round of W messages, and a line through
+    every checkpoint was a dense comb that hid its level."""
     from keysplit.plots import legend_outside, pyplot, series_style
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for index, r in enumerate(rows):
-        pts = [(t, f) for g, t, f in zip(series["grouping"], series["t"], series["imbalance_fraction"])
-               if g == r["grouping"] and f > 0]
+        pts = envelope([(t, f) for g, t, f in zip(series["grouping"], series["t"], series["imbalance_fraction"])
+                        if g == r["grouping"] and f > 0])
         if pts:
             style = series_style(index)
             ax.plot([t for t, _ in pts], [f for _, f in pts], label=f"{r['grouping']} replay I(t)/t",
@@ -129,7 +141,7 @@ def imbalance_figure(rows: list[dict], series: dict) -> Any:
             if final:
                 ax.axhline(final, color=style["color"], linestyle=":", label=f"{r['grouping']} run, final")
     ax.set_xlabel("messages routed, t (count)")
-    ax.set_ylabel("imbalance fraction I(t)/t\n(max − mean load, per message; 0 not drawn)")
+    ax.set_ylabel(f"imbalance fraction I(t)/t\n(max − mean load, per message;\nworst of each {ENVELOPE:.0%} of t)")
     ax.set_yscale("log")
     ax.set_title("imbalance over time")
     legend_outside(ax)
