@@ -18,6 +18,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "reproduces them, and store the profile in $KEYSPLIT_HOME/calibrations/NAME.json for `keysplit replay "
         "--calibration NAME`. Needs two runs or more that differ in grouping, CPU delay or rate, one of them "
         "closed loop with a CPU delay that saturates a counter (e.g. kg and sg at 1 ms).",
+        epilog="example:\n  keysplit run wordcount -g kg --dataset text:zipf.txt -W 8 -S 4 -A 2 --cpu-delay 1 "
+        "--run-id cal-kg\n  keysplit run wordcount -g sg --dataset text:zipf.txt -W 8 -S 4 -A 2 --cpu-delay 1 "
+        "--run-id cal-sg\n  keysplit calibrate --run cal-kg,cal-sg --name here\n"
+        "A fitted cost of 0 is a valid fit: the runs need none of that cost to be reproduced.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--run", required=True, type=comma_list, metavar="ID[,ID...]", help="the runs to fit")
     p.add_argument("--name", default="default", metavar="NAME",

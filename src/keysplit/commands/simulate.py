@@ -91,7 +91,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="route a dataset through groupings in process and measure balance and memory",
         description="Route a dataset through one or more groupings with S sources and W workers, in "
         "process, and print imbalance, load std-dev, memory (dist_cost) and speed.",
-        epilog=GROUPINGS_EPILOG,
+        epilog="examples:\n"
+        "  keysplit simulate --dataset zipf:z=1.2,keys=1000,messages=20000,seed=1 -W 8 -S 4 -g kg,sg,pkg\n"
+        "  keysplit simulate --dataset text:zipf.txt -W 10,50 -g kg,pkg,pkg:d=4 --plot imbalance.png\n\n"
+        + GROUPINGS_EPILOG,
         formatter_class=GroupingsHelpFormatter,
     )
     p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec, e.g. zipf:z=1.0,keys=10000,"
