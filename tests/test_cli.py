@@ -294,3 +294,23 @@ def test_the_state_folder_is_found_from_a_subfolder_as_git_finds_its_repository(
     monkeypatch.setenv("KEYSPLIT_CEILING", str(deep))
     (deep / ".keysplit").rmdir()
     assert keysplit_home() == deep / ".keysplit"  # the project's folder is above the ceiling
+
+
+def test_logs_prints_each_tasks_last_lines_and_says_an_empty_stderr(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KEYSPLIT_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "home" / "logs" / "r1"
+    folder.mkdir(parents=True)
+    (folder / "counter-10.log").write_text("".join(f"line {i}\n" for i in range(50)))
+    (folder / "counter-10.stderr").write_text("Traceback (most recent call last):\nValueError: boom\n")
+    (folder / "counter-3.log").write_text("started\n")
+    (folder / "counter-3.stderr").write_text("")
+    (folder / "router-2.log").write_text("routing\n")
+    (folder / "counter-3.handshake.json").write_text("{}")
+    assert cli_main(["logs", "r1", "--task", "counter", "-n", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("== counter-3") < out.index("== counter-10") and "router" not in out  # task order, not text
+    assert "  line 48\n  line 49\n" in out and "line 47" not in out
+    assert "stderr: empty" in out and "  ValueError: boom" in out
+    assert cli_main(["logs", "latest"]) == 0 and "== router-2" in capsys.readouterr().out
+    assert "has no logs" in one_line_error(capsys, "logs", "r2")
+    assert "components: counter, router" in one_line_error(capsys, "logs", "r1", "--task", "spout")

@@ -26,6 +26,7 @@ COMMANDS = (
     "jar",
     "submit",
     "runs",
+    "logs",
     "replay",
     "compare",
     "calibrate",
@@ -47,6 +48,7 @@ SUMMARIES = {
     "submit": ("submit", "submit a run loaded with `keysplit run wordcount --load-only` to a Storm cluster "
                "(sparse submit)"),
     "runs": ("runs", "list, show or delete the word-count runs stored in Redis"),
+    "logs": ("logs", "print the last lines of each task's log and stderr of a local run"),
     "replay": ("replay", "replay a dataset through groupings in PySpark: exact loads, counts and a queueing "
                "estimate"),
     "compare": ("compare", "put measured topology runs next to a replay's estimates (throughput, latency, "
