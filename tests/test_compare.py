@@ -239,3 +239,18 @@ def test_run_and_replay_spell_the_knobs_the_same():
     for command in ("run", "replay"):
         options = {o for a in sub.choices[command]._actions for o in a.option_strings}
         assert set(KNOBS.values()) <= options, command
+
+
+def test_latest_names_the_newest_finished_run(redis_conn, text_spec):
+    from keysplit.compare import resolve_runs
+    from keysplit.storm.keys import RUNS, RunKeys
+
+    conn, _url = redis_conn
+    exact = exact_counts(text_spec)
+    for run_id in ("l-old", "l-new"):
+        store_run(conn, run_id, text_spec, "kg", exact)
+    conn.zadd(RUNS, {"l-old": 100.0, "l-new": 200.0, "l-running": 300.0})
+    conn.hset(RunKeys("l-running").record, mapping={"state": "interrupted", "started": 300.0})
+    assert resolve_runs(conn, ["latest"]) == ["l-new"]  # the interrupted one is newer but has no summary
+    assert resolve_runs(conn, ["l-old", "latest"]) == ["l-old", "l-new"]
+    conn.zrem(RUNS, "l-old", "l-new", "l-running")
