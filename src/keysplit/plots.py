@@ -42,6 +42,27 @@ def check_plot_path(path: str, option: str = "--plot") -> None:
     parent = os.path.dirname(path) or "."
     if not os.path.isdir(parent):
         raise SpecError(f"{option} {path}: directory {parent} does not exist")
+    if os.path.lexists(path) and not written_by_keysplit(path):
+        raise SpecError(f"{option} {path} exists and keysplit did not draw it; choose another name, or remove it "
+                        "first")
+
+
+#: The creator every figure keysplit draws carries in its metadata (PNG, SVG, PDF, PS, EPS): a plot path that
+#: holds a file without it is the user's, and is never replaced.
+CREATOR = "keysplit plot"
+_MARKED = ("png", "svg", "pdf", "ps", "eps")
+
+
+def written_by_keysplit(path: str) -> bool:
+    """Whether ``path`` is a regular file of at most 64 MiB whose bytes hold :data:`CREATOR` (a figure keysplit
+    drew; formats without metadata, JPEG for one, never are)."""
+    try:
+        if not os.path.isfile(path) or os.path.islink(path) or os.path.getsize(path) > 64 << 20:
+            return False
+        with open(path, "rb") as fh:
+            return CREATOR.encode() in fh.read()
+    except OSError:
+        return False
 
 
 #: Ten colors and four line styles that change together: series i and j share both only when i = j mod 20, so
@@ -110,8 +131,9 @@ def save_figure(fig, path: str) -> str:
     folder, name = os.path.split(path)
     base, ext = os.path.splitext(name)
     tmp = os.path.join(folder, f".{base}.{os.getpid()}.tmp{ext}")
+    marked = ext.lstrip(".").lower() in _MARKED
     try:
-        fig.savefig(tmp, dpi=120)
+        fig.savefig(tmp, dpi=120, **({"metadata": {"Creator": CREATOR}} if marked else {}))
         os.replace(tmp, path)
     except OSError as exc:
         raise KeysplitError(f"cannot write plot {path}: {exc.strerror or exc}") from None

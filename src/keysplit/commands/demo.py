@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     knobs = ["-A", "2", "--cpu-delay", f"{args.cpu_delay:g}", "--max-pending", "4000"]
     step("1. a skewed corpus: Zipf z=1.1 over 5,000 words, 10 words a line",
          "datasets", "generate", DEMO_DATA, "--out", str(corpus), "--words-per-line", "10", "--force")
+    # the demo's own folder: its previous figure (perhaps drawn before figures carried keysplit's mark) goes
+    (out / "simulate.png").unlink(missing_ok=True)
     step("2. every grouping in the simulator (imbalance and memory)",
          "simulate", "--dataset", dataset, *shape, "-g", ",".join(available()), "--plot", str(out / "simulate.png"))
     if args.simulate_only:
