@@ -23,8 +23,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 RUNNABLE = re.compile(r"^```(sh|bash)\s*$")
 FENCE = re.compile(r"^\s*```")
