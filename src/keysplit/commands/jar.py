@@ -25,8 +25,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", "-o", default=DEFAULT_OUT, metavar="FILE",
                    help=f"where to write it (default {DEFAULT_OUT})")
+    p.add_argument("--force", action="store_true", help="replace --out even if keysplit did not build it")
     p.add_argument("--json", action="store_true", help="print one JSON object (path, entries) instead of a line")
     p.set_defaults(func=run)
+
+
+def refuse_foreign_jar(path: str, option: str, force: bool = False) -> None:
+    """A one-line KeysplitError when ``path`` holds a file that is not a jar keysplit built (its manifest says
+    ``Created-By: keysplit jar``), unless ``force``: `sparse jar`'s uberjar or any other file stays the user's."""
+    import zipfile
+
+    from keysplit.errors import KeysplitError
+
+    if force or not os.path.lexists(path):
+        return
+    try:
+        with zipfile.ZipFile(path) as jar:
+            ours = b"Created-By: keysplit jar" in jar.read("META-INF/MANIFEST.MF")
+    except (OSError, KeyError, zipfile.BadZipFile):
+        ours = False
+    if not ours:
+        raise KeysplitError(f"{option} {path} exists and keysplit did not build it; choose another file, or add "
+                            "--force to replace it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.out.strip() or os.path.isdir(args.out):
         raise KeysplitError(f"--out {args.out!r} is {'a directory' if args.out.strip() else 'empty'}; name a file")
     refuse_state("--out", args.out)
+    refuse_foreign_jar(args.out, "--out", args.force)
     folder = os.path.dirname(args.out)
     if args.out == DEFAULT_OUT:
         os.makedirs(folder, exist_ok=True)  # _build/, as `sparse jar` makes it; a folder --out names must exist

@@ -79,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"Storm {storm}; submitting run {args.run_id}:\n{command.shell()}", flush=True)
     if args.dry_run:
         return 0
+    from keysplit.commands.jar import refuse_foreign_jar
+
+    refuse_foreign_jar(args.jar, "--jar")
     if args.jar == DEFAULT_JAR:
         os.makedirs(os.path.dirname(DEFAULT_JAR), exist_ok=True)  # _build/, as `keysplit jar` and `sparse jar` make it
     write_jar(args.jar)
