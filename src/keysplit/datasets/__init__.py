@@ -13,6 +13,7 @@ import csv
 import gzip
 import io
 import os
+import tempfile
 from collections.abc import Iterator
 from typing import IO
 
@@ -129,19 +130,33 @@ def _write_text(dataset: Dataset, out: str, words_per_line: int) -> tuple[str, i
 
 @contextlib.contextmanager
 def _text_output(out: str) -> Iterator[IO[str]]:
-    """UTF-8 text written under a temporary name beside ``out`` (gzipped when ``out`` ends in .gz) and renamed
-    to ``out`` only when complete: a failure, Ctrl-C or ``kill -9`` leaves no truncated file under the final
-    name (:func:`keysplit.outputs.atomic_file`)."""
-    from keysplit.outputs import atomic_file
-
+    """UTF-8 text written under a hidden temporary name beside ``out`` (gzipped when ``out`` ends in .gz) and
+    renamed to ``out`` only when complete: a failure or Ctrl-C removes it, and even ``kill -9`` leaves no
+    truncated file under the final name. (Not :func:`keysplit.outputs.atomic_file`: the dataset readers travel
+    in the topology jar, which holds no CLI module.)"""
+    folder = os.path.dirname(os.path.abspath(out))
     try:
-        with atomic_file(out, "--out", "wb") as raw:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise DatasetError(f"cannot write {out}: {exc.strerror or exc}") from None
+    try:
+        with open(fd, "wb") as raw:
             # a gzip member names no file: the temporary name would otherwise be recorded in its header
             binary = gzip.GzipFile(filename="", mode="wb", fileobj=raw) if out.endswith(".gz") else raw
             with binary, io.TextIOWrapper(binary, encoding="utf-8", newline="") as fh:
                 yield fh
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; a dataset file gets the usual mode
+        os.replace(tmp, out)
     except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise DatasetError(f"cannot write {out}: {exc.strerror or exc}") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _chain(first: Record, rest):
