@@ -98,7 +98,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=GroupingsHelpFormatter,
     )
     p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec, e.g. zipf:z=1.0,keys=10000,"
-                   "messages=1000000,seed=1 or text:book.txt (see `keysplit datasets --help`)")
+                   "messages=1000000,seed=1 or text:zipf.txt (see `keysplit datasets --help`)")
     p.add_argument("--workers", "-W", type=int_list, default=[10], metavar="W[,W...]",
                    help="worker counts (default 10)")
     add_routing_options(p)
