@@ -254,3 +254,17 @@ def test_latest_names_the_newest_finished_run(redis_conn, text_spec):
     assert resolve_runs(conn, ["latest"]) == ["l-new"]  # the interrupted one is newer but has no summary
     assert resolve_runs(conn, ["l-old", "latest"]) == ["l-old", "l-new"]
     conn.zrem(RUNS, "l-old", "l-new", "l-running")
+
+
+def test_a_runs_record_reads_with_numbers_for_times_and_a_boolean_feed(redis_conn):
+    from keysplit.runs.records import read_record
+    from keysplit.storm.keys import RUNS, RunKeys
+
+    conn, _url = redis_conn
+    conn.hset(RunKeys("typed").record, mapping={"state": "finished", "started": 10.5, "updated": 12.25,
+                                                "finished": 12.0, "lines": 3, "feed_complete": 1})
+    record = read_record(conn, "typed")
+    assert (record["started"], record["updated"], record["finished"], record["lines"]) == (10.5, 12.25, 12.0, 3)
+    assert record["feed_complete"] is True
+    conn.delete(RunKeys("typed").record)
+    conn.zrem(RUNS, "typed")
