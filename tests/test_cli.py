@@ -314,3 +314,12 @@ def test_logs_prints_each_tasks_last_lines_and_says_an_empty_stderr(tmp_path, mo
     assert cli_main(["logs", "latest"]) == 0 and "== router-2" in capsys.readouterr().out
     assert "has no logs" in one_line_error(capsys, "logs", "r2")
     assert "components: counter, router" in one_line_error(capsys, "logs", "r1", "--task", "spout")
+
+
+def test_runs_in_a_folder_without_a_store_says_where_runs_live_and_creates_none(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("KEYSPLIT_HOME", raising=False)
+    monkeypatch.setenv("KEYSPLIT_CEILING", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["runs"]) == 0
+    assert f"no runs stored in {tmp_path / '.keysplit'} (the nearest .keysplit/ from here up" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
