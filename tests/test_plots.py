@@ -182,14 +182,14 @@ def test_the_compare_plots_tell_the_truth_about_scale():
 @pytest.mark.parametrize("name", ["imbalance.png", "imbalance.svg", "imbalance.pdf"])
 def test_a_plot_replaces_only_a_figure_keysplit_drew(tmp_path, name):
     from keysplit.errors import SpecError
-    from keysplit.plots import check_plot_path, save_figure
+    from keysplit.plots import refuse_foreign_plot, save_figure
 
     path = tmp_path / name
     fig, ax = pyplot().subplots()
     ax.plot([0, 1], [0, 1])
     save_figure(fig, str(path))
-    check_plot_path(str(path))  # keysplit's own figure: drawn again in place
+    refuse_foreign_plot(str(path))  # keysplit's own figure: drawn again in place
     users = tmp_path / f"users-{name}"
     users.write_bytes(path.read_bytes().replace(b"keysplit plot", b"someone else"))
     with pytest.raises(SpecError, match="exists and keysplit did not draw it"):
-        check_plot_path(str(users))
+        refuse_foreign_plot(str(users))

@@ -42,6 +42,12 @@ def check_plot_path(path: str, option: str = "--plot") -> None:
     parent = os.path.dirname(path) or "."
     if not os.path.isdir(parent):
         raise SpecError(f"{option} {path}: directory {parent} does not exist")
+
+
+def refuse_foreign_plot(path: str, option: str = "--plot") -> None:
+    """A one-line SpecError when ``path`` holds a file keysplit did not draw (:func:`written_by_keysplit`): a
+    figure is drawn again in place, a user's file is never replaced. Called after a command's own input
+    checks, whose message (the plot would overwrite the dataset) says more."""
     if os.path.lexists(path) and not written_by_keysplit(path):
         raise SpecError(f"{option} {path} exists and keysplit did not draw it; choose another name, or remove it "
                         "first")

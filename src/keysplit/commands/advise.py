@@ -57,11 +57,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from keysplit.advise import REFERENCE, advise
     from keysplit.datasets import open_dataset, require_records
-    from keysplit.plots import check_plot_path
+    from keysplit.plots import check_plot_path, refuse_foreign_plot
     from keysplit.sizes import check_workers
 
     if args.plot is not None:
         check_plot_path(args.plot)
+        refuse_foreign_plot(args.plot)
     check_workers(args.workers, args.sources, list(REFERENCE))  # before any per-worker state is allocated
     started = time.perf_counter()
     dataset = open_dataset(args.dataset)

@@ -20,7 +20,7 @@ from keysplit.groupings import REGISTRY, check_grouping, grouping_class
 from keysplit.groupings.base import spec_value
 from keysplit.groupings.hosting import check_resizes
 from keysplit.outputs import refuse_inputs, refuse_state
-from keysplit.plots import check_plot_path, imbalance_over_time
+from keysplit.plots import check_plot_path, imbalance_over_time, refuse_foreign_plot
 from keysplit.simulator import ENGINES, simulate
 from keysplit.sizes import check_workers
 from keysplit.stream import DEFAULT_RATE, SPLITS, Resize, check_checkpoint
@@ -133,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
     dataset = open_dataset(args.dataset)
     if args.plot is not None and isinstance(dataset, FileDataset):
         refuse_inputs("--plot", args.plot, [dataset.path])
+    if args.plot is not None:
+        refuse_foreign_plot(args.plot)
     capacities: dict[int, list[float] | None] = {}
     for w in args.workers:  # validate everything before the first long run
         for spec in args.groupings:
