@@ -111,7 +111,8 @@ def test_the_jar_is_written_whole_never_through_a_symlink_nor_into_a_missing_fol
     victim = tmp_path / "victim.txt"
     victim.write_text("not yours\n")
     (tmp_path / "out.jar").symlink_to(victim)
-    assert main(["jar", "--out", "out.jar"]) == 0
+    assert "keysplit did not build it" in one_line(capsys, ["jar", "--out", "out.jar"])  # not ours: --force
+    assert main(["jar", "--out", "out.jar", "--force"]) == 0
     capsys.readouterr()
     assert victim.read_text() == "not yours\n"
     assert not (tmp_path / "out.jar").is_symlink() and zipfile.is_zipfile(tmp_path / "out.jar")
