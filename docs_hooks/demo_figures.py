@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -33,6 +32,7 @@ def draw_simulate(out: Path) -> None:
     from keysplit.commands.demo import DEMO_DATA
     from keysplit.groupings import available
 
+    (out / "simulate.png").unlink(missing_ok=True)  # this script's own figure, drawn again
     with tempfile.TemporaryDirectory() as tmp:
         cwd = os.getcwd()
         os.chdir(tmp)
@@ -69,7 +69,9 @@ def take(demo: Path) -> None:
     """Copy a demo's comparison and the replay's series (4 significant digits: the figure needs no more) here."""
     import pyarrow.parquet as pq
 
-    shutil.copyfile(demo / "compare" / "comparison.json", FIGURES / "comparison.json")
+    # the demo's folder as a user's `make demo` names it, not this machine's absolute path
+    text = (demo / "compare" / "comparison.json").read_text(encoding="utf-8")
+    (FIGURES / "comparison.json").write_text(text.replace(str(demo.resolve()), ".keysplit/demo"), encoding="utf-8")
     table = pq.read_table(demo / "replay" / "timeseries.parquet", columns=["grouping", "t", "imbalance_fraction"])
     series = table.to_pydict()
     series["imbalance_fraction"] = [float(f"{v:.4g}") for v in series["imbalance_fraction"]]
