@@ -4,6 +4,7 @@ or cluster runs ``--collect``-ed), and store the named profile that ``keysplit r
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from keysplit.commands.common import add_redis_options, comma_list, print_json, print_table, redis_url
@@ -88,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
     check_profile_name(args.name)  # a bad name fails before Redis starts
     with session(redis_url(args)) as (conn, _url):
         runs = load_runs(conn, args.run)
+    if not args.json:  # the fit runs the model hundreds of times: say so before a silent minute
+        print(f"calibrate: fitting the model to {len(runs)} runs (a grid search: a minute or two)...",
+              file=sys.stderr, flush=True)
     profile = make_profile(args.name, runs)
     path = save_profile(profile)
     if args.json:
