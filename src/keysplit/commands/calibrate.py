@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
     check_profile_name(args.name)  # a bad name fails before Redis starts
     with session(redis_url(args)) as (conn, _url):
         runs = load_runs(conn, args.run)
+    from keysplit.topology_model.profile import check_fittable
+
+    check_fittable(runs)  # a refusal stays one line, before the note below
     if not args.json:  # the fit runs the model hundreds of times: say so before a silent minute
         print(f"calibrate: fitting the model to {len(runs)} runs (a grid search: a minute or two)...",
               file=sys.stderr, flush=True)
