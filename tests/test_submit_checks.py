@@ -31,3 +31,16 @@ def test_a_reachable_redis_or_a_local_cluster_is_accepted(monkeypatch):
     with pytest.raises(KeysplitError) as refused:
         refuse_loopback_for_a_cluster("redis://127.0.0.1:6379/0", LOCAL, "local")
     assert "runs on nimbus.example.org:6627;" in str(refused.value)
+
+
+def test_submit_and_jar_make_the_default_build_folder_on_a_fresh_clone(tmp_path, monkeypatch):
+    from keysplit.commands.jar import DEFAULT_OUT, jar_folder
+    from keysplit.commands.submit import DEFAULT_JAR
+
+    monkeypatch.chdir(tmp_path)
+    assert DEFAULT_JAR == DEFAULT_OUT
+    jar_folder(DEFAULT_JAR)
+    assert (tmp_path / "_build").is_dir()
+    with pytest.raises(KeysplitError, match="directory nope does not exist"):
+        jar_folder("nope/x.jar")
+    assert not (tmp_path / "nope").exists()

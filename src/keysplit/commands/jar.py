@@ -30,6 +30,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def jar_folder(path: str) -> None:
+    """Create ``_build/`` for the default jar path, as `sparse jar` makes it; a folder another --out names must
+    exist (a typo there is an error, not a new tree of folders)."""
+    from keysplit.errors import KeysplitError
+
+    folder = os.path.dirname(path)
+    if path == DEFAULT_OUT:
+        os.makedirs(folder, exist_ok=True)
+    elif folder and not os.path.isdir(folder):
+        raise KeysplitError(f"cannot write {path}: directory {folder} does not exist")
+
+
 def refuse_foreign_jar(path: str, option: str, force: bool = False) -> None:
     """A one-line KeysplitError when ``path`` holds a file that is not a jar keysplit built (its manifest says
     ``Created-By: keysplit jar``), unless ``force``: `sparse jar`'s uberjar or any other file stays the user's."""
@@ -58,11 +70,7 @@ def run(args: argparse.Namespace) -> int:
         raise KeysplitError(f"--out {args.out!r} is {'a directory' if args.out.strip() else 'empty'}; name a file")
     refuse_state("--out", args.out)
     refuse_foreign_jar(args.out, "--out", args.force)
-    folder = os.path.dirname(args.out)
-    if args.out == DEFAULT_OUT:
-        os.makedirs(folder, exist_ok=True)  # _build/, as `sparse jar` makes it; a folder --out names must exist
-    elif folder and not os.path.isdir(folder):
-        raise KeysplitError(f"cannot write --out {args.out}: directory {folder} does not exist")
+    jar_folder(args.out)
     names = write_jar(args.out)
     if args.json:
         print_json({"jar": os.path.abspath(args.out), "entries": len(names), "bytes": os.path.getsize(args.out)})

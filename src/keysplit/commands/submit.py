@@ -79,11 +79,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"Storm {storm}; submitting run {args.run_id}:\n{command.shell()}", flush=True)
     if args.dry_run:
         return 0
-    from keysplit.commands.jar import refuse_foreign_jar
+    from keysplit.commands.jar import jar_folder, refuse_foreign_jar
 
     refuse_foreign_jar(args.jar, "--jar")
-    if args.jar == DEFAULT_JAR:
-        os.makedirs(os.path.dirname(DEFAULT_JAR), exist_ok=True)  # _build/, as `keysplit jar` and `sparse jar` make it
+    jar_folder(args.jar)  # _build/ on a fresh clone, as `keysplit jar` makes it
     write_jar(args.jar)
     try:
         done = subprocess.run(command.argv, env={**os.environ, **command.env})
