@@ -5,9 +5,10 @@
     .venv/bin/python docs_hooks/demo_figures.py --check                 # exit 1 when a committed figure is stale
 
 ``simulate.png`` is ``keysplit simulate`` of the demo's corpus, which its generator spec fixes, so it is drawn
-again from nothing but that spec. The compare figures show measured runs, which only ``make demo`` makes: their
-inputs are committed beside them, ``comparison.json`` (what ``keysplit compare`` wrote) and ``timeseries.json``
-(the replay's I(t)/t), and the captions on the getting-started page are :func:`caption`'s sentences of that data.
+again from nothing but that spec; so is ``docs/img/pkg_imbalance.png``, by the command the PKG page quotes.
+The compare figures show measured runs, which only ``make demo`` makes: their inputs are committed beside
+them, ``comparison.json`` (what ``keysplit compare`` wrote) and ``timeseries.json`` (the replay's I(t)/t), and
+the captions on the getting-started page are :func:`caption`'s sentences of that data.
 ``tests/test_docs_figures.py`` runs the check and the captions' comparison.
 """
 
@@ -49,6 +50,25 @@ def draw_simulate(out: Path) -> None:
                     sys.stdout = stdout
         finally:
             os.chdir(cwd)
+
+
+#: The other figures of the docs drawn by one command from a generator spec: (file in docs/img, the command).
+SIMULATED = {"pkg_imbalance.png": ["simulate", "--dataset", "zipf:z=1.0,keys=10000,messages=1000000,seed=1",
+                                   "-W", "10,50", "-S", "5", "-g", "kg,pkg,pkg:d=4,sg"]}
+
+
+def draw_simulated(out: Path) -> None:
+    """Each :data:`SIMULATED` figure, drawn by its ``keysplit simulate`` (the command its page quotes)."""
+    from keysplit.cli import main
+
+    for name, argv in SIMULATED.items():
+        (out / name).unlink(missing_ok=True)  # this script's own figure, drawn again
+        with open(os.devnull, "w") as quiet:
+            stdout, sys.stdout = sys.stdout, quiet
+            try:
+                assert main([*argv, "--plot", str(out / name)]) == 0
+            finally:
+                sys.stdout = stdout
 
 
 def draw_compare(data: Path, out: Path) -> None:
@@ -96,8 +116,9 @@ def stale(out: Path) -> list[str]:
     from matplotlib.image import imread
 
     differ = []
-    for name in ("simulate.png", *COMPARE_FIGURES):
-        committed, drawn = imread(FIGURES / name), imread(out / name)
+    for name in ("simulate.png", *COMPARE_FIGURES, *SIMULATED):
+        committed = imread((FIGURES.parent if name in SIMULATED else FIGURES) / name)
+        drawn = imread(out / name)
         if committed.shape != drawn.shape or float(np.abs(committed - drawn).max()) > 0.02:
             differ.append(name)
     return differ
@@ -113,11 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         with tempfile.TemporaryDirectory() as tmp:
             draw_simulate(Path(tmp))
+            draw_simulated(Path(tmp))
             draw_compare(FIGURES, Path(tmp))
             differ = stale(Path(tmp))
         print(f"stale: {', '.join(differ)}; run python docs_hooks/demo_figures.py" if differ else "figures current")
         return 1 if differ else 0
     draw_simulate(FIGURES)
+    draw_simulated(FIGURES.parent)
     draw_compare(FIGURES, FIGURES)
     print(caption(json.loads((FIGURES / "comparison.json").read_text(encoding="utf-8"))))
     return 0

@@ -15,13 +15,23 @@ import demo_figures  # noqa: E402  (docs_hooks is not a package)
 
 def test_every_committed_demo_figure_is_what_its_command_draws(tmp_path):
     demo_figures.draw_simulate(tmp_path)
+    demo_figures.draw_simulated(tmp_path)
     demo_figures.draw_compare(demo_figures.FIGURES, tmp_path)
     assert demo_figures.stale(tmp_path) == [], "run: python docs_hooks/demo_figures.py"
+
+
+def test_the_pages_quote_the_commands_that_draw_their_figures():
+    import shlex
+
+    page = (ROOT / "docs" / "groupings" / "pkg.md").read_text(encoding="utf-8")
+    for name, argv in demo_figures.SIMULATED.items():
+        assert f"`keysplit {shlex.join(argv)} --plot docs/img/{name}`" in page
 
 
 def test_a_changed_figure_is_caught(tmp_path):
     demo_figures.draw_compare(demo_figures.FIGURES, tmp_path)
     demo_figures.draw_simulate(tmp_path)
+    demo_figures.draw_simulated(tmp_path)
     data = json.loads((demo_figures.FIGURES / "comparison.json").read_text(encoding="utf-8"))
     data["rows"][0]["throughput"]["replay_estimate"] *= 2
     (tmp_path / "data").mkdir()
