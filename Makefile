@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade "pip>=23" "setuptools>=64,<82" wheel
+	$(BIN)/python -m pip install -q --upgrade "pip>=23" "setuptools>=77,<82" wheel
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 

@@ -220,6 +220,7 @@ def test_the_replay_models_the_topology_and_compare_shows_knobs_and_ratios(redis
     ({"max_pending": 4000}, "--max-pending 4000 vs 1000"),
     ({"aggregators": 3, "flush_secs": 2.0}, "--aggregators 3 vs 2; --flush 2.0 vs 1.0"),
     ({"rate": 500.0}, "--rate / --arrivals open, 500 words/s vs closed"),
+    ({"cpu_delay_ms": 0.0}, "give both --cpu-delay"),  # run's default (0) against replay's (1 ms)
 ])
 def test_a_run_whose_knobs_differ_is_refused(redis_conn, replay_dir, text_spec, capsys, change, message):
     conn, url = redis_conn
@@ -239,3 +240,32 @@ def test_run_and_replay_spell_the_knobs_the_same():
     for command in ("run", "replay"):
         options = {o for a in sub.choices[command]._actions for o in a.option_strings}
         assert set(KNOBS.values()) <= options, command
+
+
+def test_latest_names_the_newest_finished_run(redis_conn, text_spec):
+    from keysplit.compare import resolve_runs
+    from keysplit.storm.keys import RUNS, RunKeys
+
+    conn, _url = redis_conn
+    exact = exact_counts(text_spec)
+    for run_id in ("l-old", "l-new"):
+        store_run(conn, run_id, text_spec, "kg", exact)
+    conn.zadd(RUNS, {"l-old": 100.0, "l-new": 200.0, "l-running": 300.0})
+    conn.hset(RunKeys("l-running").record, mapping={"state": "interrupted", "started": 300.0})
+    assert resolve_runs(conn, ["latest"]) == ["l-new"]  # the interrupted one is newer but has no summary
+    assert resolve_runs(conn, ["l-old", "latest"]) == ["l-old", "l-new"]
+    conn.zrem(RUNS, "l-old", "l-new", "l-running")
+
+
+def test_a_runs_record_reads_with_numbers_for_times_and_a_boolean_feed(redis_conn):
+    from keysplit.runs.records import read_record
+    from keysplit.storm.keys import RUNS, RunKeys
+
+    conn, _url = redis_conn
+    conn.hset(RunKeys("typed").record, mapping={"state": "finished", "started": 10.5, "updated": 12.25,
+                                                "finished": 12.0, "lines": 3, "feed_complete": 1})
+    record = read_record(conn, "typed")
+    assert (record["started"], record["updated"], record["finished"], record["lines"]) == (10.5, 12.25, 12.0, 3)
+    assert record["feed_complete"] is True
+    conn.delete(RunKeys("typed").record)
+    conn.zrem(RUNS, "typed")

@@ -204,7 +204,7 @@ def test_generate_refuses_to_overwrite_the_dataset_it_reads(tmp_path, monkeypatc
         assert f"keysplit: error: --out {out} is the dataset being read; choose another output file" \
             in capsys.readouterr().err
     assert (tmp_path / name).read_bytes() == before
-    assert main(["datasets", "generate", spec, "--out", "copy", *extra]) == 0
+    assert main(["datasets", "generate", spec, "--out", "copy.txt" if words_per_line else "copy.csv", *extra]) == 0
 
 
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e999"])
@@ -289,3 +289,93 @@ def test_generator_stats_in_numpy_equal_the_pass_over_records(spec):
     ds = open_dataset(spec)
     assert ds.stats() == Dataset.stats(ds)
     assert ds.message_count() == Dataset.message_count(ds) == ds.params["messages"]
+
+
+def test_generate_replaces_no_file_without_force(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    corpus = tmp_path / "zipf.txt"
+    corpus.write_text("a corpus of the user's own\n" * 3000)
+    before = corpus.read_bytes()
+    argv = ["datasets", "generate", "zipf:messages=100", "--out", "zipf.txt", "--words-per-line", "5"]
+    assert main(argv) == 2
+    assert "keysplit: error: --out zipf.txt exists; choose another name, or add --force to replace it" \
+        in capsys.readouterr().err
+    assert corpus.read_bytes() == before
+    assert main([*argv, "--force"]) == 0
+    assert keys_of("text:zipf.txt") == keys_of("zipf:messages=100")
+
+
+@pytest.mark.parametrize(("out", "extra", "message"), [
+    ("zipf.txt", [], "--out zipf.txt names a text file, but this writes CSV; add --words-per-line N"),
+    ("zipf.txt.gz", [], "--out zipf.txt.gz names a text file, but this writes CSV"),
+    ("zipf.csv", ["--words-per-line", "3"], "--out zipf.csv names a CSV file, but this writes text; name it .txt"),
+    ("zipf", [], "--out zipf: name the file .csv or .csv.gz"),
+    ("zipf.dat", ["--words-per-line", "3"], "--out zipf.dat: name the file .txt or .txt.gz"),
+])
+def test_generate_writes_the_format_its_file_name_says(tmp_path, monkeypatch, capsys, out, extra, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(["datasets", "generate", "zipf:messages=100", "--out", out, *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_generate_refuses_more_messages_than_its_bound_before_writing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["datasets", "generate", "zipf:messages=100000000000", "--out", "big.csv"]) == 2
+    assert "messages=100000000000 is out of range (1 to 10,000,000,000)" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_generate_leaves_nothing_under_the_final_name(tmp_path):
+    """The file is written under a hidden temporary name and renamed when complete: ``kill -9`` half-way leaves
+    no truncated file that a later command would read as the dataset."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "big.csv"
+    proc = subprocess.Popen([sys.executable, "-m", "keysplit.cli", "datasets", "generate",
+                             "zipf:messages=1000000000", "--out", str(out)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not any(p.stat().st_size > 0 for p in tmp_path.glob(".big.csv.*.tmp")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["text", "csv", "edges"])
+def test_a_binary_file_is_refused_in_one_line(tmp_path, capsys, kind):
+    import random
+
+    path = tmp_path / "blob.bin"
+    path.write_bytes(random.Random(5).randbytes(5000))
+    spec = f"{kind}:{path}" + (",key=key" if kind == "csv" else "")
+    assert main(["simulate", "--dataset", spec, "-W", "2", "-g", "kg"]) == 2
+    err = capsys.readouterr().err
+    assert f"keysplit: error: dataset file {path} is not text (" in err and err.count("\n") == 1
+    gz = tmp_path / "blob.txt.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    assert main(["datasets", "stats", f"text:{gz}"]) == 2
+    assert "is not text" in capsys.readouterr().err
+
+
+def test_a_text_with_a_few_hostile_bytes_is_still_text(tmp_path):
+    path = tmp_path / "odd.txt"
+    path.write_bytes(b"hello\x00 world \xff\xfe caf\xc3\xa9 \x1f\x7f \xef\xbf\xbd\n" * 200)
+    assert open_dataset(f"text:{path}").stats()["messages"] == 200 * 3  # hello, world, café
+
+
+def test_a_dataset_naming_a_file_without_its_reader_gets_a_suggestion(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "zipf.txt").write_text("a b\n")
+    (tmp_path / "zipf.csv.gz").write_bytes(gzip.compress(b"key\na\n"))
+    for name, suggestion in (("zipf.txt", "text:zipf.txt"), ("zipf.csv.gz", "csv:zipf.csv.gz,key=key")):
+        assert main(["datasets", "stats", name]) == 2
+        assert f"did you mean '{suggestion}'?" in capsys.readouterr().err

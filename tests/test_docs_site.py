@@ -63,3 +63,12 @@ def test_the_readmes_links_lead_to_pages_that_exist():
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
     assert len(links) >= 15
     assert [link for link in links if not (ROOT / link).is_file()] == []
+
+
+def test_the_home_page_ends_with_the_first_command_and_code_wraps():
+    home = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```sh\n(.*?)```", home, re.DOTALL)
+    assert blocks and blocks[-1].strip() == "make demo"
+    assert home.rindex("make demo") > home.rindex("## ")  # in the page's last section, after every other
+    css = (ROOT / "docs" / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+    assert "white-space: pre-wrap" in css and "stylesheets/extra.css" in (ROOT / "mkdocs.yml").read_text()

@@ -111,7 +111,8 @@ def test_the_jar_is_written_whole_never_through_a_symlink_nor_into_a_missing_fol
     victim = tmp_path / "victim.txt"
     victim.write_text("not yours\n")
     (tmp_path / "out.jar").symlink_to(victim)
-    assert main(["jar", "--out", "out.jar"]) == 0
+    assert "keysplit did not build it" in one_line(capsys, ["jar", "--out", "out.jar"])  # not ours: --force
+    assert main(["jar", "--out", "out.jar", "--force"]) == 0
     capsys.readouterr()
     assert victim.read_text() == "not yours\n"
     assert not (tmp_path / "out.jar").is_symlink() and zipfile.is_zipfile(tmp_path / "out.jar")
@@ -159,8 +160,9 @@ def test_a_line_without_an_end_is_refused_in_bounded_memory(tmp_path, capsys, mo
             fh.write("word " * 200_000 + "x ")
         fh.write("\nand a second line\n")
     rss = psutil.Process().memory_info().rss
-    for argv in (["datasets", "stats", f"text:{sparse}"], ["datasets", "stats", f"text:{words}"],
-                 ["simulate", "--dataset", f"text:{words}", "-g", "kg"],
+    # NUL bytes only: refused as binary from its first 8 KiB, before any line is read
+    assert "is not text" in one_line(capsys, ["datasets", "stats", f"text:{sparse}"])
+    for argv in (["datasets", "stats", f"text:{words}"], ["simulate", "--dataset", f"text:{words}", "-g", "kg"],
                  ["run", "wordcount", "-g", "kg", "--dataset", f"text:{words}"]):
         err = one_line(capsys, argv)
         assert "line 1: a line longer than 16 MiB" in err, err

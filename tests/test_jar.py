@@ -114,3 +114,16 @@ def test_the_whole_topology_runs_from_the_jar_tree_alone(tmp_path, monkeypatch):
         assert read_counts(conn, RunKeys(summary["run_id"])) == dict(Counter(words))
     finally:
         redis_server.stop_server(home)
+
+
+def test_jar_replaces_only_a_jar_keysplit_built(tmp_path, capsys):
+    from keysplit.cli import main
+
+    theirs = tmp_path / "uber.jar"
+    theirs.write_bytes(b"PK not ours")
+    assert main(["jar", "--out", str(theirs)]) == 2
+    assert "exists and keysplit did not build it" in capsys.readouterr().err
+    assert theirs.read_bytes() == b"PK not ours"
+    ours = tmp_path / "ours.jar"
+    assert main(["jar", "--out", str(ours)]) == 0 and main(["jar", "--out", str(ours)]) == 0  # its own: rebuilt
+    assert main(["jar", "--out", str(theirs), "--force"]) == 0

@@ -17,6 +17,7 @@ from matplotlib.colors import to_hex
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from keysplit import compare_plots
 from keysplit.advise import advise
 from keysplit.commands.advise import advice_figure
 from keysplit.commands.partition import partition_figure
@@ -25,7 +26,6 @@ from keysplit.groupings import available
 from keysplit.partitioning.experiment import ExperimentConfig, run_experiment
 from keysplit.plots import imbalance_figure, pyplot, series_style
 from keysplit.simulator import simulate
-from spark_replay import compare_plots
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = re.compile(r"\(.+\)")
@@ -111,7 +111,7 @@ def test_the_partition_plot_is_readable():
 
 
 def comparison_rows() -> list[dict]:
-    """Three comparison rows shaped as ``spark_replay.compare.compare_one`` makes them."""
+    """Three comparison rows shaped as ``keysplit.compare.compare_one`` makes them."""
     rows = []
     for i, grouping in enumerate(("kg", "sg", "pkg")):
         rows.append({
@@ -145,3 +145,51 @@ def test_the_topology_effect_plot_is_readable():
     rows = [{"grouping": g, "cpu_delay_ms": d, "words_per_second": 4000 / d / (2 if g == "kg" else 1),
              "latency_ms": {"mean": 2000.0 * d}} for g in ("kg", "sg", "pkg") for d in (1, 2, 4)]
     check_readable(module.effect_figure(rows, "effect"))
+
+
+def test_the_simulate_plot_gives_a_grouping_one_color_and_a_w_one_line_style():
+    dataset = open_dataset("zipf:z=1.1,keys=300,messages=3000,seed=42")
+    specs = ["kg", "sg", "pkg", "pkg:d=4"]
+    runs = [simulate(dataset, spec, w, 4, engine="reference") for w in (10, 50) for spec in specs]
+    fig = imbalance_figure(runs)
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    for spec in specs:
+        assert to_hex(lines[f"{spec} (W=10)"].get_color()) == to_hex(lines[f"{spec} (W=50)"].get_color())
+    assert len({to_hex(lines[f"{spec} (W=10)"].get_color()) for spec in specs}) == len(specs)
+    for w in (10, 50):
+        assert len({lines[f"{spec} (W={w})"].get_linestyle() for spec in specs}) == 1
+    assert lines["kg (W=10)"].get_linestyle() != lines["kg (W=50)"].get_linestyle()
+    check_readable(fig)
+
+
+def test_the_compare_plots_tell_the_truth_about_scale():
+    rows = comparison_rows()
+    fig = compare_plots.throughput_latency_figure(rows)
+    latency = fig.axes[1]
+    assert latency.get_yscale() == "linear" and latency.get_ylim()[0] == 0  # bar heights in proportion
+    pyplot().close(fig)
+    fig = compare_plots.loads_figure(rows)
+    first, *others = fig.axes
+    assert all(first.get_shared_y_axes().joined(first, ax) for ax in others)
+    pyplot().close(fig)
+    fig = compare_plots.agreement_figure(rows)
+    for ax in fig.axes:  # no label written on the data, where two groupings that agree would overlap
+        assert len(ax.texts) == 0
+        assert {"kg", "sg", "pkg"} <= {t.get_text() for t in ax.get_legend().get_texts()}
+    pyplot().close(fig)
+
+
+@pytest.mark.parametrize("name", ["imbalance.png", "imbalance.svg", "imbalance.pdf"])
+def test_a_plot_replaces_only_a_figure_keysplit_drew(tmp_path, name):
+    from keysplit.errors import SpecError
+    from keysplit.plots import refuse_foreign_plot, save_figure
+
+    path = tmp_path / name
+    fig, ax = pyplot().subplots()
+    ax.plot([0, 1], [0, 1])
+    save_figure(fig, str(path))
+    refuse_foreign_plot(str(path))  # keysplit's own figure: drawn again in place
+    users = tmp_path / f"users-{name}"
+    users.write_bytes(path.read_bytes().replace(b"keysplit plot", b"someone else"))
+    with pytest.raises(SpecError, match="exists and keysplit did not draw it"):
+        refuse_foreign_plot(str(users))

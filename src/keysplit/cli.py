@@ -29,6 +29,7 @@ COMMANDS = (
     "jar",
     "submit",
     "runs",
+    "logs",
     "replay",
     "compare",
     "calibrate",

@@ -1,4 +1,5 @@
-"""The project's state folder (``$KEYSPLIT_HOME`` or ``./.keysplit``): the managed Redis's data, stored
+"""The project's state folder (``$KEYSPLIT_HOME``, else the nearest ``.keysplit`` from the current folder up, else
+``./.keysplit``): the managed Redis's data, stored
 calibrations, task logs. It holds every word and count of every run, so it is private to its user.
 
 A state folder, or any folder keysplit keeps in it, is used only when it belongs to the user running keysplit:
@@ -16,11 +17,36 @@ from keysplit.errors import KeysplitError
 
 
 def keysplit_home(home: str | os.PathLike | None = None) -> Path:
-    """The project's state directory: ``home``, else ``$KEYSPLIT_HOME``, else ``./.keysplit``; a symlink or a
-    folder there that is not the user's own is refused (:func:`check_own`) before it is resolved."""
-    path = Path(os.path.abspath(home or os.environ.get("KEYSPLIT_HOME") or Path.cwd() / ".keysplit"))
+    """The project's state directory: ``home``, else ``$KEYSPLIT_HOME``, else the ``.keysplit`` folder found the
+    way git finds its repository (:func:`find_home`); a symlink or a folder there that is not the user's own is
+    refused (:func:`check_own`) before it is resolved."""
+    path = Path(os.path.abspath(home or os.environ.get("KEYSPLIT_HOME") or find_home(Path.cwd())))
     check_own(path)
     return path.resolve()
+
+
+def find_home(start: Path) -> Path:
+    """``.keysplit`` in ``start`` or in its nearest parent that has one, else ``start/.keysplit`` (created there
+    when first needed): a command run from a subfolder of a project finds the project's runs, as git finds
+    ``.git``. A parent's ``.keysplit`` is taken only when it is a real folder of this user's; one that is not (a
+    symlink, another user's) is passed over, as are all folders above ``$KEYSPLIT_CEILING`` when it is set
+    (git's ``GIT_CEILING_DIRECTORIES``). ``start``'s own is always the answer when it exists, so
+    :func:`check_own` judges it and a planted one is refused, not skipped."""
+    own = start / ".keysplit"
+    if os.path.lexists(own):
+        return own
+    ceiling = os.environ.get("KEYSPLIT_CEILING")
+    me = os.geteuid()
+    for folder in start.parents:
+        if ceiling and Path(ceiling) not in folder.parents:
+            break
+        try:
+            st = os.lstat(folder / ".keysplit")
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == me:
+            return folder / ".keysplit"
+    return own
 
 
 def _owner(uid: int) -> str:

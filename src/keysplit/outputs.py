@@ -17,6 +17,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import IO, Any
 
 from keysplit.errors import KeysplitError
@@ -84,8 +85,10 @@ def refuse_state(option: str, output: str | os.PathLike) -> None:
     """A one-line KeysplitError when ``output`` is or lies in one of the folders keysplit manages in its state
     folder (:data:`STATE_FOLDERS`), under any spelling (a relative path, a symlink), or goes through another
     user's link (:func:`refuse_foreign_links`)."""
+    from keysplit.home import find_home
+
     refuse_foreign_links(option, output)
-    home = os.path.realpath(os.environ.get("KEYSPLIT_HOME") or ".keysplit")
+    home = os.path.realpath(os.environ.get("KEYSPLIT_HOME") or find_home(Path.cwd()))
     target = os.path.realpath(output)
     for name in STATE_FOLDERS:
         folder = os.path.join(home, name)

@@ -44,6 +44,33 @@ def check_plot_path(path: str, option: str = "--plot") -> None:
         raise SpecError(f"{option} {path}: directory {parent} does not exist")
 
 
+def refuse_foreign_plot(path: str, option: str = "--plot") -> None:
+    """A one-line SpecError when ``path`` holds a file keysplit did not draw (:func:`written_by_keysplit`): a
+    figure is drawn again in place, a user's file is never replaced. Called after a command's own input
+    checks, whose message (the plot would overwrite the dataset) says more."""
+    if os.path.lexists(path) and not written_by_keysplit(path):
+        raise SpecError(f"{option} {path} exists and keysplit did not draw it; choose another name, or remove it "
+                        "first")
+
+
+#: The creator every figure keysplit draws carries in its metadata (PNG, SVG, PDF, PS, EPS): a plot path that
+#: holds a file without it is the user's, and is never replaced.
+CREATOR = "keysplit plot"
+_MARKED = ("png", "svg", "pdf", "ps", "eps")
+
+
+def written_by_keysplit(path: str) -> bool:
+    """Whether ``path`` is a regular file of at most 64 MiB whose bytes hold :data:`CREATOR` (a figure keysplit
+    drew; formats without metadata, JPEG for one, never are)."""
+    try:
+        if not os.path.isfile(path) or os.path.islink(path) or os.path.getsize(path) > 64 << 20:
+            return False
+        with open(path, "rb") as fh:
+            return CREATOR.encode() in fh.read()
+    except OSError:
+        return False
+
+
 #: Ten colors and four line styles that change together: series i and j share both only when i = j mod 20, so
 #: twelve groupings (kg and gedik, sg and salt had the same blue and orange on matplotlib's 10-color cycle) stay
 #: apart by line style at least; markers add a third cue for lines with few points.
@@ -64,19 +91,29 @@ def legend_outside(ax, **kwargs) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8, **kwargs)
 
 
+#: One color per grouping in a figure of many runs: ten tab colors and four more, for the twelve groupings.
+GROUPING_COLORS = (*COLORS, "black", "gold", "navy", "lime")
+
+
 def imbalance_figure(runs: Sequence, title: str = ""):
     """The running average of I(t_j)/t_j up to t, for each run: the PKG paper's Fig. 5 view ("fraction of
     average imbalance through time"). Its last point is the run's ``avg_imbalance_fraction``. The y axis is
-    logarithmic down to 1e-6 and linear below, so a perfectly balanced run (exactly 0) still shows."""
+    logarithmic down to 1e-6 and linear below, so a perfectly balanced run (exactly 0) still shows. A grouping
+    keeps one color (and marker) over every W, and a W one line style over every grouping, as ``advise --plot``
+    does: W=10 and W=50 of one grouping read as one family."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    for index, run in enumerate(runs):
+    groupings = list(dict.fromkeys(run.grouping for run in runs))
+    widths = list(dict.fromkeys(run.workers for run in runs))
+    for run in runs:
         xs, ys, total = run.series_t, [], 0.0
         for j, (t, value) in enumerate(zip(xs, run.series_imbalance), start=1):
             total += value / t
             ys.append(total / j)
-        ax.plot(xs, ys, label=f"{run.grouping} (W={run.workers})", markevery=max(1, len(xs) // 8),
-                markersize=4, **series_style(index))
+        g, w = groupings.index(run.grouping), widths.index(run.workers)
+        ax.plot(xs, ys, label=f"{run.grouping} (W={run.workers})", markevery=max(1, len(xs) // 8), markersize=4,
+                color=GROUPING_COLORS[g % len(GROUPING_COLORS)], linestyle=LINESTYLES[w % len(LINESTYLES)],
+                marker=MARKERS[g % len(MARKERS)])
     ax.set_yscale("symlog", linthresh=1e-6)
     ax.set_xlabel("messages routed, t (count)")
     ax.set_ylabel("average imbalance fraction\n(max − mean load, per message)")
@@ -100,8 +137,9 @@ def save_figure(fig, path: str) -> str:
     folder, name = os.path.split(path)
     base, ext = os.path.splitext(name)
     tmp = os.path.join(folder, f".{base}.{os.getpid()}.tmp{ext}")
+    marked = ext.lstrip(".").lower() in _MARKED
     try:
-        fig.savefig(tmp, dpi=120)
+        fig.savefig(tmp, dpi=120, **({"metadata": {"Creator": CREATOR}} if marked else {}))
         os.replace(tmp, path)
     except OSError as exc:
         raise KeysplitError(f"cannot write plot {path}: {exc.strerror or exc}") from None

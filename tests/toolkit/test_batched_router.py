@@ -1,7 +1,6 @@
 """A batching KeyRouter (``batch`` > 1) in front of ``Aggregate.partial``: the same routing decisions, exact totals
-and simulate's loads, nothing lost or counted twice through a kill, and every batch really carries several rows
-(issue 35: batching where it helps). The runs cross worker processes, so every batch goes through the local runner's
-Kryo check."""
+and simulate's loads, nothing lost or counted twice through a kill, and every batch really carries several rows. The
+runs cross worker processes, so every batch goes through the local runner's Kryo check."""
 
 from __future__ import annotations
 

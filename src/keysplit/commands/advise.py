@@ -29,10 +29,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "timestamps), simulate a shortlist of groupings at each W (kg, pkg, pkg:d=D and salt:k=D on the fast "
         "path over the whole stream; those and potc, dchoices, wchoices (capacity=auto), fish, gedik over an "
         "evenly strided sample), and recommend one spec with a reason in the papers' terms.",
-        epilog="Rules, in order: no splitting fits --memory -> the best one-worker-per-key grouping (kg, potc, "
-        "gedik); KG's imbalance <= 1e-2 -> kg; the hot set drifts (overlap < 0.5) and FISH balances -> fish; "
-        "p1 <= 2/W -> pkg; else the cheapest in memory of pkg:d=D, dchoices, wchoices that balances. "
-        "aggregation = partial counts per key per flush (distinct (key, worker) pairs / distinct keys per "
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  keysplit advise --dataset zipf:z=1.2,keys=3000,messages=200000,seed=4 -W 10,20\n"
+        "  keysplit advise --dataset text:zipf.txt -W 8 --memory 2.0 --plot advice.png\n\n"
+        "rules, in order:\n"
+        "  1. no splitting fits --memory -> the best one-worker-per-key grouping (kg, potc, gedik)\n"
+        "  2. KG's imbalance <= 1e-2 -> kg\n"
+        "  3. the hot set drifts (overlap < 0.5) and FISH balances -> fish\n"
+        "  4. p1 <= 2/W -> pkg\n"
+        "  5. else the cheapest in memory of pkg:d=D, dchoices, wchoices that balances\n"
+        "aggregation = partial counts per key per flush (distinct (key, worker) pairs / distinct keys per\n"
         "--flush messages).",
     )
     p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec (see `keysplit datasets --help`)")
@@ -54,11 +60,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from keysplit.advise import REFERENCE, advise
     from keysplit.datasets import open_dataset, require_records
-    from keysplit.plots import check_plot_path
+    from keysplit.plots import check_plot_path, refuse_foreign_plot
     from keysplit.sizes import check_workers
 
     if args.plot is not None:
         check_plot_path(args.plot)
+        refuse_foreign_plot(args.plot)
     check_workers(args.workers, args.sources, list(REFERENCE))  # before any per-worker state is allocated
     started = time.perf_counter()
     dataset = open_dataset(args.dataset)

@@ -6,6 +6,7 @@ Fit the topology model's costs to runs already measured and stored in Redis (loc
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from keysplit.cli import command_summary
@@ -23,6 +24,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "reproduces them, and store the profile in $KEYSPLIT_HOME/calibrations/NAME.json for `keysplit replay "
         "--calibration NAME`. Needs two runs or more that differ in grouping, CPU delay or rate, one of them "
         "closed loop with a CPU delay that saturates a counter (e.g. kg and sg at 1 ms).",
+        epilog="example:\n  keysplit run wordcount -g kg --dataset text:zipf.txt -W 8 -S 4 -A 2 --cpu-delay 1 "
+        "--run-id cal-kg\n  keysplit run wordcount -g sg --dataset text:zipf.txt -W 8 -S 4 -A 2 --cpu-delay 1 "
+        "--run-id cal-sg\n  keysplit calibrate --run cal-kg,cal-sg --name here\n"
+        "A fitted cost of 0 is a valid fit: the runs need none of that cost to be reproduced.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--run", required=True, type=comma_list, metavar="ID[,ID...]", help="the runs to fit")
     p.add_argument("--name", default="default", metavar="NAME",
@@ -90,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
     check_profile_name(args.name)  # a bad name fails before Redis starts
     with session(redis_url(args)) as (conn, _url):
         runs = load_runs(conn, args.run)
+    from keysplit.topology_model.profile import check_fittable
+
+    check_fittable(runs)  # a refusal stays one line, before the note below
+    if not args.json:  # the fit runs the model hundreds of times: say so before a silent minute
+        print(f"calibrate: fitting the model to {len(runs)} runs (a grid search: a minute or two)...",
+              file=sys.stderr, flush=True)
     profile = make_profile(args.name, runs)
     path = save_profile(profile)
     if args.json:

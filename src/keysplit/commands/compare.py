@@ -29,9 +29,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="For each run, the replay's entry of the same grouping side by side: throughput, latency "
         "p50/p99, imbalance, memory, and whether the run's final counts equal the replay's exact counts. "
         "Prints a table and writes comparison.json and PNG plots. Run and replay must be of the same dataset.",
+        epilog="examples:\n"
+        "  keysplit compare --run latest --replay replay/\n"
+        "  keysplit compare --run kg-1,pkg-1 --replay replay/ --out compare/ --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--run", required=True, type=comma_list, metavar="RUN_ID[,RUN_ID...]",
-                   help="topology run ids (keysplit run)")
+                   help="topology run ids (keysplit run; `latest` is the newest finished run)")
     p.add_argument("--replay", required=True, metavar="DIR", help="replay directory (keysplit replay --out)")
     p.add_argument("--out", metavar="DIR", help="where to write comparison.json and the plots (default DIR/compare)")
     add_redis_options(p, "Redis holding the runs (default: the project-managed server)")
@@ -61,8 +65,8 @@ def _pair(a, b, fmt, ratio=None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from keysplit import compare, compare_plots
     from keysplit.runs.redis_server import session
-    from spark_replay import compare, compare_plots
 
     compare.load_replay(args.replay)  # a missing replay fails before Redis starts
     # and so does an output directory that cannot be created (after the replay check: the default is in it)

@@ -32,8 +32,40 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="your streamparse project's src/ (a topology built with keysplit.toolkit): the jar holds it "
                    "and keysplit's worker files, so the workers need only keysplit's base dependencies "
                    "(default: keysplit's own topologies)")
+    p.add_argument("--force", action="store_true", help="replace --out even if keysplit did not build it")
     p.add_argument("--json", action="store_true", help="print one JSON object (path, entries) instead of a line")
     p.set_defaults(func=run)
+
+
+def jar_folder(path: str) -> None:
+    """Create ``_build/`` for the default jar path, as `sparse jar` makes it; a folder another --out names must
+    exist (a typo there is an error, not a new tree of folders)."""
+    from keysplit.errors import KeysplitError
+
+    folder = os.path.dirname(path)
+    if path == DEFAULT_OUT:
+        os.makedirs(folder, exist_ok=True)
+    elif folder and not os.path.isdir(folder):
+        raise KeysplitError(f"cannot write {path}: directory {folder} does not exist")
+
+
+def refuse_foreign_jar(path: str, option: str, force: bool = False) -> None:
+    """A one-line KeysplitError when ``path`` holds a file that is not a jar keysplit built (its manifest says
+    ``Created-By: keysplit jar``), unless ``force``: `sparse jar`'s uberjar or any other file stays the user's."""
+    import zipfile
+
+    from keysplit.errors import KeysplitError
+
+    if force or not os.path.lexists(path):
+        return
+    try:
+        with zipfile.ZipFile(path) as jar:
+            ours = b"Created-By: keysplit jar" in jar.read("META-INF/MANIFEST.MF")
+    except (OSError, KeyError, zipfile.BadZipFile):
+        ours = False
+    if not ours:
+        raise KeysplitError(f"{option} {path} exists and keysplit did not build it; choose another file, or add "
+                            "--force to replace it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,11 +76,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.out.strip() or os.path.isdir(args.out):
         raise KeysplitError(f"--out {args.out!r} is {'a directory' if args.out.strip() else 'empty'}; name a file")
     refuse_state("--out", args.out)
-    folder = os.path.dirname(args.out)
-    if args.out == DEFAULT_OUT:
-        os.makedirs(folder, exist_ok=True)  # _build/, as `sparse jar` makes it; a folder --out names must exist
-    elif folder and not os.path.isdir(folder):
-        raise KeysplitError(f"cannot write --out {args.out}: directory {folder} does not exist")
+    refuse_foreign_jar(args.out, "--out", args.force)
+    jar_folder(args.out)
     names = write_jar(args.out, args.src, with_keysplit=True)
     if args.json:
         print_json({"jar": os.path.abspath(args.out), "entries": len(names), "bytes": os.path.getsize(args.out)})

@@ -29,7 +29,7 @@ from keysplit.partitioning.experiment import (
 )
 from keysplit.partitioning.resources import Resources
 from keysplit.partitioning.utility import utility
-from keysplit.plots import check_plot_path, legend_outside, pyplot, save_figure, series_style
+from keysplit.plots import check_plot_path, legend_outside, pyplot, refuse_foreign_plot, save_figure, series_style
 
 NAME, HELP = command_summary(__doc__)
 
@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from(args)
     if args.plot is not None:
         check_plot_path(args.plot)
+        refuse_foreign_plot(args.plot)
     bar = progress_bar(work_units(cfg), "partition-experiment", enabled=not args.json, unit="step")
     with bar:
         result = run_experiment(cfg, progress=bar.update)

@@ -37,6 +37,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Replay a dataset in Spark with the library's groupings (the same decisions as "
         "`keysplit simulate` for the same S), and estimate throughput and latency with a queueing model. "
         "Writes OUT/summary.json, OUT/timeseries.parquet and the exact counts in OUT/counts.parquet.",
+        epilog="examples (the knobs of the runs to compare with, here those of `keysplit run wordcount -W 8 -S 4 "
+        "-A 2 --cpu-delay 1`):\n  keysplit replay --dataset text:zipf.txt -g kg,sg,pkg -W 8 -S 4 -A 2 --cpu-delay 1 "
+        "--out replay\n  keysplit replay --dataset text:zipf.txt -g pkg -W 8 -S 4 -A 2 --cpu-delay 2 "
+        "--calibration here --out replay-d2",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec (text:, edges:, csv:, "
                    "parquet: or a generator, which is written to OUT/dataset.csv first)")

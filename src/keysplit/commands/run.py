@@ -238,7 +238,8 @@ def _progress() -> Iterator[Callable[[str, int, int], None]]:
         if bar is None:
             for other in bars.values():
                 other.close()
-            bar = bars[phase] = progress_bar(total or None, "loading feed" if phase == "load" else "acked lines")
+            bar = bars[phase] = progress_bar(total or None, "loading feed" if phase == "load" else "acked lines",
+                                               unit="line")
         bar.update(done - bar.n)
 
     try:

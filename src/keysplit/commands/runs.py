@@ -46,23 +46,32 @@ def run(args: argparse.Namespace) -> int:
         raise KeysplitError("`keysplit runs delete` needs at least one run id")
     for run_id in args.ids:
         check_run_id(run_id)
+    if args.action == "list" and not args.json and redis_url(args) is None:
+        from keysplit.home import keysplit_home
+
+        if not (keysplit_home() / "redis").exists():  # no store here: say so, and create none
+            return listing(None, False, managed=True)
     with session(redis_url(args)) as (conn, _url):
         if args.action == "show":
             return show(conn, args.ids[0], args.json)
         if args.action == "delete":
             return delete(conn, list(dict.fromkeys(args.ids)), args.json)
-        return listing(conn, args.json)
+        return listing(conn, args.json, managed=redis_url(args) is None)
 
 
-def listing(conn, as_json: bool) -> int:
+def listing(conn, as_json: bool, managed: bool = False) -> int:
     from keysplit.runs.records import list_runs
 
-    runs = list_runs(conn)
+    runs = list_runs(conn) if conn is not None else []
     if as_json:
         print_json(runs)
         return 0
     if not runs:
-        print("no runs stored (keysplit run wordcount ... stores one)")
+        from keysplit.home import keysplit_home
+
+        where = (f"in {keysplit_home()} (the nearest .keysplit/ from here up, or $KEYSPLIT_HOME)" if managed
+                 else "in this Redis")
+        print(f"no runs stored {where}; keysplit run wordcount ... stores one")
         return 0
     rows = [{"grouping": "-", "dataset": "-", **r,  # a record of a run stopped before it was described
              "start": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r["started"] else "-",

@@ -23,7 +23,7 @@ from keysplit.groupings import REGISTRY, check_grouping, grouping_class
 from keysplit.groupings.base import spec_value
 from keysplit.groupings.hosting import check_resizes
 from keysplit.outputs import refuse_inputs, refuse_state
-from keysplit.plots import check_plot_path, imbalance_over_time
+from keysplit.plots import check_plot_path, imbalance_over_time, refuse_foreign_plot
 from keysplit.simulator import ENGINES, simulate
 from keysplit.sizes import check_workers
 from keysplit.stream import DEFAULT_RATE, SPLITS, Resize, check_checkpoint
@@ -96,11 +96,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=HELP,
         description="Route a dataset through one or more groupings with S sources and W workers, in "
         "process, and print imbalance, load std-dev, memory (dist_cost) and speed.",
-        epilog=GROUPINGS_EPILOG,
+        epilog="examples:\n"
+        "  keysplit simulate --dataset zipf:z=1.2,keys=1000,messages=20000,seed=1 -W 8 -S 4 -g kg,sg,pkg\n"
+        "  keysplit simulate --dataset text:zipf.txt -W 10,50 -g kg,pkg,pkg:d=4 --plot imbalance.png\n\n"
+        + GROUPINGS_EPILOG,
         formatter_class=GroupingsHelpFormatter,
     )
     p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec, e.g. zipf:z=1.0,keys=10000,"
-                   "messages=1000000,seed=1 or text:book.txt (see `keysplit datasets --help`)")
+                   "messages=1000000,seed=1 or text:zipf.txt (see `keysplit datasets --help`)")
     p.add_argument("--workers", "-W", type=int_list, default=[10], metavar="W[,W...]",
                    help="worker counts (default 10)")
     add_routing_options(p)
@@ -135,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
     dataset = open_dataset(args.dataset)
     if args.plot is not None and isinstance(dataset, FileDataset):
         refuse_inputs("--plot", args.plot, [dataset.path])
+    if args.plot is not None:
+        refuse_foreign_plot(args.plot)
     capacities: dict[int, list[float] | None] = {}
     for w in args.workers:  # validate everything before the first long run
         for spec in args.groupings:

@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "count taken from the run's stored record, so that what runs is what the record says. The command is "
         "printed before it runs. Nimbus is asked for its Storm version first, and keysplit.route=direct is "
         "refused where Storm cannot run it (2.6.0 and later). Run it from the repository root (config.json).",
-        epilog="example:\n  RUN_ID=$(keysplit run wordcount --load-only --grouping pkg --dataset text:book.txt "
+        epilog="example:\n  RUN_ID=$(keysplit run wordcount --load-only --grouping pkg --dataset text:zipf.txt "
         "-S 5 -W 10 \\\n      --redis redis://redis-host:6379/0 --redis-password-file ~/.keysplit-redis)\n"
         "  keysplit submit $RUN_ID -e prod --redis redis://redis-host:6379/0 --redis-password-file "
         "~/.keysplit-redis \\\n      --workers-password-file /etc/keysplit/redis.pass",
@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if split_password(used)[1] is not None and not (password_file or args.workers_password_env):
         raise KeysplitError("the run's Redis has a password: say where the workers read it, "
                             "--workers-password-file PATH or --workers-password-env VAR")
+    refuse_loopback_for_a_cluster(workers_url, env_config, args.env)
     settings = WordCountSettings.from_conf(config)
     storm = args.storm_version or nimbus_version(env_config)
     check_route(settings.route, storm)
@@ -84,6 +85,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"Storm {storm}; submitting run {args.run_id}:\n{command.shell()}", flush=True)
     if args.dry_run:
         return 0
+    from keysplit.commands.jar import jar_folder, refuse_foreign_jar
+
+    refuse_foreign_jar(args.jar, "--jar")
+    jar_folder(args.jar)  # _build/ on a fresh clone, as `keysplit jar` makes it
     write_jar(args.jar)
     try:
         done = subprocess.run(command.argv, env={**os.environ, **command.env})
@@ -93,3 +98,41 @@ def run(args: argparse.Namespace) -> int:
     if done.returncode != 0:
         print(f"keysplit: sparse submit exited with {done.returncode}", file=sys.stderr)
     return done.returncode
+
+
+def _host(address: str) -> str:
+    """The host of ``host``, ``host:port``, ``[v6]:port`` or ``user@host``."""
+    address = address.rpartition("@")[2].strip()
+    if address.startswith("["):
+        return address[1:].partition("]")[0]
+    return address.rsplit(":", 1)[0] if address.count(":") == 1 else address
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (localhost, 127.0.0.0/8, ::1)."""
+    import ipaddress
+
+    if host.lower() in ("localhost", "localhost.localdomain", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def refuse_loopback_for_a_cluster(workers_url: str, env_config: dict, env_name: str) -> None:
+    """A one-line KeysplitError when the workers would be told to reach Redis at a loopback address (the
+    managed server, or ``--redis redis://127.0.0.1...``) while the env's Nimbus or workers are other hosts:
+    a remote worker's loopback is itself, so the topology would never read its feed."""
+    from urllib.parse import urlsplit
+
+    redis_host = urlsplit(workers_url).hostname or ""
+    if urlsplit(workers_url).scheme == "unix" or not is_loopback(redis_host):
+        return
+    nimbus = os.environ.get("STREAMPARSE_NIMBUS") or str(env_config.get("nimbus") or "")
+    remote = [h for h in [nimbus, *map(str, env_config.get("workers") or [])] if not is_loopback(_host(h))]
+    if remote:
+        raise KeysplitError(f"the workers would reach Redis at {redis_host} ({workers_url}), a loopback address "
+                            f"of this machine, but env {env_name!r} runs on {', '.join(sorted(set(remote)))}; "
+                            "load the run into a Redis the cluster reaches (--redis redis://HOST:6379/0) or name "
+                            "it as the workers reach it (--workers-redis URL)")

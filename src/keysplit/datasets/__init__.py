@@ -8,9 +8,14 @@ and file readers (``text:PATH``, ``edges:PATH``, ``csv:PATH,key=COL[,time=COL]``
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
+import io
 import os
+import tempfile
+from collections.abc import Iterator
+from typing import IO
 
 from keysplit.datasets.base import (
     Dataset,
@@ -51,8 +56,22 @@ def open_dataset(spec: str) -> Dataset:
         gen = GENERATORS[kind]
         _, raw = parse_spec(spec)
         return gen(**bind_params(kind, gen.PARAMS, raw))
+    if os.path.isfile(os.path.expanduser(spec.strip())):  # a file named without its reader
+        raise SpecError(f"dataset {spec!r} is a file but not a dataset spec; did you mean "
+                        f"{reader_spec(spec.strip())!r}?")
     valid = ", ".join(list(GENERATORS) + [f"{k}:PATH" for k in READERS])
     raise SpecError(f"unknown dataset {spec!r}; valid kinds: {valid}")
+
+
+def reader_spec(path: str) -> str:
+    """The reader spec a file's name suggests: ``csv:PATH,key=key`` for a .csv, ``parquet:...`` for a .parquet,
+    else ``text:PATH`` (``key=key`` is the column ``datasets generate`` writes)."""
+    name = path.lower().removesuffix(".gz")
+    if name.endswith(".csv"):
+        return f"csv:{path},key=key"
+    if name.endswith(".parquet"):
+        return f"parquet:{path},key=key"
+    return f"text:{path}"
 
 
 def write_dataset(dataset: Dataset, out: str, words_per_line: int | None = None) -> tuple[str, int]:
@@ -75,19 +94,15 @@ def write_dataset(dataset: Dataset, out: str, words_per_line: int | None = None)
         raise DatasetError("only single-key datasets (generators, edges, csv) can be written; "
                            "a text dataset is already a file")
     timed = first[0] is not None
-    opener = gzip.open if out.endswith(".gz") else open
     count = 0
-    try:
-        with opener(out, "wt", encoding="utf-8", newline="") as fh:
-            writer = csv.writer(fh, lineterminator="\n")
-            writer.writerow(["key", "time"] if timed else ["key"])
-            for ts, keys in _chain(first, records):
-                if len(keys) != 1:
-                    raise DatasetError("only single-key datasets can be written as CSV")
-                writer.writerow([keys[0], repr(ts)] if timed else [keys[0]])
-                count += 1
-    except OSError as exc:
-        raise DatasetError(f"cannot write {out}: {exc.strerror or exc}") from None
+    with _text_output(out) as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(["key", "time"] if timed else ["key"])
+        for ts, keys in _chain(first, records):
+            if len(keys) != 1:
+                raise DatasetError("only single-key datasets can be written as CSV")
+            writer.writerow([keys[0], repr(ts)] if timed else [keys[0]])
+            count += 1
     return f"csv:{out},key=key" + (",time=time" if timed else ""), count
 
 
@@ -111,29 +126,56 @@ def _write_rows(dataset, out: str) -> tuple[str, int]:
 def _write_text(dataset: Dataset, out: str, words_per_line: int) -> tuple[str, int]:
     if words_per_line < 1:
         raise DatasetError(f"words per line must be at least 1, got {words_per_line}")
-    opener = gzip.open if out.endswith(".gz") else open
     lines = 0
     line: list[str] = []
+    with _text_output(out) as fh:
+        for _, keys in dataset.records():
+            for key in keys:
+                if WORD.fullmatch(key) is None or key != key.lower():
+                    raise DatasetError(f"key {key!r} is not one lower-case word, so a text file would not "
+                                       "read it back as one key; write CSV instead")
+                line.append(key)
+                if len(line) == words_per_line:
+                    fh.write(" ".join(line) + "\n")
+                    lines += 1
+                    line.clear()
+        if line:
+            fh.write(" ".join(line) + "\n")
+            lines += 1
+        if not lines:
+            raise DatasetError(f"dataset {dataset.spec!r} has no records to write")
+    return f"text:{out}", lines
+
+
+@contextlib.contextmanager
+def _text_output(out: str) -> Iterator[IO[str]]:
+    """UTF-8 text written under a hidden temporary name beside ``out`` (gzipped when ``out`` ends in .gz) and
+    renamed to ``out`` only when complete: a failure or Ctrl-C removes it, and even ``kill -9`` leaves no
+    truncated file under the final name. (Not :func:`keysplit.outputs.atomic_file`: the dataset readers travel
+    in the topology jar, which holds no CLI module.)"""
+    folder = os.path.dirname(os.path.abspath(out))
     try:
-        with opener(out, "wt", encoding="utf-8") as fh:
-            for _, keys in dataset.records():
-                for key in keys:
-                    if WORD.fullmatch(key) is None or key != key.lower():
-                        raise DatasetError(f"key {key!r} is not one lower-case word, so a text file would not "
-                                           "read it back as one key; write CSV instead")
-                    line.append(key)
-                    if len(line) == words_per_line:
-                        fh.write(" ".join(line) + "\n")
-                        lines += 1
-                        line.clear()
-            if line:
-                fh.write(" ".join(line) + "\n")
-                lines += 1
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=folder)
     except OSError as exc:
         raise DatasetError(f"cannot write {out}: {exc.strerror or exc}") from None
-    if not lines:
-        raise DatasetError(f"dataset {dataset.spec!r} has no records to write")
-    return f"text:{out}", lines
+    try:
+        with open(fd, "wb") as raw:
+            # a gzip member names no file: the temporary name would otherwise be recorded in its header
+            binary = gzip.GzipFile(filename="", mode="wb", fileobj=raw) if out.endswith(".gz") else raw
+            with binary, io.TextIOWrapper(binary, encoding="utf-8", newline="") as fh:
+                yield fh
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; a dataset file gets the usual mode
+        os.replace(tmp, out)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise DatasetError(f"cannot write {out}: {exc.strerror or exc}") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _chain(first: Record, rest):

@@ -23,8 +23,14 @@ _CHUNK = 1 << 16
 MAX_ZIPF_KEYS = 100_000_000
 
 
+#: The most messages a generator makes: ten billion, hours of work for any consumer (the simulator's fast path
+#: routes about 10 million a second) and about 70 GB as a file; more is a typo (``messages=1e11``), refused
+#: before any of it is spent.
+MAX_MESSAGES = 10_000_000_000
+
+
 def _count(help_: str, default: int) -> Param:
-    return Param(int, default, help_, lambda v: v >= 1, "at least 1")
+    return Param(int, default, help_, lambda v: 1 <= v <= MAX_MESSAGES, f"1 to {MAX_MESSAGES:,}")
 
 
 def _seed() -> Param:

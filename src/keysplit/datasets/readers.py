@@ -88,11 +88,40 @@ def open_binary(path: str) -> IO[bytes]:
     return open(path, "rb")
 
 
+#: How much of a file :func:`refuse_binary` reads, and the share of its bytes that may be neither text nor
+#: valid UTF-8 before the file is taken for a binary one. Perl's ``-B`` test takes a third of odd bytes for
+#: binary; a text file with a few hostile bytes (NUL, controls, invalid UTF-8 in a line or two) stays far
+#: below it, and random or compressed bytes (an image, an archive, an executable) are far above.
+BINARY_SAMPLE = 8192
+BINARY_SHARE = 1 / 3
+_CONTROL = bytes(set(range(32)) - set(b"\t\n\r\f\v\b\x1b") | {127})
+
+
+def refuse_binary(path: str, kind: str) -> None:
+    """A one-line DatasetError when the start of ``path`` (gunzipped) is mostly bytes no text file holds: a
+    binary file would otherwise be read as lines of replacement characters and "counted"."""
+    try:
+        with open_binary(path) as raw:
+            sample = raw.read(BINARY_SAMPLE)
+    except (OSError, EOFError, zlib.error):  # a corrupt gzip: reading the records reports it in its own words
+        return
+    if not sample:
+        return
+    odd = len(sample) - len(sample.translate(None, _CONTROL))
+    # invalid UTF-8, counted by sequence (a U+FFFD the file itself holds is text)
+    odd += sample.decode("utf-8", errors="replace").count("\ufffd") - sample.count("\ufffd".encode())
+    if odd > BINARY_SHARE * len(sample):
+        raise DatasetError(f"dataset file {path} is not text ({odd:,} of its first {len(sample):,} bytes are "
+                           f"control bytes or invalid UTF-8); {kind}: reads UTF-8 text lines")
+
+
 class FileDataset(Dataset):
     """A dataset read line by line from a (possibly gzipped) file."""
 
     kind = ""
     skip_header = False
+    #: Whether the file is text lines (every reader but Parquet's): a binary file is then refused.
+    text_lines = True
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -100,6 +129,8 @@ class FileDataset(Dataset):
         self.invalid_utf8_lines = 0
         self.skipped_lines = 0
         check_file(path)
+        if self.text_lines:
+            refuse_binary(path, self.kind)
 
     def lines(self) -> Iterator[str]:
         """Decoded lines without their line ends; invalid UTF-8 replaced and counted."""
@@ -293,6 +324,7 @@ class ParquetDataset(_ColumnDataset):
     """``parquet:PATH,key=COL[,time=COL]``: one record per row, read in batches with pyarrow."""
 
     kind = "parquet"
+    text_lines = False
 
     def __init__(self, path: str, key: str, time: str | None = None) -> None:
         super().__init__(path, key, time)

@@ -118,6 +118,11 @@ def read_record(conn: redis.Redis, run_id: str) -> dict[str, Any] | None:
     for field in ("lines", "messages", "owner"):
         if field in record:
             record[field] = int(record[field])
+    for field in ("updated", "finished"):  # times, as "started": numbers in `runs --json`, not strings
+        if field in record:
+            record[field] = float(record[field])
+    if "feed_complete" in record:
+        record["feed_complete"] = record["feed_complete"] not in ("", "0")
     record["state"] = _effective(record)
     return record
 

@@ -154,7 +154,10 @@ def check_same_knobs(run: dict, replay: dict) -> list[dict]:
         raise KeysplitError(
             f"run {run.get('run_id')} and the replay in {replay['dir']} model different topologies: "
             + "; ".join(f"{r['option']} {r['run']} vs {r['replay']}" for r in bad)
-            + "; replay with the run's knobs to compare them")
+            + "; replay with the run's knobs to compare them"
+            # the two commands' defaults differ (run: no delay; replay: 1 ms, the model needs a service time)
+            + (" (`run` and `replay` default to different CPU delays: give both --cpu-delay)"
+               if any(r["option"] == "--cpu-delay" for r in bad) else ""))
     return rows
 
 
@@ -224,9 +227,27 @@ def compare_one(run: dict, counts: Mapping[str, int], replay: dict, exact: Mappi
     }
 
 
+#: The run id that names the newest finished run (``--run latest``), as git's HEAD names the newest commit.
+LATEST = "latest"
+
+
+def resolve_runs(conn: Any, run_ids: Sequence[str]) -> list[str]:
+    """``run_ids`` with ``latest`` replaced by the id of the newest finished run (a one-line KeysplitError when
+    there is none); a run actually named ``latest`` is itself."""
+    from keysplit.runs.records import list_runs
+
+    if LATEST not in run_ids or conn.exists(f"{RUN_PREFIX}{LATEST}:summary"):
+        return list(run_ids)
+    finished = [r["run_id"] for r in list_runs(conn) if r.get("state") == "finished"]
+    if not finished:
+        raise KeysplitError("--run latest: no finished run is stored (see `keysplit runs`)")
+    return [finished[-1] if r == LATEST else r for r in run_ids]
+
+
 def compare(conn: Any, run_ids: Sequence[str], replay_dir: str) -> dict:
     """The comparison of every run with the replay (the content of ``comparison.json``)."""
     replay = load_replay(replay_dir)
+    run_ids = resolve_runs(conn, run_ids)
     loaded = [load_run(conn, r) for r in run_ids]
     for run, _ in loaded:  # refuse before reading the counts
         check_same_dataset(run, replay)

@@ -52,7 +52,7 @@ def throughput_latency_figure(rows: list[dict]) -> Any:
     ax2.set_xticks(x, names, fontsize=8)
     ax2.set_xlabel("grouping (spec)")
     ax2.set_ylabel("complete latency (ms)")
-    ax2.set_yscale("log")
+    ax2.set_ylim(bottom=0)  # linear from 0, so that a bar twice as tall is twice the latency
     ax2.set_title("latency")
     legend_outside(ax2)
     return fig
@@ -60,12 +60,14 @@ def throughput_latency_figure(rows: list[dict]) -> Any:
 
 def agreement_figure(rows: list[dict]) -> Any:
     """Predicted (replay) against measured (run), one panel per metric, the diagonal and the target band around
-    it, a point per run labelled with its grouping."""
+    it, a point per run in its grouping's color and marker, named in the legend (labels written beside the points
+    overlap where two groupings agree, as sg and pkg do)."""
     import numpy as np
 
-    from keysplit.plots import legend_outside, pyplot
+    from keysplit.plots import legend_outside, pyplot, series_style
 
     plt = pyplot()
+    styles = {name: series_style(i) for i, name in enumerate(dict.fromkeys(r["grouping"] for r in rows))}
     fig, axes = plt.subplots(1, len(AGREEMENT), figsize=(5.2 * len(AGREEMENT), 4.3))
     for ax, (metric, (label, tol)) in zip(axes, AGREEMENT.items()):
         pts = [(m, p, r["grouping"]) for r in rows for m, p in [measured_predicted(r, metric)] if m and p]
@@ -75,8 +77,8 @@ def agreement_figure(rows: list[dict]) -> Any:
         ax.fill_between(line, line * (1 - tol), line * (1 + tol), color="grey", alpha=0.2, label="target band")
         ax.set_title(f"{label}: target ±{tol:.0%}", fontsize=9)
         for m, p, name in pts:
-            ax.scatter([m], [p], s=25, color="tab:blue")  # one kind of point: its grouping is written beside it
-            ax.annotate(name, (m, p), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            ax.plot([m], [p], linestyle="none", marker=styles[name]["marker"], color=styles[name]["color"],
+                    markersize=6, alpha=0.8, label=name)
         ax.set_xlim(0, top)
         ax.set_ylim(0, top)
         ax.set_xlabel(f"measured (keysplit run): {label}", fontsize=8)
@@ -93,7 +95,8 @@ def loads_figure(rows: list[dict]) -> Any:
     from keysplit.plots import legend_outside, pyplot, series_style
 
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(rows), figsize=(max(7, 5 * len(rows)), 4), squeeze=False)
+    # one y axis for every panel: KG's hot counter must look as hot next to PKG's as it is
+    fig, axes = plt.subplots(1, len(rows), figsize=(max(7, 5 * len(rows)), 4), squeeze=False, sharey=True)
     for ax, r in zip(axes[0], rows):
         run_loads, est_loads = r["loads"]["run"] or [], r["loads"]["replay"] or []
         w = np.arange(max(len(run_loads), len(est_loads)))
@@ -106,27 +109,40 @@ def loads_figure(rows: list[dict]) -> Any:
     return fig
 
 
+#: The share of a series each point of the imbalance figure stands for (its worst value): I(t) of a balanced
+#: grouping rises and falls with every round of W messages, so a line through every checkpoint is a comb.
+ENVELOPE = 0.01
+
+
+def envelope(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The largest value of each consecutive run of ``ENVELOPE`` of the points, at the run's last t."""
+    size = max(1, round(len(pts) * ENVELOPE))
+    return [(pts[min(i + size, len(pts)) - 1][0], max(f for _, f in pts[i:i + size])) for i in range(0, len(pts), size)]
+
+
 def imbalance_figure(rows: list[dict], series: dict) -> Any:
     """The replay's I(t)/t over time per grouping (solid, its own style) and the run's final value (dotted,
-    same color); ``series`` is ``timeseries.parquet`` as columns."""
+    same color); ``series`` is ``timeseries.parquet`` as columns. The y axis is logarithmic, a checkpoint where
+    I(t) = 0 (a perfect balance, frequent for sg) is left out, and each point is the worst of its stretch of the
+    series (:func:`envelope`): sg's I(t)/t swings by 10x with every round of W messages, and a line through
+    every checkpoint was a dense comb that hid its level."""
     from keysplit.plots import legend_outside, pyplot, series_style
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for index, r in enumerate(rows):
-        pts = [(t, f) for g, t, f in zip(series["grouping"], series["t"], series["imbalance_fraction"])
-               if g == r["grouping"]]
+        pts = envelope([(t, f) for g, t, f in zip(series["grouping"], series["t"], series["imbalance_fraction"])
+                        if g == r["grouping"] and f > 0])
         if pts:
             style = series_style(index)
             ax.plot([t for t, _ in pts], [f for _, f in pts], label=f"{r['grouping']} replay I(t)/t",
                     color=style["color"], linestyle="-")
             final = r["final_imbalance_fraction"]["run"]
-            if final is not None:
+            if final:
                 ax.axhline(final, color=style["color"], linestyle=":", label=f"{r['grouping']} run, final")
     ax.set_xlabel("messages routed, t (count)")
-    ax.set_ylabel("imbalance fraction I(t)/t\n(max − mean load, per message)")
-    ax.set_yscale("symlog", linthresh=1e-5)
-    ax.set_ylim(bottom=0)
+    ax.set_ylabel(f"imbalance fraction I(t)/t\n(max − mean load, per message;\nworst of each {ENVELOPE:.0%} of t)")
+    ax.set_yscale("log")
     ax.set_title("imbalance over time")
     legend_outside(ax)
     return fig
