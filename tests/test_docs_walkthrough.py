@@ -29,17 +29,28 @@ FENCE = re.compile(r"^\s*```")
 #: The pages a new user follows, in order: the README first (read before the site).
 README = [ROOT / "README.md"]
 GUIDES = [ROOT / "docs" / page for page in (
-    "getting-started.md", "guides/datasets.md", "guides/simulate.md", "guides/local.md", "guides/replay.md",
-    "guides/compare.md", "guides/calibrate.md", "guides/advise.md")]
+    "getting-started.md", "guides/your-topology.md", "guides/datasets.md", "guides/simulate.md", "guides/local.md",
+    "guides/replay.md", "guides/compare.md", "guides/calibrate.md", "guides/advise.md")]
 THROUGHPUT = re.compile(r"^throughput: ([\d,]+) words/s", re.MULTILINE)
+HEREDOC = re.compile(r"<<-?'?(\w+)'?\s*$")
+#: A toolkit run's table of the tuples each task of a router's downstream got (keysplit run FILE).
+TASK_LOADS = re.compile(r"^task +tuples +share %\n-+ +-+ +-+\n((?:\d+ +\d+ +[\d.]+\n)+)", re.MULTILINE)
 
 
 def shell_commands(page: Path) -> list[tuple[str, str]]:
-    """(``page:line``, command) for every command of the page's ``sh``/``bash`` blocks, continuations joined."""
+    """(``page:line``, command) for every command of the page's ``sh``/``bash`` blocks, continuations joined, a
+    here-document (``cat > FILE <<'EOF'`` ... ``EOF``) kept whole with its lines."""
     found: list[tuple[str, str]] = []
     runnable = inside = False
     pending, start = "", 0
+    heredoc: list[str] = []
     for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+        if heredoc:
+            heredoc.append(line)
+            if line.strip() == heredoc[0]:
+                found.append((f"{page.relative_to(ROOT)}:{start}", "\n".join(heredoc[1:])))
+                heredoc = []
+            continue
         if FENCE.match(line):
             inside = not inside
             runnable = inside and bool(RUNNABLE.match(line.strip()))
@@ -54,6 +65,10 @@ def shell_commands(page: Path) -> list[tuple[str, str]]:
             pending = text[:-1]
             continue
         pending = ""
+        here = HEREDOC.search(text)
+        if here:  # the lines up to the delimiter belong to this command
+            heredoc = [here.group(1), text]
+            continue
         if text and not text.startswith("#") and not text.startswith("make "):
             found.append((f"{page.relative_to(ROOT)}:{start}", text))
     return found
@@ -126,3 +141,21 @@ def test_the_pages_paste_in_an_empty_folder_and_show_their_effect(tmp_path):
     outputs = run_pages(README + GUIDES, scratch)
     assert entries(ROOT) == before, "a page wrote into the repository"
     assert check_effects(outputs) >= 2  # the README's pair at 1 ms and the local guide's at 2 ms
+    assert check_toolkit_loads(outputs) == 1  # your-topology.md: its run's loads are its simulate's
+
+
+def check_toolkit_loads(outputs: dict[str, str]) -> int:
+    """Where a page runs a topology file and then simulates the same dataset with ``--json``, the loads the run
+    printed for its router are the simulator's, task for task; how many such pairs there were."""
+    import json
+
+    pairs = 0
+    runs = [out for key, out in outputs.items() if re.search(r"keysplit run \S+\.py .*--dataset", key)]
+    sims = [out for key, out in outputs.items() if "keysplit simulate" in key and "--json" in key]
+    for run_out, sim_out in zip(runs, sims):
+        table = TASK_LOADS.search(run_out)
+        assert table, f"no loads table in the run's output:\n{run_out[-1500:]}"
+        loads = [int(line.split()[1]) for line in table.group(1).splitlines()]
+        assert loads == json.loads(sim_out)["runs"][0]["loads"], (loads, sim_out[-500:])
+        pairs += 1
+    return pairs
