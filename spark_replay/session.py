@@ -188,8 +188,10 @@ def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_M
 
 def stop_session(session: Any) -> None:
     """Stop a session :func:`get_session` created and remove what it left in the temporary folder (the code
-    zip it shipped, the JVM log of a run that went well)."""
-    session.stop()
+    zip it shipped, the JVM log of a run that went well). Best effort: a JVM that is already gone (a signal that
+    stopped the replay reached it too) has nothing left to stop, and the reason the replay ends is what is said."""
+    with contextlib.suppress(Exception):  # py4j's errors when the gateway or the JVM's classes are gone
+        session.stop()
     folder = _shipped.pop(id(session.sparkContext), None)
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
