@@ -239,7 +239,7 @@ def test_two_kinds_killed_in_one_run_and_a_single_worker_leave_the_totals_exact(
 
 
 def test_a_run_forced_into_timeouts_counts_every_word_once(redis_url, tmp_path):
-    # A line waits for its counter's flush tick, then a whole period for the aggregator's: with 2 s ticks its
+    # A line waits for its counters' flush (the aggregator commits a flush as it comes): with 4 s ticks its
     # latency is 4 s minus its phase, so a line emitted early in a period outlives the 3 s timeout
     # by up to 1 s and is replayed while its first tuples are still held for the flush. The spouts run open loop
     # (400 words/s, replays included, against the counters' 1,000 at 2 ms a word), so phases are spread over
@@ -250,6 +250,6 @@ def test_a_run_forced_into_timeouts_counts_every_word_once(redis_url, tmp_path):
     path = tmp_path / "timeouts.txt"
     write_text(path, 300, seed=5)
     conn, summary = _run(redis_url, path, [], workers=2, cpu_delay_ms=2.0, max_pending=250, message_timeout=3,
-                         flush_secs=2.0, rate=400.0, worker_processes=1)
+                         flush_secs=4.0, rate=400.0, worker_processes=1)
     _assert_exact(conn, summary, path, [])
     assert summary["timed_out"] > 0 and summary["replayed"] > 0 and summary["duplicates_dropped"] > 0

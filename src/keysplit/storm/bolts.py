@@ -3,8 +3,8 @@
 router --fields(route) or direct--> counter --fields(word)--> aggregator --global--> topk (the router's two
 streams and ``keysplit.route``: storm/router.py). Counters and aggregators hold
 their input tuples until the flush that sends on what those tuples contributed (a counter's every period by its
-own clock, or at its tick; an aggregator's at its tick), then emit anchored to them and ack them
-(docs/design/exactly-once.md): a crash anywhere loses nothing, the spout replays the line.
+own clock, or at its tick; an aggregator's as soon as a counter's flush reaches it), then emit anchored to them
+and ack them (docs/design/exactly-once.md): a crash anywhere loses nothing, the spout replays the line.
 
 Every word travels with its occurrence ``(line, position)``; with ``keysplit.delivery=exactly-once`` (the
 default) the aggregators commit counts with them so that a replayed line adds nothing twice
@@ -302,9 +302,14 @@ class CounterBolt(CoalescedWrites, Bolt):
 
 
 class AggregatorBolt(CoalescedWrites, Bolt):
-    """Merges partial counts (fields grouping on the word); every tick commits them to Redis (exactly-once: only
+    """Merges partial counts (fields grouping on the word) and commits them to Redis (exactly-once: only
     occurrences not committed before, storm/exactly_once.py; at-least-once: HINCRBY), sends its local top-k to
-    the top-k bolt anchored to the partial counts it covers, then acks them."""
+    the top-k bolt anchored to the partial counts it covers, then acks them.
+
+    When it commits: with batches, as soon as a counter's flush reaches it (one ``flushes`` tuple holds all that
+    flush sent this aggregator, :meth:`CounterBolt.emit_flushes`), so a line waits for its counters' flush alone
+    and not for the aggregator's next tick too (about T/2 less on average; docs/design/batches.md, "A line's
+    latency"); with ``--batch 1`` a flush is many tuples and nothing marks its last, so at its tick."""
 
     outputs = [Stream(fields=["aggregator", "top"])]
     auto_ack = False
@@ -330,10 +335,12 @@ class AggregatorBolt(CoalescedWrites, Bolt):
             for word, count, occ in zip(words, counts.split(","), occurrences.split(";")):
                 self.add(word, count, occ)
             self.partials += len(words)
-        else:
-            word, count, occurrences = tup.values
-            self.add(word, count, occurrences)
-            self.partials += 1
+            self.pending.append(tup.id)
+            self.commit_now()  # the whole of one counter's flush for this aggregator: nothing to wait for
+            return
+        word, count, occurrences = tup.values
+        self.add(word, count, occurrences)
+        self.partials += 1
         self.pending.append(tup.id)
 
     def add(self, word: str, count, occurrences: str) -> None:
@@ -344,19 +351,23 @@ class AggregatorBolt(CoalescedWrites, Bolt):
 
     def process_tick(self, tup):
         self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
+        self.commit_now()
+
+    def commit_now(self) -> None:
+        """Commit what arrived since the last commit (nothing to do when nothing did) and record its cost."""
         if not self.pending:
             return
         partials, started = self.partials, time.perf_counter()
         self.partials = 0
         self.commit()
-        # what the tick cost per partial count (merge, commit, acks): the replay's model calibrates on it
+        # what a commit cost per partial count (merge, commit, acks): the replay's model calibrates on it
         pipe = self.conn.pipeline(transaction=False)
         pipe.hincrby(self.keys.aggregator(self.index), "partials", partials)
         pipe.hincrbyfloat(self.keys.aggregator(self.index), "busy_s", time.perf_counter() - started)
         pipe.execute()
 
     def commit(self):
-        """Commit the partial counts since the last tick, send the local top-k, ack them."""
+        """Commit the partial counts since the last commit, send the local top-k, ack them."""
         if self.dedup is None:
             increments = self.totals.drain_increments()
             pipe = self.conn.pipeline(transaction=True)
