@@ -222,7 +222,7 @@ class StreamFeed:
         self.acked += 1
         self.last_ack = now
         if self.flow is not None:
-            self.flow.on_ack(self.out, now)
+            self.flow.on_ack(self.out, now, now - item[1])
         self.ack_buffer.append(entry_id)
         if self.dedup is not None:
             self.completed.append((item[2], len(decode_record(item[0])[1])))

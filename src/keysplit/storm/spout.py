@@ -62,6 +62,7 @@ class RedisStreamSpout(CoalescedWrites, Spout):
         max_pending = conf.get("topology.max.spout.pending")
         conn = client(settings.redis_connect_url())
         record_start(conn, keys, self.component_name, index, conf, context)
+        lines, words = conn.hmget(keys.record, ("lines", "messages"))  # the feed's, recorded when it was loaded
         self.feed = StreamFeed(
             conn, keys, f"spout-{index}",
             orphan_idle_ms=int(3 * timeout * 1000), metrics_key=keys.spout(index),
@@ -69,7 +70,9 @@ class RedisStreamSpout(CoalescedWrites, Spout):
             window=settings.window_lines(max_pending),
             # Storm calls nextTuple below max pending whatever we do; this window keeps the lines out within what
             # completes before the message timeout (storm/window.py)
-            flow=AdaptiveWindow(settings.window_policy, int(max_pending) if max_pending else None, timeout),
+            flow=AdaptiveWindow(settings.window_policy, int(max_pending) if max_pending else None, timeout,
+                                target_secs=settings.latency_target,
+                                start=settings.window_start(float(words or 0) / max(1.0, float(lines or 0)))),
             timeout_secs=timeout,
         )
         self.feed.restore()

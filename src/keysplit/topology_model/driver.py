@@ -17,6 +17,7 @@ import numpy as np
 
 from keysplit import latency
 from keysplit.latency import LatencyHistogram
+from keysplit.storm.window import latency_target, window_start
 from keysplit.topology_model.kernel import (
     _F_COMP,
     _F_FIRST,
@@ -88,7 +89,7 @@ class StreamedModel:
     open loop at most ``max_pending x spouts`` lines are in flight), the counters' and aggregators' state, one
     stamp per key, the event heap and a fixed-size latency histogram: not the stream."""
 
-    def __init__(self, params: TopologyParams, keep_lines: int = 0) -> None:
+    def __init__(self, params: TopologyParams, keep_lines: int = 0, words_per_line: float = 0.0) -> None:
         self.params = params
         self.iv = np.zeros(12, dtype=np.int64)
         self.fv = np.zeros(8)
@@ -96,7 +97,11 @@ class StreamedModel:
         self.fv[_F_MIN] = math.inf
         self.settings = kernel_settings(params)
         # the spouts' AIMD window (storm/window.py), open loop too (storm/spout_pacing.py)
-        self.window = new_window(params.max_pending, params.spouts, params.message_timeout, params.aimd)
+        # starting where the spouts' window does for the dataset's words a line (0: unknown, as in a streamed replay)
+        target = latency_target(params.flush_secs, params.batch, params.batch_ms)
+        self.window = new_window(params.max_pending, params.spouts, params.message_timeout, params.aimd, target,
+                                 window_start(params.workers, params.cpu_delay_ms, target, words_per_line,
+                                              params.spouts))
         size = 1024 + 4 * (params.workers + params.aggregators)
         self.heap = (np.empty(size), np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
                      np.empty(size, dtype=np.int64))
@@ -232,7 +237,7 @@ def simulate(params: TopologyParams, line_start: np.ndarray, workers: np.ndarray
     if sources is not None and len(sources) != len(lengths):
         raise ValueError("sources and line starts disagree on the number of lines")
     bounds = line_starts(lengths)
-    model = StreamedModel(params, len(lengths) if keep_lines else 0)
+    model = StreamedModel(params, len(lengths) if keep_lines else 0, len(workers) / max(1, len(lengths)))
     for a in range(0, len(lengths), max(1, chunk_lines)):
         b = min(a + max(1, chunk_lines), len(lengths))
         words = slice(int(bounds[a]), int(bounds[b]))
