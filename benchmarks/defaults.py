@@ -1,4 +1,4 @@
-"""At the topology's default knobs, do the workers bind? And how long does a line wait at light load? (issue 36)
+"""At the topology's default knobs, do the workers bind? And how long does a line wait at light load?
 
 Throughput: sg and pkg at D = 1 ms, W = 8 (S = 4, A = 2, flush 1 s), on the README's own datasets -- its
 `keysplit run` example (``zipf:z=1.2,keys=5000,messages=50000,seed=1``: one word a line) and the demo's text
