@@ -302,14 +302,10 @@ class CounterBolt(CoalescedWrites, Bolt):
 
 
 class AggregatorBolt(CoalescedWrites, Bolt):
-    """Merges partial counts (fields grouping on the word) and commits them to Redis (exactly-once: only
-    occurrences not committed before, storm/exactly_once.py; at-least-once: HINCRBY), sends its local top-k to
-    the top-k bolt anchored to the partial counts it covers, then acks them.
-
-    When it commits: with batches, as soon as a counter's flush reaches it (one ``flushes`` tuple holds all that
-    flush sent this aggregator, :meth:`CounterBolt.emit_flushes`), so a line waits for its counters' flush alone
-    and not for the aggregator's next tick too (about T/2 less on average; docs/design/batches.md, "A line's
-    latency"); with ``--batch 1`` a flush is many tuples and nothing marks its last, so at its tick."""
+    """Merges partial counts (fields grouping on the word), commits them (exactly-once: only occurrences not committed
+    before, storm/exactly_once.py; at-least-once: HINCRBY), sends its top-k anchored to them, then acks them: with
+    batches as soon as a counter's flush arrives (one tuple holds all of it: a line waits for one flush, not also for
+    this tick; docs/design/batches.md), with ``--batch 1`` (nothing marks a flush's last tuple) at its tick."""
 
     outputs = [Stream(fields=["aggregator", "top"])]
     auto_ack = False
@@ -335,13 +331,13 @@ class AggregatorBolt(CoalescedWrites, Bolt):
             for word, count, occ in zip(words, counts.split(","), occurrences.split(";")):
                 self.add(word, count, occ)
             self.partials += len(words)
-            self.pending.append(tup.id)
-            self.commit_now()  # the whole of one counter's flush for this aggregator: nothing to wait for
-            return
-        word, count, occurrences = tup.values
-        self.add(word, count, occurrences)
-        self.partials += 1
+        else:
+            word, count, occurrences = tup.values
+            self.add(word, count, occurrences)
+            self.partials += 1
         self.pending.append(tup.id)
+        if tup.stream == FLUSH_STREAM:  # the whole of one counter's flush for this aggregator: nothing to wait for
+            self.commit()
 
     def add(self, word: str, count, occurrences: str) -> None:
         if self.dedup is None:
@@ -351,23 +347,14 @@ class AggregatorBolt(CoalescedWrites, Bolt):
 
     def process_tick(self, tup):
         self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
-        self.commit_now()
+        self.commit()
 
-    def commit_now(self) -> None:
-        """Commit what arrived since the last commit (nothing to do when nothing did) and record its cost."""
+    def commit(self):
+        """Commit the partial counts since the last commit (if any came), send the local top-k, ack them."""
         if not self.pending:
             return
         partials, started = self.partials, time.perf_counter()
         self.partials = 0
-        self.commit()
-        # what a commit cost per partial count (merge, commit, acks): the replay's model calibrates on it
-        pipe = self.conn.pipeline(transaction=False)
-        pipe.hincrby(self.keys.aggregator(self.index), "partials", partials)
-        pipe.hincrbyfloat(self.keys.aggregator(self.index), "busy_s", time.perf_counter() - started)
-        pipe.execute()
-
-    def commit(self):
-        """Commit the partial counts since the last commit, send the local top-k, ack them."""
         if self.dedup is None:
             increments = self.totals.drain_increments()
             pipe = self.conn.pipeline(transaction=True)
@@ -383,6 +370,11 @@ class AggregatorBolt(CoalescedWrites, Bolt):
         for tup_id in self.pending:
             self.ack(tup_id)
         self.pending = []
+        # what a commit cost per partial count (merge, commit, acks): the replay's model calibrates on it
+        pipe = self.conn.pipeline(transaction=False)
+        pipe.hincrby(self.keys.aggregator(self.index), "partials", partials)
+        pipe.hincrbyfloat(self.keys.aggregator(self.index), "busy_s", time.perf_counter() - started)
+        pipe.execute()
 
 
 class TopKBolt(CoalescedWrites, Bolt):
