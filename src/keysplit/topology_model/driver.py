@@ -12,6 +12,7 @@ finest). In the replay it runs in one Spark task fed the routed pieces in chunk 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -89,7 +90,7 @@ class StreamedModel:
     open loop at most ``max_pending x spouts`` lines are in flight), the counters' and aggregators' state, one
     stamp per key, the event heap and a fixed-size latency histogram: not the stream."""
 
-    def __init__(self, params: TopologyParams, keep_lines: int = 0, words_per_line: float = 0.0) -> None:
+    def __init__(self, params: TopologyParams, keep_lines: int = 0) -> None:
         self.params = params
         self.iv = np.zeros(12, dtype=np.int64)
         self.fv = np.zeros(8)
@@ -97,10 +98,10 @@ class StreamedModel:
         self.fv[_F_MIN] = math.inf
         self.settings = kernel_settings(params)
         # the spouts' AIMD window (storm/window.py), open loop too (storm/spout_pacing.py)
-        # starting where the spouts' window does for the dataset's words a line (0: unknown, as in a streamed replay)
+        # starting where the spouts' window does for the feed's words a line
         target = latency_target(params.flush_secs, params.batch, params.batch_ms)
         self.window = new_window(params.max_pending, params.spouts, params.message_timeout, params.aimd, target,
-                                 window_start(params.workers, params.cpu_delay_ms, target, words_per_line,
+                                 window_start(params.workers, params.cpu_delay_ms, target, params.words_per_line,
                                               params.spouts))
         size = 1024 + 4 * (params.workers + params.aggregators)
         self.heap = (np.empty(size), np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
@@ -237,7 +238,9 @@ def simulate(params: TopologyParams, line_start: np.ndarray, workers: np.ndarray
     if sources is not None and len(sources) != len(lengths):
         raise ValueError("sources and line starts disagree on the number of lines")
     bounds = line_starts(lengths)
-    model = StreamedModel(params, len(lengths) if keep_lines else 0, len(workers) / max(1, len(lengths)))
+    if not params.words_per_line:  # the stream's own, as the spouts read the feed's
+        params = replace(params, words_per_line=len(workers) / max(1, len(lengths)))
+    model = StreamedModel(params, len(lengths) if keep_lines else 0)
     for a in range(0, len(lengths), max(1, chunk_lines)):
         b = min(a + max(1, chunk_lines), len(lengths))
         words = slice(int(bounds[a]), int(bounds[b]))

@@ -183,7 +183,7 @@ def _flush_counter(w, start, counters, w_nxt, w_key, w_agg, wm, stamp, stamp_no,
 _bin = numba.njit(cache=True)(latency.bin_of)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _event(heap, iv, t, kind, arg):
     """Push an event at ``t`` with the next sequence number (``iv``'s heap size and sequence); returns the heap."""
     ht, hs, hk, ha = heap
@@ -192,7 +192,7 @@ def _event(heap, iv, t, kind, arg):
     return ht, hs, hk, ha
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _send_batch(heap, iv, batches, b, t):
     """Batch ``b`` leaves for its counter: one tuple that arrives at ``t``; the batch starts over, empty."""
     b_head, b_tail, b_count, b_gen = batches
@@ -204,7 +204,7 @@ def _send_batch(heap, iv, batches, b, t):
     return heap
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _flush(heap, iv, w, start, counters, words, stamp, a_seen, settings):
     """:func:`_flush_counter` on the loop's state."""
     ht, hs, hk, ha = heap
@@ -214,7 +214,7 @@ def _flush(heap, iv, w, start, counters, words, stamp, a_seen, settings):
     return ht, hs, hk, ha
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _on_emit(heap, iv, fv, window, now, batches, lines, words, records, n_workers, settings):
     """The spout's next call: emit the next line if the window and (open loop) its due time allow; the runner
     routes its words one after the other, into their routers' batches (or one tuple a word)."""
@@ -270,7 +270,7 @@ def _on_emit(heap, iv, fv, window, now, batches, lines, words, records, n_worker
     return _event(heap, iv, max(runner_free, now + settings[_S_TUPLE]), _EMIT, 0)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _on_arrive(heap, iv, now, j, counters, words, stamp, a_seen, settings):
     """A tuple (a word, or a batch: a chain of words from ``j``) reaches its counter, which serves it word by word;
     the counter's own clock flushes right after it when it ends a period or more after the last flush."""
@@ -298,7 +298,7 @@ def _on_arrive(heap, iv, now, j, counters, words, stamp, a_seen, settings):
     return heap
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _on_batch_due(heap, iv, fv, now, arg, batches, settings):
     """A batch's wait is over: it leaves unless it already left full (the event names the batch it was set for)."""
     b_head, b_gen = batches[0], batches[3]
@@ -310,7 +310,7 @@ def _on_batch_due(heap, iv, fv, now, arg, batches, settings):
     return heap
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _commit(heap, iv, now, a, aggregators, words, stamp, settings):
     """Aggregator ``a`` commits the partial counts it holds (``commit_us`` per distinct word) and acks them."""
     a_head, a_tail, a_free = aggregators[0], aggregators[1], aggregators[2]
@@ -325,7 +325,7 @@ def _commit(heap, iv, now, a, aggregators, words, stamp, settings):
     return _event(heap, iv, a_free[a] + settings[_S_ACK], _ACK, head)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _on_tick(heap, iv, now, arg, final, counters, aggregators, words, stamp, settings):
     """Every counter's tick, queued behind its backlog, flushes what arrived before it; every aggregator's commits
     what reached it before the tick (with ``--batch 1``; with batches a flush was committed as it came)."""
@@ -340,7 +340,7 @@ def _on_tick(heap, iv, now, arg, final, counters, aggregators, words, stamp, set
     return heap
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _on_partial(heap, iv, now, head, aggregators, words, stamp, settings):
     """One counter's flush reaches the aggregators: one partial count per distinct word each, a tuple per partial
     count (``--batch 1``: held until the aggregator's tick) or one tuple per aggregator (batches: committed at once,
@@ -371,7 +371,7 @@ def _on_partial(heap, iv, now, head, aggregators, words, stamp, settings):
     return heap
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _on_ack(heap, iv, fv, window, now, head, lines, words, histogram, records, settings):
     """An aggregator's commit is acked: a line whose last word this is completes (its latency is recorded and the
     window learns of it); a spout waiting for the window emits again."""
@@ -409,7 +409,7 @@ def _on_ack(heap, iv, fv, window, now, head, lines, words, histogram, records, s
     return heap
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _record_latency(fv, histogram, ms):
     """A completed line's latency: its histogram bin, the sum (Neumaier's compensated sum: the mean does not drift
     over long runs), the extremes."""
