@@ -72,7 +72,8 @@ class RedisStreamSpout(CoalescedWrites, Spout):
             # completes before the message timeout (storm/window.py)
             flow=AdaptiveWindow(settings.window_policy, int(max_pending) if max_pending else None, timeout,
                                 target_secs=settings.latency_target,
-                                start=settings.window_start(float(words or 0) / max(1.0, float(lines or 0)))),
+                                start=settings.window_start(float(words or 0) / max(1.0, float(lines or 0))),
+                                slow_start=settings.cpu_delay_ms <= 0),
             timeout_secs=timeout,
         )
         self.feed.restore()

@@ -44,7 +44,8 @@ workers could do (8,000 at W = 8, D = 1 ms). So the window starts at what Little
 target (:func:`window_start`; :data:`WINDOW_START` lines without a delay; max pending when lower) and grows by slow
 start while the lines acked complete within the target; the first line acked later
 than the target ends slow start (TCP's HyStart: a delay that grows says the queue, not the window, now bounds) and
-the window grows only additively from there, while lines complete within the target. Lines queue only where the
+the window grows only additively from there, while lines complete within the target (from its start, when the
+start was sized for a CPU delay: ``slow_start`` False). Lines queue only where the
 workers are busy, so the window settles at what keeps them busy with a line's latency near the target: what
 Little's law needs for the rate the workers reach, not a guess of it, whatever a line's length. Max pending
 (``topology.max.spout.pending``, :data:`DEFAULT_MAX_PENDING` by default) is then only the ceiling that bounds
@@ -129,7 +130,7 @@ class AdaptiveWindow:
     ``timeout_secs`` is the message timeout (the span of the recent acks that bound a cut)."""
 
     def __init__(self, policy: WindowPolicy, limit: int | None, timeout_secs: float = 30.0, *,
-                 target_secs: float | None = None, start: int = WINDOW_START) -> None:
+                 target_secs: float | None = None, start: int = WINDOW_START, slow_start: bool = True) -> None:
         self.policy = policy
         self.recent = RecentCount(timeout_secs)  # acks
         self.limit = float(limit) if limit else math.inf
@@ -137,7 +138,9 @@ class AdaptiveWindow:
         # start at max pending: without timeouts, nothing changes
         self.target = target_secs if policy.decrease < 1.0 else None
         self.size = self.limit if self.target is None else min(self.limit, float(max(1, start)))
-        self.threshold = self.limit  # slow start below it, additive increase at or above
+        # slow start below it, additive increase at or above; a start sized for the workers' rate (``slow_start``
+        # False) grows additively only: doubling it in the first round trip would only queue lines
+        self.threshold = self.limit if slow_start or self.target is None else self.size
         self.acks_since_cut = 0
         self.lowest = self.size
         self.cuts = 0

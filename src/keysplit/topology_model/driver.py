@@ -102,7 +102,7 @@ class StreamedModel:
         target = latency_target(params.flush_secs, params.batch, params.batch_ms)
         self.window = new_window(params.max_pending, params.spouts, params.message_timeout, params.aimd, target,
                                  window_start(params.workers, params.cpu_delay_ms, target, params.words_per_line,
-                                              params.spouts))
+                                              params.spouts), slow_start=params.cpu_delay_ms <= 0)
         size = 1024 + 4 * (params.workers + params.aggregators)
         self.heap = (np.empty(size), np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
                      np.empty(size, dtype=np.int64))

@@ -43,7 +43,7 @@ _COUNTS, _PERIODS = 12, 12 + BUCKETS
 
 
 def new_window(max_pending: int, spouts: int, timeout: float, policy: WindowPolicy | None = None,
-               target: float = 0.0, start: int = WINDOW_START) -> np.ndarray:
+               target: float = 0.0, start: int = WINDOW_START, slow_start: bool = True) -> np.ndarray:
     """A window of at most ``max_pending x spouts`` lines; ``timeout`` and ``target`` (the latency up to which it
     grows past its start, 0: none, and it starts at max pending) in seconds; ``start`` the lines each spout's
     window starts at (``keysplit.storm.window.window_start``)."""
@@ -56,6 +56,8 @@ def new_window(max_pending: int, spouts: int, timeout: float, policy: WindowPoli
     grows = target > 0 and policy.decrease < 1.0  # decrease 1: Storm's fixed max pending, as the spout's
     state[W_SIZE] = state[W_LOWEST] = min(limit, float(max(1, start) * spouts)) if grows else limit
     state[W_TARGET] = target if grows else 0.0
+    if grows and not slow_start:  # a start sized for the workers' rate grows additively only, as the spout's
+        state[W_THRESHOLD] = state[W_SIZE]
     state[W_LAST_CUT] = -math.inf
     state[W_INCREASE], state[W_DECREASE] = policy.increase * spouts, policy.decrease
     state[W_MIN] = float(policy.minimum * spouts)
