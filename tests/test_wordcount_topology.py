@@ -28,6 +28,7 @@ from keysplit.runs.wordcount import run_wordcount
 from keysplit.simulator import simulate
 from keysplit.storm.keys import RUNS, RunKeys
 from keysplit.storm.settings import split_password
+from keysplit.storm.window import DEFAULT_MAX_PENDING
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCABULARY = [f"w{i}" for i in range(1, 151)]
@@ -218,7 +219,7 @@ print(json.dumps({"grouping": opts["keysplit.grouping"], "workers": opts["keyspl
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                             check=True)
     facts = json.loads(result.stdout.strip().splitlines()[-1])
-    assert facts["grouping"] == "dkg" and facts["workers"] == 6 and facts["pending"] == 1000
+    assert facts["grouping"] == "dkg" and facts["workers"] == 6 and facts["pending"] == DEFAULT_MAX_PENDING
     assert facts["par"] == {"router": 4, "counter": 6, "aggregator": 3, "topk": 1}
     assert facts["direct"] == {"words": False, "words_direct": True, "batches": False, "batches_direct": True}
     assert facts["route"] == "fields"
@@ -328,7 +329,7 @@ def test_every_tick_is_acked_and_no_input_is_left_pending(home, redis_url, tmp_p
     """Counters and aggregators get a tick a second (--flush 0.2 rounds up to Storm's whole seconds) for a run
     of several seconds; Storm's ShellBolt would keep any unacked one forever. None is left at the end."""
     path = tmp_path / "ticks.txt"
-    write_text(path, 200, seed=3)
+    write_text(path, 400, seed=3)  # about 2,000 words at 4 ms over 2 counters: 4 s or more
     assert main(["run", "wordcount", "--grouping", "pkg", "--dataset", f"text:{path}", "-S", "2", "-W", "2",
                  "-A", "2", "--flush", "0.2", "--cpu-delay", "4", "--max-pending", "20", "--redis", redis_url,
                  "--json"]) == 0
