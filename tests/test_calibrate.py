@@ -122,7 +122,7 @@ def test_storm_terms_come_from_a_collected_runs_configuration():
     assert "acker" in no_ackers.problem()
 
 
-@pytest.mark.xfail(strict=True, reason="since aggregators commit a flush as it comes (issue 36), the one-at-a-time "
+@pytest.mark.xfail(strict=True, reason="since aggregators commit a flush as it comes, the one-at-a-time "
                    "search stops at counter 34 ms / return 173 ms (truth 20 ms / 400 ms): kg's p99 1.045, and pkg at "
                    "4 ms held out p50 1.14; searching in both orders reaches a loss of 0 at 5 ms / 632 ms, held out "
                    "p50 1.19: kg and sg at one delay no longer tell the two costs apart (profile.fit's owner to fix)")
