@@ -6,7 +6,8 @@ and each prediction is put next to its own measured ``keysplit run``. Only the t
 by the fit; the other cells are held out. Target: words/s within 15%, p50 and p99 complete latency within 25%.
 
 Every run is ``keysplit run wordcount --json --run-id ID`` on the demo's Zipf text
-(``zipf:z=1.1,keys=5000,messages=30000,seed=42``, 10 words a line), W=8, S=4, A=2, flush 1 s, max pending 1000,
+(``zipf:z=1.1,keys=5000,messages=30000,seed=42``, 10 words a line), W=8, S=4, A=2, flush 1 s, max pending at its
+default (the spouts' window grows from 1,000 lines up to a latency: storm/window.py),
 the topology's default batches, and ``--worker-processes 2``; each is stored in the project's Redis (so
 ``keysplit calibrate`` reads it there, as it would a cluster's run) and its summary kept under
 .keysplit/bench/agreement/ (``--reuse`` reads it instead of running again, e.g. to re-fit).
@@ -24,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from keysplit.storm.window import DEFAULT_MAX_PENDING  # noqa: E402  (after the path)
 
 KEYSPLIT = str(Path(sys.executable).with_name("keysplit"))
 DEMO = "zipf:z=1.1,keys=5000,messages=30000,seed=42"
@@ -82,7 +85,7 @@ def main() -> int:
     p.add_argument("--workers", "-W", type=int, default=8)
     p.add_argument("--sources", "-S", type=int, default=4)
     p.add_argument("--aggregators", "-A", type=int, default=2)
-    p.add_argument("--max-pending", type=int, default=1000)
+    p.add_argument("--max-pending", type=int, default=DEFAULT_MAX_PENDING)
     p.add_argument("--processes", type=int, default=2, help="--worker-processes of every run (default 2)")
     p.add_argument("--reuse", action="store_true", help="use the measured runs kept from an earlier invocation")
     p.add_argument("--json", action="store_true")

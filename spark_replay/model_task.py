@@ -12,6 +12,7 @@ same decisions) rather than keep every decision of the measurements in memory.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -213,7 +214,8 @@ def model_estimate(ing: Ingested, spec: str, mode: str, opts: ReplayOptions, fre
     measurements, ``measure``, from the same decisions), else the routed pieces through a shuffle
     (:func:`spark_estimate`). Returns ``(estimate, measured or None)``."""
     n_workers = max([opts.workers] + [r.workers for r in opts.resizes])  # every worker that ever exists
-    params = model_params(opts, n_workers)
+    # the feed's words a line, where the spouts' window starts from (storm/window.py window_start)
+    params = replace(model_params(opts, n_workers), words_per_line=ing.messages / max(1, ing.records))
     if merged_decisions(spec, mode, opts):
         _, _, route = router(ing, spec, GLOBAL, opts, frequencies, hashed)
         return estimate_from_chunks(ing.chunks, ing.order, ing.offsets, opts.sources, opts.split, route, params,

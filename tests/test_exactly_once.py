@@ -239,17 +239,17 @@ def test_two_kinds_killed_in_one_run_and_a_single_worker_leave_the_totals_exact(
 
 
 def test_a_run_forced_into_timeouts_counts_every_word_once(redis_url, tmp_path):
-    # A line waits for its counter's flush tick, then a whole period for the aggregator's: with 2 s ticks its
-    # latency is 4 s minus its phase, so a line emitted early in a period outlives the 3 s timeout
-    # by up to 1 s and is replayed while its first tuples are still held for the flush. The spouts run open loop
-    # (400 words/s, replays included, against the counters' 1,000 at 2 ms a word), so phases are spread over
-    # the period and a replay lands at another phase: the run converges. (Timeouts made by queueing alone are
-    # all-or-nothing: a tick waits behind the tuples queued before it, so a whole wave shares one latency, and
-    # at 3 ms a word with 250 lines in flight against a 2 s timeout no line was ever acked in 240 s, Storm's
-    # timeout meltdown.)
+    # A line waits for its counters' flush (the aggregator commits a flush as it comes): with 6 s ticks its
+    # latency is up to 6 s, so a line emitted early in a period outlives the 3 s timeout (Storm fails it 3 to 6 s
+    # after its emit: the pending map's rotations) and is replayed while its first tuples are still held for the
+    # flush. The spouts run open loop (400 words/s, replays included, against the counters' 1,000 at 2 ms a word),
+    # so phases are spread over the period and a replay lands at another phase: the run converges. (Timeouts made
+    # by queueing alone are all-or-nothing: a tick waits behind the tuples queued before it, so a whole wave shares
+    # one latency, and at 3 ms a word with 250 lines in flight against a 2 s timeout no line was ever acked in
+    # 240 s, Storm's timeout meltdown.)
     path = tmp_path / "timeouts.txt"
     write_text(path, 300, seed=5)
     conn, summary = _run(redis_url, path, [], workers=2, cpu_delay_ms=2.0, max_pending=250, message_timeout=3,
-                         flush_secs=2.0, rate=400.0, worker_processes=1)
+                         flush_secs=6.0, rate=400.0, worker_processes=1)
     _assert_exact(conn, summary, path, [])
     assert summary["timed_out"] > 0 and summary["replayed"] > 0 and summary["duplicates_dropped"] > 0

@@ -150,12 +150,12 @@ def test_the_spout_emits_nothing_while_its_window_is_full_and_a_timeout_shrinks_
 # -- a real run that melts down on Storm --------------------------------------------------------------------
 
 def test_a_run_that_would_time_out_every_line_settles_and_ends_exact(redis_url, tmp_path):  # noqa: F811
-    # 2 counters at 3 ms a word: the first wave (all 600 lines, max pending 5,000) needs ~5 s of counting
-    # behind 1-2 s of flush, against a 3 s timeout, so every line of it times out, and with Storm's fixed max
+    # 2 counters at 5 ms a word: the first wave (all 600 lines, max pending 5,000) needs ~8 s of counting
+    # behind a flush, against a 3 s timeout, so most lines of it time out, and with Storm's fixed max
     # pending each replay then waits behind the stale copies and times out too (docs/design/overload.md)
     path = tmp_path / "overload.txt"
     write_text(path, 600, seed=7)
-    conn, summary = _run(redis_url, path, [], workers=2, sources=2, cpu_delay_ms=3.0, max_pending=5000,
+    conn, summary = _run(redis_url, path, [], workers=2, sources=2, cpu_delay_ms=5.0, max_pending=5000,
                          message_timeout=3, worker_processes=1, timeout=90)
     _assert_exact(conn, summary, path, [])
     assert summary["timed_out"] > 0 and summary["window_cuts"] >= 1
@@ -165,11 +165,11 @@ def test_a_run_that_would_time_out_every_line_settles_and_ends_exact(redis_url, 
 
 
 def test_an_open_loop_rate_the_topology_cannot_serve_settles_and_ends_exact(redis_url, tmp_path):  # noqa: F811
-    # the same shape open loop: 3,000 words/s offered to 2 counters that serve ~650 at 3 ms a word. With Storm's
+    # the same shape open loop: 3,000 words/s offered to 2 counters that serve ~400 at 5 ms a word. With Storm's
     # fixed max pending the 2,000-line open-loop run of docs/design/overload.md acked 655 lines in 120 s
     path = tmp_path / "overload.txt"
     write_text(path, 600, seed=7)
-    conn, summary = _run(redis_url, path, [], workers=2, sources=2, cpu_delay_ms=3.0, max_pending=5000,
+    conn, summary = _run(redis_url, path, [], workers=2, sources=2, cpu_delay_ms=5.0, max_pending=5000,
                          message_timeout=3, rate=3000.0, worker_processes=1, timeout=90)
     _assert_exact(conn, summary, path, [])
     assert summary["timed_out"] > 0 and summary["window_cuts"] >= 1 and 0 < summary["window"] < 600
@@ -183,8 +183,8 @@ def test_the_model_of_a_saturated_closed_loop_settles_below_the_timeout():
 
     from keysplit.topology_model import TopologyParams, simulate
 
-    # 2 counters at 3 ms a word serve ~130 lines of 5 words a second: the first 5,000 lines in flight wait up to
-    # ~38 s, behind each other
+    # 2 counters at 3 ms a word serve ~130 lines of 5 words a second: the first 1,000 lines in flight (the window's
+    # start, storm/window.py WINDOW_START) wait up to ~8 s, behind each other
     p = TopologyParams(workers=2, aggregators=1, cpu_delay_ms=3.0, max_pending=5000, message_timeout=3.0)
     r = simulate(p, *stream(16000, 5, 2))
     window, lowest, cuts = r.window
@@ -192,7 +192,7 @@ def test_the_model_of_a_saturated_closed_loop_settles_below_the_timeout():
     assert r.summary()["window"] == window
     # the model replays nothing, so the first wave stays late; the lines sent under the settled window are not
     # (their acks, and so their emits, come at the aggregator's ticks: they complete in exactly 3 s, the timeout)
-    assert np.percentile(r.latency_ms[:5000], 50) > 3000 >= np.percentile(r.latency_ms[-2000:], 99)
+    assert np.percentile(r.latency_ms[:1000], 50) > 3000 >= np.percentile(r.latency_ms[-2000:], 99)
     # a loop that never times out keeps max pending, as before the rule
     calm = simulate(TopologyParams(workers=4, aggregators=2, cpu_delay_ms=2.0, max_pending=200), *stream(6000, 5, 4))
     assert calm.window == (200, 200, 0)
@@ -210,7 +210,7 @@ def test_the_model_of_an_overloaded_open_loop_settles_and_forgives_the_schedule(
     r = simulate(p, *stream(8000, 5, 2))
     window, _lowest, cuts = r.window
     assert cuts >= 1 and window < 1000
-    assert np.percentile(r.latency_ms[-1000:], 99) < 3000  # the lines sent under the settled window
+    assert np.percentile(r.latency_ms[-1000:], 99) <= 3000  # the lines sent under the settled window: none late
     # Storm's fixed max pending: the queue holds max pending lines, each waiting far longer than the timeout
     storm = simulate(TopologyParams(**{**p.__dict__, "aimd": WindowPolicy(decrease=1.0)}), *stream(8000, 5, 2))
     assert storm.window == (5000, 5000, 0) and np.percentile(storm.latency_ms[-1000:], 50) > 3000

@@ -8,7 +8,10 @@ import math
 import numpy as np
 import pytest
 
+from keysplit.storm.window import WINDOW_START, WindowPolicy, latency_target
 from keysplit.topology_model import TopologyParams, line_starts, simulate
+
+FIXED = WindowPolicy(decrease=1.0)
 
 
 def stream(lines: int, words_per_line: int, workers: int, keys: int = 50, seed: int = 1) -> tuple:
@@ -22,7 +25,8 @@ def test_one_saturated_worker_serves_1000_over_d_words_per_second():
     d_ms = 0.5
     durations = []
     for lines in (3000, 7000):  # 1.5 s and 3.5 s of service (off the ticks, whose ties float rounding decides)
-        p = TopologyParams(workers=1, aggregators=1, cpu_delay_ms=d_ms, max_pending=lines)
+        # Storm's fixed max pending (decrease 1): all the lines in flight from the start
+        p = TopologyParams(workers=1, aggregators=1, cpu_delay_ms=d_ms, max_pending=lines, aimd=FIXED)
         r = simulate(p, *stream(lines, 1, 1))
         service = lines * d_ms / 1000
         assert r.counter_busy[0] == pytest.approx(service)
@@ -31,6 +35,26 @@ def test_one_saturated_worker_serves_1000_over_d_words_per_second():
         durations.append(r.duration_s)
     # the extra 4000 words took exactly 4000 * D: the worker's rate is 1000 / D words/s
     assert 4000 / (durations[1] - durations[0]) == pytest.approx(1000 / d_ms, rel=1e-6)
+
+
+def test_the_window_grows_past_its_start_until_the_workers_bind():
+    # one word a line (the README's `keysplit run` dataset), W = 8, D = 1 ms, batches: 1,000 lines in flight
+    # complete at most 1,000 / 0.5 s a second by Little's law, a quarter of W / D; the window starts at what W / D
+    # needs at the latency target and grows while lines complete within it, so the counters are the bound
+    lines, workers = 60_000, 8
+    starts, chosen, keys = stream(lines, 1, workers)
+    common = dict(workers=workers, sources=4, aggregators=2, cpu_delay_ms=1.0, batch=100, batch_ms=20.0)
+    grown = simulate(TopologyParams(**common, max_pending=50_000), starts, chosen, keys)
+    fixed = simulate(TopologyParams(**common, max_pending=WINDOW_START, aimd=FIXED), starts, chosen, keys)
+    limit = workers * 1000.0
+    assert grown.words_per_second >= 0.9 * limit > 2 * fixed.words_per_second
+    window, _lowest, cuts = grown.window
+    assert cuts == 0 and window > WINDOW_START
+    # it starts at Little's law's lines for W / D at the target, and slow start overshoots by what one round trip adds
+    target = latency_target(1.0, 100, 20.0)
+    assert np.percentile(grown.latency_ms, 50) / 1000 <= 1.5 * target
+    # the fixed cap binds as Little's law says: throughput = lines in flight / latency (start and drain aside)
+    assert fixed.words_per_second == pytest.approx(WINDOW_START / (fixed.latency_ms.mean() / 1000), rel=0.1)
 
 
 def test_closed_loop_obeys_littles_law():
@@ -140,10 +164,11 @@ def one_line(words: int) -> tuple:
 
 
 @pytest.mark.parametrize(("batch", "batch_ms", "words", "done"), [
-    (1, 400.0, 1, 1.35),  # one tuple per word: at the counter at once, flushed at 0.35, committed at 1.35
-    (100, 300.0, 1, 1.35),  # the batch waits 0.3 s for more words, leaves alone, still before the 0.35 tick
-    (100, 400.0, 1, 2.35),  # it waits 0.4 s: after the counter's tick, so a whole period later
-    (2, 400.0, 2, 1.35),  # two words fill a batch of two: it leaves at once, whatever batch_ms says
+    (1, 400.0, 1, 1.35),  # one tuple per word: at the counter at once, flushed at 0.35, committed at the 1.35 tick
+    (100, 300.0, 1, 0.35),  # the batch waits 0.3 s for more words, leaves alone, still before the 0.35 tick; its
+    # flush is committed as it reaches the aggregator (AggregatorBolt.process)
+    (100, 400.0, 1, 1.35),  # it waits 0.4 s: after the counter's tick, so a whole period later
+    (2, 400.0, 2, 0.35),  # two words fill a batch of two: it leaves at once, whatever batch_ms says
 ])
 def test_a_batch_leaves_when_full_or_batch_ms_after_its_first_word(batch, batch_ms, words, done):
     # no delay, no overheads: the line is emitted at 0; ticks at 0.35, 1.35, 2.35 (phase -0.65, T = 1 s)
@@ -154,13 +179,13 @@ def test_a_batch_leaves_when_full_or_batch_ms_after_its_first_word(batch, batch_
 
 def test_each_router_keeps_its_own_batches():
     # two one-word lines for the same counter, batches of two: through one router they fill a batch and leave at
-    # once (committed at the second tick), through two routers each waits batch_ms alone and misses the first tick
+    # once (flushed at the first tick), through two routers each waits batch_ms alone and misses the first tick
     p = TopologyParams(workers=1, aggregators=1, cpu_delay_ms=0.0, tick_phase_s=-0.65, batch=2, batch_ms=400.0,
                        max_pending=10, sources=2)
     starts, workers, keys = line_starts(np.array([1, 1])), np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)
     together = simulate(p, starts, workers, keys, sources=np.array([1, 1]))
     apart = simulate(p, starts, workers, keys, sources=np.array([0, 1]))
-    assert np.allclose(together.done, 1.35) and np.allclose(apart.done, 2.35)
+    assert np.allclose(together.done, 0.35) and np.allclose(apart.done, 1.35)
     with pytest.raises(ValueError, match="router"):
         simulate(p, starts, workers, keys, sources=np.array([0, 2]))
 

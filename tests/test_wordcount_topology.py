@@ -28,6 +28,7 @@ from keysplit.runs.wordcount import run_wordcount
 from keysplit.simulator import simulate
 from keysplit.storm.keys import RUNS, RunKeys
 from keysplit.storm.settings import split_password
+from keysplit.storm.window import DEFAULT_MAX_PENDING
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCABULARY = [f"w{i}" for i in range(1, 151)]
@@ -218,7 +219,7 @@ print(json.dumps({"grouping": opts["keysplit.grouping"], "workers": opts["keyspl
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                             check=True)
     facts = json.loads(result.stdout.strip().splitlines()[-1])
-    assert facts["grouping"] == "dkg" and facts["workers"] == 6 and facts["pending"] == 1000
+    assert facts["grouping"] == "dkg" and facts["workers"] == 6 and facts["pending"] == DEFAULT_MAX_PENDING
     assert facts["par"] == {"router": 4, "counter": 6, "aggregator": 3, "topk": 1}
     assert facts["direct"] == {"words": False, "words_direct": True, "batches": False, "batches_direct": True}
     assert facts["route"] == "fields"
@@ -280,13 +281,14 @@ def test_load_submit_collect_the_cluster_workflow(home, redis_url, text, capsys,
 def test_gedik_routers_follow_one_leader_and_the_summary_reports_its_rebuilds(home, redis_url, tmp_path, capsys):
     """Gedik across 3 router processes: router 0 rebuilds every second and publishes the function, the others
     install it; the run's summary carries the leader's grouping stats (rebuilds, migration) and exact totals.
-    max-pending 300 of 600 lines: the second half is routed after the first is acked, > 1 s after the start."""
+    max-pending 100 of 600 lines: the later lines are routed after the first waves are acked (each about half a
+    flush period), > 1 s after the start."""
     from keysplit.commands.run import print_summary
 
     path = tmp_path / "gedik.txt"
     write_text(path, 600, seed=5)
     assert main(["run", "wordcount", "--grouping", "gedik:period=1", "--dataset", f"text:{path}", "-S", "3",
-                 "-W", "4", "-A", "2", "--max-pending", "300", "--redis", redis_url, "--json"]) == 0
+                 "-W", "4", "-A", "2", "--max-pending", "100", "--redis", redis_url, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     stats = summary["grouping_stats"]
     assert stats["rebuilds"] >= 1 and stats["explicit"] > 0 and stats["migrated_keys"] >= 0
@@ -328,7 +330,7 @@ def test_every_tick_is_acked_and_no_input_is_left_pending(home, redis_url, tmp_p
     """Counters and aggregators get a tick a second (--flush 0.2 rounds up to Storm's whole seconds) for a run
     of several seconds; Storm's ShellBolt would keep any unacked one forever. None is left at the end."""
     path = tmp_path / "ticks.txt"
-    write_text(path, 200, seed=3)
+    write_text(path, 400, seed=3)  # about 2,000 words at 4 ms over 2 counters: 4 s or more
     assert main(["run", "wordcount", "--grouping", "pkg", "--dataset", f"text:{path}", "-S", "2", "-W", "2",
                  "-A", "2", "--flush", "0.2", "--cpu-delay", "4", "--max-pending", "20", "--redis", redis_url,
                  "--json"]) == 0

@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 
 from keysplit.commands.common import non_negative_float, positive_float, positive_int
+from keysplit.storm.window import DEFAULT_MAX_PENDING, WINDOW_START
 from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS
 from keysplit.topology_model.params import ARRIVALS, KNOBS
 
@@ -53,8 +54,10 @@ def add_shared_knobs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spouts", type=positive_int, default=1, metavar="P", help="spout tasks (default 1)")
     p.add_argument("--flush", type=flush_secs, default=1.0, metavar="SECS",
                    help="aggregation period T: counters flush partial counts every T s (tick tuples; default 1)")
-    p.add_argument("--max-pending", type=positive_int, default=1000, metavar="N",
-                   help="topology.max.spout.pending: lines in flight per spout (default 1000)")
+    p.add_argument("--max-pending", type=positive_int, default=DEFAULT_MAX_PENDING, metavar="N",
+                   help="topology.max.spout.pending: lines in flight per spout at most; a spout's window starts at "
+                   f"{WINDOW_START:,} and grows while lines complete without queueing "
+                   f"(default {DEFAULT_MAX_PENDING})")
     p.add_argument("--message-timeout", type=positive_int, default=30, metavar="SECS",
                    help="topology.message.timeout.secs: a line not acked in time is replayed (default 30)")
     p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, metavar="N",

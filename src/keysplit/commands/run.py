@@ -303,6 +303,8 @@ def print_summary(s: dict) -> None:
     lat = s["latency_ms"]
     out.write(f"throughput: {s['words_per_second']:,.0f} words/s, {s['lines_per_second']:,.0f} lines/s "
               f"over {s['duration_s']:.1f} s\n")
+    if s.get("bound"):  # runs/collect.py what_bound
+        out.write(f"bound by {s['bound']}\n")
     out.write(f"latency (ms): mean {lat['mean']:.1f}  p50 {lat['p50']:.1f}  p95 {lat['p95']:.1f}  "
               f"p99 {lat['p99']:.1f}\n")
     resumed = f"  resumed: {s['resumes']} time(s)" if s.get("resumes") else ""

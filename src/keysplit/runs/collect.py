@@ -71,7 +71,7 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
     counters = [conn.hmget(keys.counter(i), ("first_tuple", "tuples")) for i in range(settings.counter_tasks)]
     firsts = [float(t) for t, _ in counters if t]
     tuples = sum(int(n or 0) for _, n in counters)  # the counters' input tuples: one a word, or one a batch
-    return {
+    summary = {
         **base,
         "words_per_second": base["messages"] / duration,
         "lines_per_second": base["lines"] / duration,
@@ -100,6 +100,49 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
         "first_hop_ms": 1000 * (min(firsts) - spouts["first_emit"]) if firsts and spouts["first_emit"] else None,
         **({"grouping_stats": json.loads(grouping_stats)} if grouping_stats else {}),
     }
+    busy = [float(conn.hget(keys.counter(i), "busy_s") or 0.0) for i in range(settings.counter_tasks)]
+    return {**summary, **what_bound(summary, busy, settings.spouts)}
+
+
+#: A counter busy this share of the run or more was what bound it (its sleeps and tuples, not waiting for work).
+BUSY = 0.85
+
+
+def what_bound(s: dict[str, Any], busy: list[float], spouts: int = 1) -> dict[str, Any]:
+    """What bound the run's throughput, first match: ``rate`` (open loop: the spouts' schedule), ``workers`` (the
+    counters were busy: W / D, or ``hot counter`` when one had more words than the rest), ``in-flight cap`` (the
+    spouts' window reached max pending: Little's law, lines in flight x words a line / latency), ``flush latency``
+    (the run took the workers' time and one line's latency, the counters' flush: a longer run amortises it), else
+    ``cpu``
+    (nothing of the topology bound while the counters waited: the machine's cores, shared by every process).
+    ``busy`` is each counter's busy seconds (its CPU delay and tuples)."""
+    duration, words, delay = s["duration_s"], s["messages"], s.get("cpu_delay_ms") or 0.0
+    loads, rate, latency_s = s.get("loads") or [], s.get("rate") or 0.0, s["latency_ms"]["mean"] / 1000.0
+    hot = max(busy) / duration if busy and duration > 0 else 0.0
+    if rate and s["words_per_second"] >= 0.9 * rate:
+        return {"bound_by": "rate", "bound": f"the open loop's rate, {rate:,.0f} words/s"}
+    if hot >= BUSY and loads:
+        top = max(range(len(loads)), key=loads.__getitem__)
+        limit = words / (loads[top] * delay / 1000.0) if delay and loads[top] else 0.0
+        if loads[top] > 1.1 * sum(loads) / len(loads):
+            return {"bound_by": "hot counter", "bound": f"the hot counter {top}: {loads[top]:,} of {words:,} words "
+                    f"at {delay:g} ms, {limit:,.0f} words/s at most (busy {hot:.0%} of the run)"}
+        return {"bound_by": "workers", "bound": f"the workers: W / D = {len(loads) * 1000.0 / delay:,.0f} words/s "
+                f"(the busiest counter {hot:.0%} of the run)" if delay else
+                f"the workers (the busiest counter {hot:.0%} of the run)"}
+    cap, window = (s.get("max_pending") or 0) * spouts, s.get("window")
+    if cap and window is not None and window >= cap:
+        per_line = words / max(s["lines"], 1)
+        return {"bound_by": "in-flight cap", "bound": f"the in-flight cap: {cap:,} lines x {per_line:.1f} words / "
+                f"{latency_s:.2f} s = {cap * per_line / latency_s:,.0f} words/s by Little's law (--max-pending "
+                f"{s['max_pending']})"}
+    work = max(loads) * delay / 1000.0 if loads else 0.0  # the busiest counter's sleeps: the workers' time at least
+    if latency_s >= 0.05 * duration and duration <= 1.1 * (work + latency_s):
+        return {"bound_by": "flush latency", "bound": f"the flush latency: the run took the workers' {work:.1f} s "
+                f"and a line's {latency_s:.2f} s (its counters' flush every {s.get('flush_secs', 1.0):g} s), "
+                f"{latency_s / duration:.0%} of its {duration:.1f} s: a longer run amortises it"}
+    return {"bound_by": "cpu", "bound": f"the machine's CPU: no counter was busy more than {hot:.0%} of the run, "
+            "and no cap or latency of the topology explains it (every process shares the cores)"}
 
 
 def window_summary(windows: list[dict[str, int]]) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 router --fields(route) or direct--> counter --fields(word)--> aggregator --global--> topk (every stream, its fields
 and its encoding: storm/streams.py; ``keysplit.route``: storm/router.py). Counters and aggregators hold
 their input tuples until the flush that sends on what those tuples contributed (a counter's every period by its
-own clock, or at its tick; an aggregator's at its tick), then emit anchored to them and ack them
-(docs/design/exactly-once.md): a crash anywhere loses nothing, the spout replays the line.
+own clock, or at its tick; an aggregator's as soon as a counter's flush reaches it), then emit anchored to them
+and ack them (docs/design/exactly-once.md): a crash anywhere loses nothing, the spout replays the line.
 
 Every word travels with its occurrence ``(line, position)``; with ``keysplit.delivery=exactly-once`` (the
 default) the aggregators commit counts with them so that a replayed line adds nothing twice
@@ -297,9 +297,10 @@ class CounterBolt(CoalescedWrites, Bolt):
 
 
 class AggregatorBolt(CoalescedWrites, Bolt):
-    """Merges partial counts (fields grouping on the word); every tick commits them to Redis (exactly-once: only
-    occurrences not committed before, storm/exactly_once.py; at-least-once: HINCRBY), sends its local top-k to
-    the top-k bolt anchored to the partial counts it covers, then acks them."""
+    """Merges partial counts (fields grouping on the word), commits them (exactly-once: only occurrences not committed
+    before, storm/exactly_once.py; at-least-once: HINCRBY), sends its top-k anchored to them, then acks them: with
+    batches as soon as a counter's flush arrives (one tuple holds all of it: a line waits for one flush, not also for
+    this tick; docs/design/batches.md), with ``--batch 1`` (nothing marks a flush's last tuple) at its tick."""
 
     outputs = declare(TOPS)
     auto_ack = False
@@ -332,6 +333,8 @@ class AggregatorBolt(CoalescedWrites, Bolt):
             self.add(word, count, occurrences, tup.task)
             self.partials += 1
         self.pending.append(tup.id)
+        if tup.stream == FLUSH_STREAM:  # the whole of one counter's flush for this aggregator: nothing to wait for
+            self.commit()
 
     def add(self, word: str, count, occurrences: str, task: int) -> None:
         if self.dedup is None:
@@ -341,19 +344,14 @@ class AggregatorBolt(CoalescedWrites, Bolt):
 
     def process_tick(self, tup):
         self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
+        self.commit()
+
+    def commit(self):
+        """Commit the partial counts since the last commit (if any came), send the local top-k, ack them."""
         if not self.pending:
             return
         partials, started = self.partials, time.perf_counter()
         self.partials = 0
-        self.commit()
-        # what the tick cost per partial count (merge, commit, acks): the replay's model calibrates on it
-        pipe = self.conn.pipeline(transaction=False)
-        pipe.hincrby(self.keys.aggregator(self.index), "partials", partials)
-        pipe.hincrbyfloat(self.keys.aggregator(self.index), "busy_s", time.perf_counter() - started)
-        pipe.execute()
-
-    def commit(self):
-        """Commit the partial counts since the last tick, send the local top-k, ack them."""
         if self.dedup is None:
             increments = self.totals.drain_increments()
             pipe = self.conn.pipeline(transaction=True)
@@ -370,6 +368,11 @@ class AggregatorBolt(CoalescedWrites, Bolt):
         for tup_id in self.pending:
             self.ack(tup_id)
         self.pending = []
+        # what a commit cost per partial count (merge, commit, acks): the replay's model calibrates on it
+        pipe = self.conn.pipeline(transaction=False)
+        pipe.hincrby(self.keys.aggregator(self.index), "partials", partials)
+        pipe.hincrbyfloat(self.keys.aggregator(self.index), "busy_s", time.perf_counter() - started)
+        pipe.execute()
 
 
 class TopKBolt(CoalescedWrites, Bolt):

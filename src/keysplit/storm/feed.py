@@ -330,7 +330,7 @@ class StreamFeed:
         self.acked += 1
         self.last_ack = now
         if self.flow is not None:
-            self.flow.on_ack(self.out, now)
+            self.flow.on_ack(self.out, now, now - item[1])
         self.ack_buffer.append(entry_id)
         if self.dedup is not None:
             self.completed.append((item[2], self.words(item[0])))
@@ -424,10 +424,12 @@ def feed_done(conn: redis.Redis, keys: RunKeys) -> bool:
 def open_feed(conn: redis.Redis, keys: RunKeys, settings, conf, consumer: str, index: int, *,
               words: Callable[[str], int] | None = None) -> StreamFeed:
     """A spout task's feed as Storm's configuration asks for it, restored (its own pending lines re-read): the
-    exactly-once window when ``settings`` deliver exactly once, and the adaptive window within max pending. Both
-    spouts call it: the word count's (storm/spout.py) and the toolkit's (keysplit.toolkit.spout)."""
+    exactly-once window when ``settings`` deliver exactly once, and the adaptive window within max pending, starting
+    at the lines a latency target needs for the feed's words a line (storm/window.py). Both spouts call it: the word
+    count's (storm/spout.py) and the toolkit's (keysplit.toolkit.spout)."""
     timeout = float(conf.get("topology.message.timeout.secs", 30))
     max_pending = conf.get("topology.max.spout.pending")
+    lines, messages = conn.hmget(keys.record, ("lines", "messages"))  # the feed's, recorded when it was loaded
     feed = StreamFeed(
         conn, keys, consumer,
         orphan_idle_ms=int(3 * timeout * 1000), metrics_key=keys.spout(index),
@@ -435,7 +437,10 @@ def open_feed(conn: redis.Redis, keys: RunKeys, settings, conf, consumer: str, i
         window=settings.window_lines(max_pending),
         # Storm calls nextTuple below max pending whatever we do; this window keeps the lines out within what
         # completes before the message timeout (storm/window.py)
-        flow=AdaptiveWindow(settings.window_policy, int(max_pending) if max_pending else None, timeout),
+        flow=AdaptiveWindow(settings.window_policy, int(max_pending) if max_pending else None, timeout,
+                            target_secs=settings.latency_target,
+                            start=settings.window_start(float(messages or 0) / max(1.0, float(lines or 0))),
+                            slow_start=settings.cpu_delay_ms <= 0),
         timeout_secs=timeout, words=words,
     )
     feed.restore()

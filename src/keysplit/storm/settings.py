@@ -27,7 +27,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from keysplit.errors import KeysplitError
 from keysplit.storm.exactly_once import DELIVERIES
-from keysplit.storm.window import WindowPolicy
+from keysplit.storm.window import WindowPolicy, latency_target, window_start
 from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS, SPLITS
 
 PREFIX = "keysplit."
@@ -156,6 +156,16 @@ class WordCountSettings:
     def window_policy(self) -> WindowPolicy:
         """The spouts' AIMD rule (storm/window.py)."""
         return WindowPolicy(self.aimd_increase, self.aimd_decrease, self.aimd_min)
+
+    @property
+    def latency_target(self) -> float:
+        """The latency up to which the spouts' window grows past its start (storm/window.py)."""
+        return latency_target(self.flush_secs, self.batch, self.batch_ms)
+
+    def window_start(self, words_per_line: float) -> int:
+        """The lines each spout's window starts at, for a feed of ``words_per_line`` words a line on average
+        (storm/window.py)."""
+        return window_start(self.workers, self.cpu_delay_ms, self.latency_target, words_per_line, self.spouts)
 
     @property
     def tick_secs(self) -> int:

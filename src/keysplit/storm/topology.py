@@ -34,11 +34,14 @@ from keysplit.storm.streams import (
     ROUTE_FIELD,
     WORDS_STREAM,
 )
+from keysplit.storm.window import DEFAULT_MAX_PENDING
 
 #: Storm settings of the paper's setup that the topology relies on (overridable with ``-o``).
 DEFAULT_STORM_CONF: dict[str, Any] = {
     "topology.message.timeout.secs": 30,
-    "topology.max.spout.pending": 1000,
+    # the ceiling of the spouts' window, which grows from 1,000 lines up to what a line's latency allows
+    # (storm/window.py): Storm's count is of tuple trees, each of one or more lines, so it never binds first
+    "topology.max.spout.pending": DEFAULT_MAX_PENDING,
 }
 
 

@@ -36,6 +36,21 @@ nothing while its own window is full. The window follows TCP's congestion rule (
 ``decrease = 1`` turns the rule off (Storm's fixed max pending). The same module ships in the jar, so a cluster
 run adapts the same way.
 
+**Growing past its start, up to a latency** (``target_secs``, what the word count's spouts pass: its
+:func:`latency_target`). A fixed in-flight cap binds by Little's law: N lines in flight complete at most N / L lines
+a second when a line takes L to complete, and L is at least a flush here (a line is acked only once its counters
+flushed: about T/2, up to T). 1,000 lines of one word at L = 0.55 s cap a run at 1,800 words/s whatever the
+workers could do (8,000 at W = 8, D = 1 ms). So the window starts at what Little's law needs for W / D at the
+target (:func:`window_start`; :data:`WINDOW_START` lines without a delay; max pending when lower) and grows by slow
+start while the lines acked complete within the target; the first line acked later
+than the target ends slow start (TCP's HyStart: a delay that grows says the queue, not the window, now bounds) and
+the window grows only additively from there, while lines complete within the target (from its start, when the
+start was sized for a CPU delay: ``slow_start`` False). Lines queue only where the
+workers are busy, so the window settles at what keeps them busy with a line's latency near the target: what
+Little's law needs for the rate the workers reach, not a guess of it, whatever a line's length. Max pending
+(``topology.max.spout.pending``, :data:`DEFAULT_MAX_PENDING` by default) is then only the ceiling that bounds
+memory. With ``decrease = 1`` (Storm's fixed max pending) the window stays at max pending, as before.
+
 Open loop (``keysplit.rate``) the same window applies: an overloaded open-loop run (a rate the topology cannot
 serve) melts down on Storm exactly as a closed loop does. Its spout then stops catching up its schedule in bursts
 (storm/spout_pacing.py): a window cut below the schedule would otherwise release the held-back lines all at once
@@ -55,6 +70,34 @@ class WindowPolicy:
     increase: float = 1.0  # lines added per window of acks
     decrease: float = 0.5  # the factor a timeout multiplies the window by (1: never cut)
     minimum: int = 1  # the window never goes below this many lines
+
+
+#: Lines a spout's window starts at when it grows up to a latency (``target_secs``; max pending when lower).
+WINDOW_START = 1000
+#: ``topology.max.spout.pending`` by default: the ceiling of a window that grows up to a latency (lines a spout; its
+#: marks in Redis and its entries in the feed's pending list, about 200 bytes a line).
+DEFAULT_MAX_PENDING = 50_000
+
+
+def latency_target(flush_secs: float, batch: int, batch_ms: float) -> float:
+    """The latency up to which the word count's spouts grow their window: what a line waits when nothing queues,
+    and half a flush period more. With batches a line waits up to T for its counters' flush and a batch's wait in
+    its router; with one tuple a word (``batch`` 1) up to T more for the aggregators' tick (storm/bolts.py). A line
+    that took longer waited in a queue: the workers have work, and more lines in flight would only wait longer."""
+    return (1.5 * flush_secs + batch_ms / 1000.0) if batch > 1 else 2.5 * flush_secs
+
+
+def window_start(workers: int, cpu_delay_ms: float, target_secs: float, words_per_line: float,
+                 spouts: int = 1) -> int:
+    """The lines one spout's window starts at: by Little's law, the lines in flight that keep the workers' rate
+    W / D words/s going at the latency target (W x 1000 / D x target / words a line, shared by the spouts), and
+    never fewer than :data:`WINDOW_START` (the fixed default before, which long lines at a long delay may exceed:
+    a message timeout then cuts the window, as it did); :data:`WINDOW_START` when there is no delay (no rate to aim
+    at) or no known line length. Lines queue, and the window then grows or stops, from where the workers are about
+    to bind, so a run does not spend its first seconds in slow start (a round trip here is a flush: T/2 or more)."""
+    if cpu_delay_ms <= 0 or words_per_line <= 0:
+        return WINDOW_START
+    return max(WINDOW_START, math.ceil(workers * 1000.0 / cpu_delay_ms * target_secs / words_per_line / spouts))
 
 
 #: Buckets of the count of recent acks (the last message timeout, to within a sixteenth of it).
@@ -86,12 +129,18 @@ class AdaptiveWindow:
     """One spout task's window. ``limit`` is ``topology.max.spout.pending`` (None: unlimited, as in Storm);
     ``timeout_secs`` is the message timeout (the span of the recent acks that bound a cut)."""
 
-    def __init__(self, policy: WindowPolicy, limit: int | None, timeout_secs: float = 30.0) -> None:
+    def __init__(self, policy: WindowPolicy, limit: int | None, timeout_secs: float = 30.0, *,
+                 target_secs: float | None = None, start: int = WINDOW_START, slow_start: bool = True) -> None:
         self.policy = policy
         self.recent = RecentCount(timeout_secs)  # acks
         self.limit = float(limit) if limit else math.inf
-        self.size = self.limit  # start at max pending: without timeouts, nothing changes
-        self.threshold = self.limit  # slow start below it, additive increase at or above
+        # grow only while lines complete within it; without one, or with Storm's fixed max pending (decrease 1),
+        # start at max pending: without timeouts, nothing changes
+        self.target = target_secs if policy.decrease < 1.0 else None
+        self.size = self.limit if self.target is None else min(self.limit, float(max(1, start)))
+        # slow start below it, additive increase at or above; a start sized for the workers' rate (``slow_start``
+        # False) grows additively only: doubling it in the first round trip would only queue lines
+        self.threshold = self.limit if slow_start or self.target is None else self.size
         self.acks_since_cut = 0
         self.lowest = self.size
         self.cuts = 0
@@ -101,11 +150,15 @@ class AdaptiveWindow:
         """Whether one more line may be emitted with ``in_flight`` lines out."""
         return math.isinf(self.size) or in_flight < max(self.policy.minimum, math.floor(self.size))
 
-    def on_ack(self, in_flight: int, now: float) -> None:
-        """A line completed at ``now``, leaving ``in_flight`` lines out: grow by a line below the threshold, by
-        ``increase`` lines per window of acks above, if at least half the window was in use."""
+    def on_ack(self, in_flight: int, now: float, latency: float = 0.0) -> None:
+        """A line completed at ``now`` after ``latency`` seconds, leaving ``in_flight`` lines out: grow by a line
+        below the threshold, by ``increase`` lines per window of acks above, if at least half the window was in use
+        (and, with a target, the line completed within it; a later one ends slow start)."""
         self.acks_since_cut += 1
         self.recent.add(now)
+        if self.target is not None and latency > self.target:
+            self.threshold = min(self.threshold, self.size)
+            return
         if self.size < self.limit and in_flight + 1 >= self.size / 2:
             step = 1.0 if self.size < self.threshold else self.policy.increase / self.size
             self.size = min(self.limit, self.size + step)

@@ -12,6 +12,7 @@ finest). In the replay it runs in one Spark task fed the routed pieces in chunk 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from keysplit import latency
 from keysplit.errors import KeysplitError
 from keysplit.latency import LatencyHistogram
 from keysplit.storm.streams import fields_index
+from keysplit.storm.window import latency_target, window_start
 from keysplit.topology_model.kernel import (
     _F_COMP,
     _F_FIRST,
@@ -107,7 +109,11 @@ class StreamedModel:
         self.fv[_F_MIN] = math.inf
         self.settings = kernel_settings(params, tick_visits)
         # the spouts' AIMD window (storm/window.py), open loop too (storm/spout_pacing.py)
-        self.window = new_window(params.max_pending, params.spouts, params.message_timeout, params.aimd)
+        # starting where the spouts' window does for the feed's words a line
+        target = latency_target(params.flush_secs, params.batch, params.batch_ms)
+        self.window = new_window(params.max_pending, params.spouts, params.message_timeout, params.aimd, target,
+                                 window_start(params.workers, params.cpu_delay_ms, target, params.words_per_line,
+                                              params.spouts), slow_start=params.cpu_delay_ms <= 0)
         size = 1024 + 4 * (params.workers + params.aggregators)
         self.heap = (np.empty(size), np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
                      np.empty(size, dtype=np.int64))
@@ -250,6 +256,8 @@ def simulate(params: TopologyParams, line_start: np.ndarray, workers: np.ndarray
     if sources is not None and len(sources) != len(lengths):
         raise ValueError("sources and line starts disagree on the number of lines")
     bounds = line_starts(lengths)
+    if not params.words_per_line:  # the stream's own, as the spouts read the feed's
+        params = replace(params, words_per_line=len(workers) / max(1, len(lengths)))
     model = StreamedModel(params, len(lengths) if keep_lines else 0)
     for a in range(0, len(lengths), max(1, chunk_lines)):
         b = min(a + max(1, chunk_lines), len(lengths))

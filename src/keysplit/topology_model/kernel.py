@@ -32,12 +32,16 @@ What the model follows, each a fact of the topology (``keysplit.storm``, ``keysp
 - **flush-then-ack**: at a flush a counter emits one partial count per distinct word it served since the last
   flush (``tuple_us`` each), anchored to the words, and then acks its input tuples (``tuple_us`` each), in that
   order (``keysplit.storm.bolts.CounterBolt.flush``): the partial counts leave before the acks; each goes to
-  the aggregator of its word (the runner's fields hash), which serves it in ``tuple_us`` and holds it until
-  the aggregator's next tick; with batches the counter emits one tuple per aggregator its words go to, not one per
-  word (``CounterBolt.emit_flushes``), and the aggregator receives that one; the aggregator's tick (``commit_us``
+  the aggregator of its word (the runner's fields hash), which serves it in ``tuple_us`` and, with ``batch`` 1,
+  holds it until the aggregator's next tick; with batches the counter emits one tuple per aggregator its words go
+  to, not one per word (``CounterBolt.emit_flushes``), and the aggregator receives that one and commits it at once
+  (it holds the whole of that flush for this aggregator: ``AggregatorBolt.process``); a commit (``commit_us``
   per partial count: merging, the Redis commit, the acks, as the aggregators measure it, see
   :func:`~keysplit.topology_model.calibration.calibrate`) ends with the ack, and the line is complete
   ``ack_delay_ms`` later (the top-k bolt, the acker, the spout's ack) once every word of it is acked.
+
+Each kind of event has its helper (``_on_emit``, ``_on_arrive``, ``_on_batch_due``, ``_on_tick``, ``_on_partial``,
+``_on_ack``), which reads and writes the loop's scalars in the state arrays ``iv`` and ``fv``.
 
 Over 400 lines: the event loop and every helper it calls stay in this one file, because numba's cache of a
 compiled function checks only its own file's time stamp: a helper edited in another file would leave the cached
@@ -124,17 +128,6 @@ def _append(head, tail, nxt, q, j, mask):
 
 
 @numba.njit(cache=True)
-def _send(b_head, b_tail, b_count, b_gen, b, ht, hs, hk, ha, n, seq, t):
-    """Batch ``b`` leaves for its counter: one tuple that arrives at ``t``; the batch starts over, empty."""
-    ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, t, _ARRIVE, b_head[b])
-    b_head[b] = -1
-    b_tail[b] = -1
-    b_count[b] = 0
-    b_gen[b] += 1
-    return ht, hs, hk, ha, n
-
-
-@numba.njit(cache=True)
 def _count(head, nxt, word_key, stamp, stamp_no, mask):
     """Words and distinct keys of the chain starting at ``head`` (``stamp`` marks keys seen with ``stamp_no``)."""
     words = 0
@@ -190,6 +183,247 @@ def _flush_counter(w, start, counters, w_nxt, w_key, w_agg, wm, stamp, stamp_no,
 _bin = numba.njit(cache=True)(latency.bin_of)
 
 
+@numba.njit(cache=True, inline="always")
+def _event(heap, iv, t, kind, arg):
+    """Push an event at ``t`` with the next sequence number (``iv``'s heap size and sequence); returns the heap."""
+    ht, hs, hk, ha = heap
+    ht, hs, hk, ha, iv[_I_HEAP] = _push(ht, hs, hk, ha, iv[_I_HEAP], iv[_I_SEQ], t, kind, arg)
+    iv[_I_SEQ] += 1
+    return ht, hs, hk, ha
+
+
+@numba.njit(cache=True, inline="always")
+def _send_batch(heap, iv, batches, b, t):
+    """Batch ``b`` leaves for its counter: one tuple that arrives at ``t``; the batch starts over, empty."""
+    b_head, b_tail, b_count, b_gen = batches
+    heap = _event(heap, iv, t, _ARRIVE, b_head[b])
+    b_head[b] = -1
+    b_tail[b] = -1
+    b_count[b] = 0
+    b_gen[b] += 1
+    return heap
+
+
+@numba.njit(cache=True, inline="always")
+def _flush(heap, iv, w, start, counters, words, stamp, a_seen, settings):
+    """:func:`_flush_counter` on the loop's state."""
+    ht, hs, hk, ha = heap
+    ht, hs, hk, ha, iv[_I_HEAP], iv[_I_SEQ], iv[_I_STAMP] = _flush_counter(
+        w, start, counters, words[4], words[2], words[1], words[4].shape[0] - 1, stamp, iv[_I_STAMP], a_seen,
+        int(settings[_S_BATCH]), settings[_S_TUPLE], ht, hs, hk, ha, iv[_I_HEAP], iv[_I_SEQ])
+    return ht, hs, hk, ha
+
+
+@numba.njit(cache=True, inline="always")
+def _on_emit(heap, iv, fv, window, now, batches, lines, words, records, n_workers, settings):
+    """The spout's next call: emit the next line if the window and (open loop) its due time allow; the runner
+    routes its words one after the other, into their routers' batches (or one tuple a word)."""
+    b_head, b_tail, b_count, b_gen = batches
+    l_left, l_emit, l_src = lines
+    w_worker, w_line, w_nxt = words[0], words[3], words[4]
+    rec_emit = records[0]
+    lm, wm = l_left.shape[0] - 1, w_worker.shape[0] - 1
+    rate, runner, word_cost, wait = settings[_S_RATE], settings[_S_RUNNER], settings[_S_WORD], settings[_S_WAIT]
+    batch, hop, n_batches = int(settings[_S_BATCH]), settings[_S_HOP], b_head.shape[0]
+    if iv[_I_NEXT_LINE] >= iv[_I_LINES]:
+        return heap
+    if iv[_I_PENDING] >= window_lines(window):
+        iv[_I_WAITING] = 1
+        return heap
+    due = iv[_I_NEXT_WORD] / rate + fv[_F_LAG] if rate > 0 else 0.0  # rate: words/s, as sequence / rate
+    if now < due:
+        return _event(heap, iv, due, _EMIT, 0)
+    if rate > 0 and window[W_CUTS] > 0 and now - due > CATCH_UP_SECS:
+        fv[_F_LAG] += now - due - CATCH_UP_SECS  # the spout's token bucket (storm/spout_pacing.py)
+    i = iv[_I_NEXT_LINE]
+    iv[_I_NEXT_LINE] += 1
+    iv[_I_PENDING] += 1
+    l_emit[i & lm] = now
+    if i < rec_emit.shape[0]:
+        rec_emit[i] = now
+    if i == 0:
+        fv[_F_FIRST] = now
+    # the runner routes the line's words one after the other; the spout's next call is served by the same runner
+    # (the single thread of the local runner, and the cores the processes share), so the spout does not run ahead
+    runner_free = max(fv[_F_RUNNER], now)
+    length = l_left[i & lm]
+    base = l_src[i & lm] * n_workers
+    first = iv[_I_NEXT_WORD]
+    for j in range(first, first + length):
+        runner_free += word_cost
+        w_line[j & wm] = i
+        w_nxt[j & wm] = -1
+        if batch <= 1:  # one tuple per word
+            runner_free += runner
+            heap = _event(heap, iv, runner_free + hop, _ARRIVE, j)
+            continue
+        b = base + w_worker[j & wm]
+        _append(b_head, b_tail, w_nxt, b, j, wm)
+        b_count[b] += 1
+        if b_count[b] == 1:  # the batch opens: it leaves `wait` later unless it fills first
+            heap = _event(heap, iv, runner_free + wait, _FLUSH, b + n_batches * b_gen[b])
+        if b_count[b] >= batch:
+            runner_free += runner
+            heap = _send_batch(heap, iv, batches, b, runner_free + hop)
+    iv[_I_NEXT_WORD] = first + length
+    fv[_F_RUNNER] = runner_free
+    return _event(heap, iv, max(runner_free, now + settings[_S_TUPLE]), _EMIT, 0)
+
+
+@numba.njit(cache=True, inline="always")
+def _on_arrive(heap, iv, now, j, counters, words, stamp, a_seen, settings):
+    """A tuple (a word, or a batch: a chain of words from ``j``) reaches its counter, which serves it word by word;
+    the counter's own clock flushes right after it when it ends a period or more after the last flush."""
+    c_head, c_tail, c_free, c_busy, c_tuples, c_last = counters
+    w_nxt = words[4]
+    wm = w_nxt.shape[0] - 1
+    w = words[0][j & wm]
+    size = 1
+    last = j
+    while w_nxt[last & wm] >= 0:
+        last = w_nxt[last & wm]
+        size += 1
+    cost = size * settings[_S_SERVICE] + settings[_S_CTUPLE]
+    start = max(now, c_free[w])
+    c_free[w] = start + cost
+    c_busy[w] += cost
+    c_tuples[w] += 1
+    if c_head[w] < 0:
+        c_head[w] = j
+    else:
+        w_nxt[c_tail[w] & wm] = j
+    c_tail[w] = last
+    if c_free[w] - c_last[w] >= settings[_S_FLUSH]:
+        heap = _flush(heap, iv, w, c_free[w], counters, words, stamp, a_seen, settings)
+    return heap
+
+
+@numba.njit(cache=True, inline="always")
+def _on_batch_due(heap, iv, fv, now, arg, batches, settings):
+    """A batch's wait is over: it leaves unless it already left full (the event names the batch it was set for)."""
+    b_head, b_gen = batches[0], batches[3]
+    n_batches = b_head.shape[0]
+    b = arg % n_batches
+    if b_gen[b] == arg // n_batches and batches[2][b] > 0:
+        fv[_F_RUNNER] = max(fv[_F_RUNNER], now) + settings[_S_RUNNER]
+        heap = _send_batch(heap, iv, batches, b, fv[_F_RUNNER] + settings[_S_HOP])
+    return heap
+
+
+@numba.njit(cache=True, inline="always")
+def _commit(heap, iv, now, a, aggregators, words, stamp, settings):
+    """Aggregator ``a`` commits the partial counts it holds (``commit_us`` per distinct word) and acks them."""
+    a_head, a_tail, a_free = aggregators[0], aggregators[1], aggregators[2]
+    head = a_head[a]
+    a_head[a] = -1
+    a_tail[a] = -1
+    if head < 0:
+        return heap
+    iv[_I_STAMP] += 1
+    _, distinct = _count(head, words[4], words[2], stamp, iv[_I_STAMP], words[4].shape[0] - 1)
+    a_free[a] = max(now, a_free[a]) + settings[_S_COMMIT] * distinct
+    return _event(heap, iv, a_free[a] + settings[_S_ACK], _ACK, head)
+
+
+@numba.njit(cache=True, inline="always")
+def _on_tick(heap, iv, now, arg, final, counters, aggregators, words, stamp, settings):
+    """Every counter's tick, queued behind its backlog, flushes what arrived before it; every aggregator's commits
+    what reached it before the tick (with ``--batch 1``; with batches a flush was committed as it came)."""
+    n_workers = counters[0].shape[0]
+    a_seen = aggregators[3]
+    for w in range(n_workers):
+        heap = _flush(heap, iv, w, max(now, counters[2][w]), counters, words, stamp, a_seen, settings)
+    for a in range(aggregators[0].shape[0]):
+        heap = _commit(heap, iv, now, a, aggregators, words, stamp, settings)
+    if not final or iv[_I_COMPLETED] < iv[_I_LINES]:  # before the last chunk, some line is always still to complete
+        heap = _event(heap, iv, now + settings[_S_TICK], _TICK, arg + 1)
+    return heap
+
+
+@numba.njit(cache=True, inline="always")
+def _on_partial(heap, iv, now, head, aggregators, words, stamp, settings):
+    """One counter's flush reaches the aggregators: one partial count per distinct word each, a tuple per partial
+    count (``--batch 1``: held until the aggregator's tick) or one tuple per aggregator (batches: committed at once,
+    ``AggregatorBolt.process``)."""
+    a_head, a_tail, a_free, a_seen = aggregators
+    w_key, w_agg, w_nxt = words[2], words[1], words[4]
+    wm = w_nxt.shape[0] - 1
+    batched = settings[_S_BATCH] > 1
+    iv[_I_STAMP] += 1
+    stamp_no = iv[_I_STAMP]
+    for a in range(a_head.shape[0]):
+        a_seen[a] = 0
+    j = head
+    while j >= 0:
+        after = w_nxt[j & wm]
+        k = w_key[j & wm]
+        a = w_agg[j & wm]
+        if stamp[k] != stamp_no:
+            stamp[k] = stamp_no
+            a_seen[a] += 1
+        _append(a_head, a_tail, w_nxt, a, j, wm)
+        j = after
+    for a in range(a_head.shape[0]):
+        if a_seen[a]:
+            a_free[a] = max(now, a_free[a]) + settings[_S_TUPLE] * (1 if batched else a_seen[a])
+            if batched:
+                heap = _commit(heap, iv, a_free[a], a, aggregators, words, stamp, settings)
+    return heap
+
+
+@numba.njit(cache=True, inline="always")
+def _on_ack(heap, iv, fv, window, now, head, lines, words, histogram, records, settings):
+    """An aggregator's commit is acked: a line whose last word this is completes (its latency is recorded and the
+    window learns of it); a spout waiting for the window emits again."""
+    l_left, l_emit = lines[0], lines[1]
+    w_line, w_nxt = words[3], words[4]
+    rec_done = records[1]
+    lm, wm = l_left.shape[0] - 1, w_nxt.shape[0] - 1
+    timeout = settings[_S_TIMEOUT]
+    pending = iv[_I_PENDING]
+    freed = 0
+    j = head
+    while j >= 0:
+        i = w_line[j & wm]
+        l_left[i & lm] -= 1
+        if l_left[i & lm] == 0:
+            latency = now - l_emit[i & lm]
+            if latency > timeout:
+                iv[_I_TIMEOUTS] += 1
+            on_complete(window, l_emit[i & lm], now, latency > timeout, pending - freed - 1)
+            if i < rec_done.shape[0]:
+                rec_done[i] = now
+            _record_latency(fv, histogram, latency * 1000.0)
+            fv[_F_LAST] = max(fv[_F_LAST], now)
+            iv[_I_COMPLETED] += 1
+            freed += 1
+        j = w_nxt[j & wm]
+    iv[_I_PENDING] = pending - freed
+    oldest = iv[_I_OLDEST]
+    while oldest < iv[_I_NEXT_LINE] and l_left[oldest & lm] == 0:
+        oldest += 1
+    iv[_I_OLDEST] = oldest
+    if freed and iv[_I_WAITING]:
+        iv[_I_WAITING] = 0
+        heap = _event(heap, iv, now, _EMIT, 0)
+    return heap
+
+
+@numba.njit(cache=True, inline="always")
+def _record_latency(fv, histogram, ms):
+    """A completed line's latency: its histogram bin, the sum (Neumaier's compensated sum: the mean does not drift
+    over long runs), the extremes."""
+    histogram[_bin(ms)] += 1
+    total = fv[_F_SUM] + ms
+    if abs(fv[_F_SUM]) >= abs(ms):
+        fv[_F_COMP] += (fv[_F_SUM] - total) + ms
+    else:
+        fv[_F_COMP] += (ms - total) + fv[_F_SUM]
+    fv[_F_SUM] = total
+    fv[_F_MAX] = max(fv[_F_MAX], ms)
+    fv[_F_MIN] = min(fv[_F_MIN], ms)
+
+
 @numba.njit(cache=True)
 def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, words, histogram, records, settings,
                   final):
@@ -219,210 +453,43 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
       rate 0 means closed loop;
     - ``final``: run until every line fed is complete.
 
+    Each kind of event has its helper (``_on_emit``, ``_on_arrive``, ``_on_batch_due``, ``_on_tick``,
+    ``_on_partial``, ``_on_ack``), which reads and writes the loop's scalars in ``iv`` and ``fv``.
+
     Lines are numbered globally. The loop stops before the spout would emit a line that has not been fed yet
     (returns 0: feed more), or, ``final``, once every line fed is complete (returns 1), or at a tick past
     ``settings[_S_TICKS]`` (returns 2: costs that make the run longer than the model follows). Returns
     ``(status, heap)`` (the heap's arrays may have grown)."""
     iv, fv, window = state
-    ht, hs, hk, ha = heap
-    c_head, c_tail, c_free, c_busy, c_tuples, c_last = counters
-    a_head, a_tail, a_free, a_seen = aggregators
-    b_head, b_tail, b_count, b_gen = batches
-    l_left, l_emit, l_src = lines
-    w_worker, w_agg, w_key, w_line, w_nxt = words
-    h_count = histogram
-    rec_emit, rec_done = records
-    lm, wm = l_left.shape[0] - 1, w_worker.shape[0] - 1
-    service, runner, tuple_cost = settings[_S_SERVICE], settings[_S_RUNNER], settings[_S_TUPLE]
-    commit_cost, ack_delay, tick, phase = settings[_S_COMMIT], settings[_S_ACK], settings[_S_TICK], settings[_S_PHASE]
-    rate, timeout, hop = settings[_S_RATE], settings[_S_TIMEOUT], settings[_S_HOP]  # the cap is the window's
-    word_cost, counter_tuple = settings[_S_WORD], settings[_S_CTUPLE]
-    batch, wait, period = int(settings[_S_BATCH]), settings[_S_WAIT], settings[_S_FLUSH]
-    n_batches = b_head.shape[0]
-    n, seq, next_line, pending = iv[_I_HEAP], iv[_I_SEQ], iv[_I_NEXT_LINE], iv[_I_PENDING]
-    completed, emit_waiting, timeouts, stamp_no = iv[_I_COMPLETED], iv[_I_WAITING] != 0, iv[_I_TIMEOUTS], iv[_I_STAMP]
-    next_word, lines, oldest = iv[_I_NEXT_WORD], iv[_I_LINES], iv[_I_OLDEST]
-    runner_free, first_emit, last_done = fv[_F_RUNNER], fv[_F_FIRST], fv[_F_LAST]
-    lat_sum, lat_comp, lat_max, lat_min = fv[_F_SUM], fv[_F_COMP], fv[_F_MAX], fv[_F_MIN]
-    n_workers = c_head.shape[0]
-    n_aggs = a_head.shape[0]
+    n_workers = counters[0].shape[0]
+    a_seen = aggregators[3]
     if iv[_I_STARTED] == 0:
         iv[_I_STARTED] = 1
-        ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, 0.0, _EMIT, 0)
-        seq += 1
-        ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, phase + tick, _TICK, 1)
-        seq += 1
+        heap = _event(heap, iv, 0.0, _EMIT, 0)
+        heap = _event(heap, iv, settings[_S_PHASE] + settings[_S_TICK], _TICK, 1)
     status = 1
-    while n > 0:
-        if final and completed >= lines:
+    while iv[_I_HEAP] > 0:
+        ht, hs, hk, ha = heap
+        if final and iv[_I_COMPLETED] >= iv[_I_LINES]:
             break
-        if not final and hk[0] == _EMIT and next_line >= lines:
+        if not final and hk[0] == _EMIT and iv[_I_NEXT_LINE] >= iv[_I_LINES]:
             status = 0  # the spout's next call needs a line not fed yet: back to the caller, the event stays
             break
         now, kind, arg = ht[0], hk[0], ha[0]
-        n = _pop(ht, hs, hk, ha, n)
+        iv[_I_HEAP] = _pop(ht, hs, hk, ha, iv[_I_HEAP])
         if kind == _EMIT:
-            if next_line >= lines:
-                continue
-            if pending >= window_lines(window):
-                emit_waiting = True
-                continue
-            due = next_word / rate + fv[_F_LAG] if rate > 0 else 0.0  # rate: words/s, as sequence / rate
-            if now < due:
-                ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, due, _EMIT, 0)
-                seq += 1
-                continue
-            if rate > 0 and window[W_CUTS] > 0 and now - due > CATCH_UP_SECS:
-                fv[_F_LAG] += now - due - CATCH_UP_SECS  # the spout's token bucket (storm/spout_pacing.py)
-            i = next_line
-            next_line += 1
-            pending += 1
-            l_emit[i & lm] = now
-            if i < rec_emit.shape[0]:
-                rec_emit[i] = now
-            if i == 0:
-                first_emit = now
-            # the runner routes the line's words one after the other; the spout's next call is served by the
-            # same runner (the single thread of the local runner, and the cores the processes share), so the
-            # spout does not run ahead of it
-            runner_free = max(runner_free, now)
-            length = l_left[i & lm]
-            base = l_src[i & lm] * n_workers
-            for j in range(next_word, next_word + length):
-                runner_free += word_cost
-                w_line[j & wm] = i
-                w_nxt[j & wm] = -1
-                if batch <= 1:  # one tuple per word
-                    runner_free += runner
-                    ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, runner_free + hop, _ARRIVE, j)
-                    seq += 1
-                    continue
-                b = base + w_worker[j & wm]
-                _append(b_head, b_tail, w_nxt, b, j, wm)
-                b_count[b] += 1
-                if b_count[b] == 1:  # the batch opens: it leaves `wait` later unless it fills first
-                    ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, runner_free + wait, _FLUSH,
-                                              b + n_batches * b_gen[b])
-                    seq += 1
-                if b_count[b] >= batch:
-                    runner_free += runner
-                    ht, hs, hk, ha, n = _send(b_head, b_tail, b_count, b_gen, b, ht, hs, hk, ha, n, seq,
-                                              runner_free + hop)
-                    seq += 1
-            next_word += length
-            ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, max(runner_free, now + tuple_cost), _EMIT, 0)
-            seq += 1
+            heap = _on_emit(heap, iv, fv, window, now, batches, lines, words, records, n_workers, settings)
         elif kind == _ARRIVE:
-            # a tuple (a word, or a batch: a chain of words) reaches its counter, which serves it word by word
-            j = arg
-            w = w_worker[j & wm]
-            size = 1
-            last = j
-            while w_nxt[last & wm] >= 0:
-                last = w_nxt[last & wm]
-                size += 1
-            cost = size * service + counter_tuple
-            start = max(now, c_free[w])
-            c_free[w] = start + cost
-            c_busy[w] += cost
-            c_tuples[w] += 1
-            if c_head[w] < 0:
-                c_head[w] = j
-            else:
-                w_nxt[c_tail[w] & wm] = j
-            c_tail[w] = last
-            if c_free[w] - c_last[w] >= period:  # the counter's own clock: it flushes right after this tuple
-                ht, hs, hk, ha, n, seq, stamp_no = _flush_counter(w, c_free[w], counters, w_nxt, w_key, w_agg, wm,
-                                                                  stamp, stamp_no, a_seen, batch, tuple_cost,
-                                                                  ht, hs, hk, ha, n, seq)
+            heap = _on_arrive(heap, iv, now, arg, counters, words, stamp, a_seen, settings)
         elif kind == _FLUSH:
-            b = arg % n_batches
-            if b_gen[b] == arg // n_batches and b_count[b] > 0:  # the batch it was set for has not left yet
-                runner_free = max(runner_free, now) + runner
-                ht, hs, hk, ha, n = _send(b_head, b_tail, b_count, b_gen, b, ht, hs, hk, ha, n, seq,
-                                          runner_free + hop)
-                seq += 1
+            heap = _on_batch_due(heap, iv, fv, now, arg, batches, settings)
         elif kind == _TICK:
             if arg > settings[_S_TICKS]:  # each tick visits every task: the loop's work grows with simulated time
                 status = 2
                 break
-            # every counter's tick, queued behind its backlog: it flushes the words that arrived before it
-            for w in range(n_workers):
-                ht, hs, hk, ha, n, seq, stamp_no = _flush_counter(w, max(now, c_free[w]), counters, w_nxt, w_key,
-                                                                  w_agg, wm, stamp, stamp_no, a_seen, batch,
-                                                                  tuple_cost, ht, hs, hk, ha, n, seq)
-            # every aggregator's tick: acks what reached it before the tick (its partial counts, FIFO)
-            for a in range(n_aggs):
-                head = a_head[a]
-                a_head[a] = -1
-                a_tail[a] = -1
-                if head < 0:
-                    continue
-                stamp_no += 1
-                _, distinct = _count(head, w_nxt, w_key, stamp, stamp_no, wm)
-                start = max(now, a_free[a])
-                a_free[a] = start + commit_cost * distinct
-                ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, a_free[a] + ack_delay, _ACK, head)
-                seq += 1
-            if not final or completed < lines:  # before the last chunk, some line is always still to complete
-                ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, now + tick, _TICK, arg + 1)
-                seq += 1
+            heap = _on_tick(heap, iv, now, arg, final, counters, aggregators, words, stamp, settings)
         elif kind == _PARTIAL:
-            # one counter's flushed batch reaches the aggregators: one partial count per distinct word each
-            stamp_no += 1
-            for a in range(n_aggs):
-                a_seen[a] = 0
-            j = arg
-            while j >= 0:
-                after = w_nxt[j & wm]
-                k = w_key[j & wm]
-                a = w_agg[j & wm]
-                if stamp[k] != stamp_no:
-                    stamp[k] = stamp_no
-                    a_seen[a] += 1
-                _append(a_head, a_tail, w_nxt, a, j, wm)
-                j = after
-            for a in range(n_aggs):
-                if a_seen[a]:  # a tuple per partial count, or one for them all with batches
-                    a_free[a] = max(now, a_free[a]) + tuple_cost * (a_seen[a] if batch <= 1 else 1)
-        else:  # _ACK: the words of an aggregator's tick are acked; a line whose last word this is completes
-            j = arg
-            freed = 0
-            while j >= 0:
-                i = w_line[j & wm]
-                l_left[i & lm] -= 1
-                if l_left[i & lm] == 0:
-                    latency = now - l_emit[i & lm]
-                    if latency > timeout:
-                        timeouts += 1
-                    on_complete(window, l_emit[i & lm], now, latency > timeout, pending - freed - 1)
-                    if i < rec_done.shape[0]:
-                        rec_done[i] = now
-                    ms = latency * 1000.0
-                    b = _bin(ms)
-                    h_count[b] += 1
-                    total = lat_sum + ms  # Neumaier's compensated sum: the mean does not drift over long runs
-                    if abs(lat_sum) >= abs(ms):
-                        lat_comp += (lat_sum - total) + ms
-                    else:
-                        lat_comp += (ms - total) + lat_sum
-                    lat_sum = total
-                    lat_max = max(lat_max, ms)
-                    lat_min = min(lat_min, ms)
-                    last_done = max(last_done, now)
-                    completed += 1
-                    freed += 1
-                j = w_nxt[j & wm]
-            pending -= freed
-            while oldest < next_line and l_left[oldest & lm] == 0:
-                oldest += 1
-            if freed and emit_waiting:
-                emit_waiting = False
-                ht, hs, hk, ha, n = _push(ht, hs, hk, ha, n, seq, now, _EMIT, 0)
-                seq += 1
-    iv[_I_HEAP], iv[_I_SEQ], iv[_I_NEXT_LINE], iv[_I_PENDING] = n, seq, next_line, pending
-    iv[_I_COMPLETED], iv[_I_WAITING], iv[_I_TIMEOUTS], iv[_I_STAMP] = completed, emit_waiting, timeouts, stamp_no
-    iv[_I_NEXT_WORD], iv[_I_OLDEST] = next_word, oldest
-    fv[_F_RUNNER], fv[_F_FIRST], fv[_F_LAST] = runner_free, first_emit, last_done
-    fv[_F_SUM], fv[_F_COMP], fv[_F_MAX], fv[_F_MIN] = lat_sum, lat_comp, lat_max, lat_min
-    return status, (ht, hs, hk, ha)
+            heap = _on_partial(heap, iv, now, arg, aggregators, words, stamp, settings)
+        else:
+            heap = _on_ack(heap, iv, fv, window, now, arg, lines, words, histogram, records, settings)
+    return status, heap

@@ -86,6 +86,7 @@ class TopologyParams:
     tick_phase_s: float = 0.0  # time of tick 0 relative to the first emit (ticks at phase + k*T, k >= 1)
     # the spouts' adaptive window (decrease 1: Storm's fixed max pending)
     aimd: WindowPolicy = field(default_factory=WindowPolicy)
+    words_per_line: float = 0.0  # the feed's, where the window starts from (storm/window.py window_start); 0: unknown
 
     def __post_init__(self) -> None:
         for name in ("workers", "sources", "aggregators", "max_pending", "spouts", "batch"):
@@ -208,4 +209,5 @@ def params_of_run(run: dict, **overheads: float) -> TopologyParams:
         batch=int(run.get("batch") or 1), batch_ms=float(run.get("batch_ms") or TopologyParams.batch_ms),
         cpu_delay_ms=float(run.get("cpu_delay_ms") or 0.0), max_pending=int(run.get("max_pending") or 1000),
         spouts=int(run.get("spouts") or 1), flush_secs=float(run.get("flush_secs") or 1.0),
-        message_timeout=float(run.get("message_timeout_secs") or 30), rate=run.get("rate") or None, **overheads)
+        message_timeout=float(run.get("message_timeout_secs") or 30), rate=run.get("rate") or None,
+        words_per_line=float(run.get("messages") or 0) / max(1, int(run.get("lines") or 0)), **overheads)

@@ -14,6 +14,12 @@ whole). What differs from the spout, and why it is enough here:
 - open loop (``--arrivals open``) too, where the kernel forgives the schedule's lag after a cut as the spout does
   (storm/spout_pacing.py).
 
+- the window starts at ``start x spouts`` lines (``keysplit.storm.window.window_start``: Little's law for W / D
+  at the target; max pending when lower) and grows only while the lines
+  completing took no longer than the latency target (``keysplit.storm.window.latency_target``: what a line waits
+  when nothing queues, and half a flush period more), the first one over it ending slow start, as the spouts'
+  window does.
+
 State, one float64 array (numba's kernel updates it in place; see :func:`new_window` for the slots).
 """
 
@@ -24,24 +30,34 @@ import math
 import numba
 import numpy as np
 
-from keysplit.storm.window import WindowPolicy
+from keysplit.storm.window import WINDOW_START, WindowPolicy
 
 #: Slots of the window's state: size, slow-start threshold, time of the last cut, completions since it, the lowest
 #: size, the cuts, the rule's limit, increase, decrease and minimum, and the width of a bucket of recent
-#: completions; then :data:`BUCKETS` counts and the periods they count (the last message timeout's completions).
-W_SIZE, W_THRESHOLD, W_LAST_CUT, W_ACKS, W_LOWEST, W_CUTS, W_LIMIT, W_INCREASE, W_DECREASE, W_MIN, W_WIDTH = range(11)
+#: completions, the latency target (0: none); then :data:`BUCKETS` counts and the periods they count (the last message
+#: timeout's completions).
+W_SIZE, W_THRESHOLD, W_LAST_CUT, W_ACKS, W_LOWEST, W_CUTS, W_LIMIT, W_INCREASE, W_DECREASE, W_MIN, W_WIDTH, \
+    W_TARGET = range(12)
 BUCKETS = 16
-_COUNTS, _PERIODS = 11, 11 + BUCKETS
+_COUNTS, _PERIODS = 12, 12 + BUCKETS
 
 
-def new_window(max_pending: int, spouts: int, timeout: float, policy: WindowPolicy | None = None) -> np.ndarray:
-    """A window at ``max_pending x spouts`` lines (the spouts start at max pending); ``timeout`` in seconds."""
+def new_window(max_pending: int, spouts: int, timeout: float, policy: WindowPolicy | None = None,
+               target: float = 0.0, start: int = WINDOW_START, slow_start: bool = True) -> np.ndarray:
+    """A window of at most ``max_pending x spouts`` lines; ``timeout`` and ``target`` (the latency up to which it
+    grows past its start, 0: none, and it starts at max pending) in seconds; ``start`` the lines each spout's
+    window starts at (``keysplit.storm.window.window_start``)."""
     policy = policy or WindowPolicy()
     limit = float(max_pending * spouts)
-    state = np.zeros(11 + 2 * BUCKETS)
+    state = np.zeros(12 + 2 * BUCKETS)
     state[W_WIDTH] = timeout / BUCKETS
     state[_PERIODS:] = -float(BUCKETS)
-    state[W_SIZE] = state[W_THRESHOLD] = state[W_LOWEST] = state[W_LIMIT] = limit
+    state[W_THRESHOLD] = state[W_LIMIT] = limit
+    grows = target > 0 and policy.decrease < 1.0  # decrease 1: Storm's fixed max pending, as the spout's
+    state[W_SIZE] = state[W_LOWEST] = min(limit, float(max(1, start) * spouts)) if grows else limit
+    state[W_TARGET] = target if grows else 0.0
+    if grows and not slow_start:  # a start sized for the workers' rate grows additively only, as the spout's
+        state[W_THRESHOLD] = state[W_SIZE]
     state[W_LAST_CUT] = -math.inf
     state[W_INCREASE], state[W_DECREASE] = policy.increase * spouts, policy.decrease
     state[W_MIN] = float(policy.minimum * spouts)
@@ -83,6 +99,9 @@ def on_complete(state: np.ndarray, emitted: float, now: float, timed_out: bool, 
         state[_PERIODS + slot], state[_COUNTS + slot] = period, 0.0
     state[_COUNTS + slot] += 1.0
     size = state[W_SIZE]
+    if state[W_TARGET] > 0 and now - emitted > state[W_TARGET]:  # a queue, not the window, bounds: no more slow start
+        state[W_THRESHOLD] = min(state[W_THRESHOLD], size)
+        return
     if size < state[W_LIMIT] and in_flight + 1 >= size / 2:
         step = 1.0 if size < state[W_THRESHOLD] else state[W_INCREASE] / size
         state[W_SIZE] = min(state[W_LIMIT], size + step)
