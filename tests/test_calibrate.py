@@ -122,14 +122,12 @@ def test_storm_terms_come_from_a_collected_runs_configuration():
     assert "acker" in no_ackers.problem()
 
 
-@pytest.mark.xfail(strict=True, reason="since aggregators commit a flush as it comes, the one-at-a-time "
-                   "search stops at counter 34 ms / return 173 ms (truth 20 ms / 400 ms): kg's p99 1.045, and pkg at "
-                   "4 ms held out p50 1.14; searching in both orders reaches a loss of 0 at 5 ms / 632 ms, held out "
-                   "p50 1.19: kg and sg at one delay no longer tell the two costs apart (profile.fit's owner to fix)")
 def test_the_fit_reproduces_model_made_runs_and_predicts_one_it_did_not_see(tmp_path):
     """Runs the model itself made with known costs (a counter cost and a return delay big enough to move them
-    beyond the fit's 3% dead zone): the fit reproduces both and predicts a third, of another grouping at twice the
-    delay, within 4%; costs that change nothing would have stayed at 0."""
+    beyond the fit's 3% dead zone), at two CPU delays: the fit reproduces both and predicts a third, of another
+    grouping at a delay it did not see, within 4%; costs that change nothing would have stayed at 0. (Two delays:
+    since aggregators commit a flush as it comes, runs at one delay no longer tell the counter cost from the return
+    delay, and the fit may stop at another pair that reproduces them equally well.)"""
     from keysplit.topology_model import route_dataset, simulate
     from keysplit.topology_model.params import TopologyParams
     from keysplit.topology_model.profile import fit, observed, params_for, predict, ratios, reproduction
@@ -151,7 +149,7 @@ def test_the_fit_reproduces_model_made_runs_and_predicts_one_it_did_not_see(tmp_
                 "latency_ms": {"p50": s["latency_p50_ms"], "p99": s["latency_p99_ms"]}, "first_hop_ms": 10.0,
                 "aggregator_us": 50.0, "tick_phase_s": 0.0, "worker_processes": 2}, arrays
 
-    (kg, kga), (sg, sga), (pkg, pkga) = made("kg", 2.0), made("sg", 2.0), made("pkg", 4.0)
+    (kg, kga), (sg, sga), (pkg, pkga) = made("kg", 2.0), made("sg", 4.0), made("pkg", 3.0)
     result = fit([kg, sg], [kga, sga])
     assert result["fitted"]["counter_tuple_us"] > 0 and result["fitted"]["return_ms"] > 0
     profile = {"fitted": result["fitted"], "measured": result["measured"]}
