@@ -208,7 +208,7 @@ def encode_flush(words: Sequence[str], counts: Sequence[int], occurrences: Seque
     ``;`` (empty texts at-least-once).
 
     >>> encode_flush(["a", "b"], [3, 1], ["7,0,8,0", "7,1"])
-    ('a\tb', '3,1', '7,0,8,0;7,1')
+    ('a\\tb', '3,1', '7,0,8,0;7,1')
     """
     return encode_words(words), ",".join(map(str, counts)), ";".join(occurrences)
 
