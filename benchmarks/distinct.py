@@ -5,7 +5,7 @@ A dataset's keys are fixed, so "20 seeds of the hash" is what varies which keys'
 function family ``s`` is murmur3 with seeds ``BASE_SEED + 1000*s + i`` (s = 0 is keysplit's own). For each
 family the candidates of every distinct key are computed in Python (``hashing.choices`` /
 ``hashing.distinct_choices``) and the messages, encoded once as key ids, are routed by ``keysplit.simulator.fast``'s
-kernel: the same decisions as ``pkg`` / ``pkg:distinct=false`` (``tests/test_fast.py``), only the hash seeds
+kernel: the same decisions as ``pkg`` / ``pkg:distinct=false`` (``tests/simulator/test_fast.py``), only the hash seeds
 differ. Records go to the S sources round-robin, as in ``keysplit simulate``.
 
 Printed per dataset and W: the mean and the worst (max) avg imbalance fraction over the 20 families, and in

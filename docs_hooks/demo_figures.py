@@ -9,7 +9,7 @@ again from nothing but that spec; so is ``docs/img/pkg_imbalance.png``, by the c
 The compare figures show measured runs, which only ``make demo`` makes: their inputs are committed beside
 them, ``comparison.json`` (what ``keysplit compare`` wrote) and ``timeseries.json`` (the replay's I(t)/t), and
 the captions on the getting-started page are :func:`caption`'s sentences of that data.
-``tests/test_docs_figures.py`` runs the check and the captions' comparison.
+``tests/cli/test_docs_figures.py`` runs the check and the captions' comparison.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Three routers, one per way of deciding:
 
 - :class:`FastRouter`: kg, sg and pkg (every variant: d choices, local or global load, probing) through
   ``keysplit.simulator.fast``'s numba kernel, which makes exactly the reference decisions
-  (``tests/test_fast.py`` proves it against ``choose``). Its ``RouteState`` holds every source's state
+  (``tests/simulator/test_fast.py`` proves it against ``choose``). Its ``RouteState`` holds every source's state
   (round-robin position, local load row, next probe) and each message carries its source, so a partitioned
   source ``s`` fed only its own messages touches only row ``s`` (what ``build_grouping(spec, W, S)[s]`` holds),
   and the merged stream of a global grouping is routed exactly like the simulator's loop;

@@ -3,7 +3,7 @@ word.
 
 Spark's text source hands the lines over as Arrow binary arrays: their data and offsets buffers are exactly
 what :meth:`keysplit.simulator.tokenize.Interner.lines` scans, so the words are found and interned by the
-compiled tokenizer (the reader's words on every line, ``tests/test_tokenize.py``) and only each chunk's
+compiled tokenizer (the reader's words on every line, ``tests/simulator/test_tokenize.py``) and only each chunk's
 distinct words become Python strings. The chunks are those :class:`~spark_replay.chunks.ChunkBuilder` cuts
 from the same records: a chunk ends with the first record that brings it to ``limit`` messages.
 """

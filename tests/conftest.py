@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# The helpers the tests import by name (cli_process, local_components, ...) stay here, beside this file, for
+# the tests of every subfolder (pytest's default import mode puts this folder on sys.path; this says so), and
+# a test imports another folder's test module as tests.<folder>.test_x, from the repository's root (on the
+# path already under `python -m pytest`; appended for a bare `pytest`).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+if str(Path(__file__).resolve().parents[1]) not in sys.path:
+    sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 
 def pytest_configure(config):

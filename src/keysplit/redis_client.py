@@ -38,7 +38,7 @@ class CommandPacker:
 
     With hiredis installed redis-py packs commands with ``hiredis.pack_command``, which crashes the whole process
     (SIGSEGV) when a signal handler raises while it runs: SIGTERM, SIGHUP or Ctrl-C during ``keysplit run``'s load
-    of the feed (hiredis 3.5.0; ``tests/test_redis_client.py``). Packing in Python cannot crash; hiredis still
+    of the feed (hiredis 3.5.0; ``tests/core/test_redis_client.py``). Packing in Python cannot crash; hiredis still
     parses the replies, which is where it saves time (the spout's reads). Arguments as redis-py takes them: a
     command name with spaces (``"CONFIG GET"``) is split into words."""
 

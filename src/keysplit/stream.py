@@ -9,7 +9,7 @@ before a given message. How a host wires its groupings to these rules is :mod:`k
 Each rule is written once, as a scalar function for hosts that walk messages one at a time and a vectorised
 (numpy) twin beside it for hosts that work on arrays (the simulator's chunks, the replay's partitions):
 :func:`source_of` / :func:`sources_of` with :func:`key_source` / :func:`key_sources`, and :func:`event_time` /
-:func:`event_times`. ``tests/test_stream.py`` checks each twin against its scalar.
+:func:`event_times`. ``tests/core/test_stream.py`` checks each twin against its scalar.
 
 This module imports no grouping, no simulator and no Storm code: every layer may import it.
 """

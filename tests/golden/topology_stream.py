@@ -1,5 +1,5 @@
 """The topology model's golden summaries: what the streamed kernel gives on the cases of
-``tests/test_topology_stream.py``, written to ``topology_stream.json`` beside this script.
+``tests/topology_model/test_topology_stream.py``, written to ``topology_stream.json`` beside this script.
 
 The values were made by this script at commit 5589e96, where the streamed kernel was proven equal, line by line and
 to the bit, to the whole-array event loop it replaced (the test kept that loop as a reference until then). A

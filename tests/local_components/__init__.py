@@ -1,1 +1,1 @@
-"""Tiny real streamparse components for ``tests/test_local_runner.py`` (run as subprocesses by the runner)."""
+"""Tiny real streamparse components for ``tests/local/test_local_runner.py`` (run as subprocesses by the runner)."""

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_user_topology_runs import FAMILIES, run
 
 from keysplit.datasets import open_dataset
 from keysplit.runs.topology_run import read_results
 from keysplit.simulator import simulate
 from keysplit.storm.keys import RunKeys
 from keysplit.toolkit import Aggregate, FeedSpout, KeyRouter, Sum, Topology, TopologyBuildError
+from tests.toolkit.test_user_topology_runs import FAMILIES, run
 
 #: Rows a batch holds at most in these runs: small against the feed (1,500 rows) so that many batches fill.
 BATCH = 16

@@ -24,7 +24,7 @@ a small protocol below that a host tests with ``isinstance`` (they are ``runtime
   data whenever ``state_version`` grows; a ``"follower"`` never changes it and routes with the last state it
   imported.
 
-``tests/test_grouping_battery.py`` runs every registered grouping through the protocol and the hooks it has.
+``tests/groupings/test_grouping_battery.py`` runs every registered grouping through the protocol and the hooks it has.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "*.egg-info", 
 #: (``storm/``) and what they import, every registered grouping with its sketches and Gedik's partitioning
 #: functions, and the dataset readers the router and the feed decode records with. Nothing else: no CLI, no
 #: local runner, no simulator and no compiled extension (a cluster's workers run another Python or CPU as often
-#: as not). ``tests/test_jar.py`` starts every component and builds every registered grouping from this tree
+#: as not). ``tests/local/test_jar.py`` starts every component and builds every registered grouping from this tree
 #: alone under ``python -S``, so a module missing here fails there.
 JAR_CONTENTS = (
     "__init__.py", "errors.py", "specs.py", "hashing.py", "javahash.py", "fingerprint.py", "stream.py",

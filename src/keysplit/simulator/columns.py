@@ -5,7 +5,7 @@
 ASCII; CSV: printable ASCII without a double quote, which the csv module splits at every comma) and marks the
 others, which are decoded as :meth:`FileDataset.lines` decodes them and given to the reader's own
 ``parse_line`` here, so every line's key, and every count the reader reports (invalid UTF-8, skipped, ragged
-rows, empty keys), equal the reader's (``tests/test_columns.py``). Keys are interned by the tokenizer's table
+rows, empty keys), equal the reader's (``tests/simulator/test_columns.py``). Keys are interned by the tokenizer's table
 (:class:`~keysplit.simulator.tokenize.Interner`, not lowered), so Python meets each distinct key once.
 
 A CSV with a time column is not taken here (its times need Python's ``float``): it stays on the records path.

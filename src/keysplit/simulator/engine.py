@@ -52,8 +52,8 @@ def simulate(
     worker's load stays in it, while each checkpoint's I(t) is over the workers present at that time.
 
     ``engine``: ``reference`` runs the Python loop below; ``fast`` runs ``keysplit.simulator.fast`` (kg, sg, pkg and
-    its variants, salt; the same decisions, proven by tests/test_fast.py) or raises; ``auto`` (default) takes the
-    fast path when it supports the spec and no capacities or resizes are asked for.
+    its variants, salt; the same decisions, proven by tests/simulator/test_fast.py) or raises; ``auto`` (default) takes
+    the fast path when it supports the spec and no capacities or resizes are asked for.
     """
     if split not in SPLITS:
         raise SpecError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")

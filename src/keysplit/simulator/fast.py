@@ -22,7 +22,7 @@ Python. Here the work splits into what depends on a key and what depends on a me
 Local loads are float64 in the kernel: integer counts are exact in a double (below 2^53) and, after a
 ``probe_scale=share`` probe, the reference holds the same doubles ``L_i * (1/S)`` plus whole increments.
 Checkpoint values are finished in Python with the reference's expression, so every ``RunResult`` field
-except ``messages_per_second`` is identical to the reference run (``tests/test_fast.py`` proves it).
+except ``messages_per_second`` is identical to the reference run (``tests/simulator/test_fast.py`` proves it).
 
 Groupings other than kg, sg, pkg and salt (and subclasses of them, which may change the decision) have no fast
 path: :func:`fast_simulate` returns ``None`` for them and the caller falls back to the reference.

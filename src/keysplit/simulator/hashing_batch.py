@@ -7,7 +7,7 @@ MurmurHash3_x86_32 (the function mmh3's ``hash(key, seed, signed=False)`` comput
 hashes them all in one call.
 
 :mod:`keysplit.hashing` stays the definition: :func:`candidate_rows` equals ``hashing.candidates`` and
-:func:`bucket_many` equals ``hashing.bucket`` key for key (``tests/test_hashing.py`` checks both against mmh3
+:func:`bucket_many` equals ``hashing.bucket`` key for key (``tests/core/test_hashing.py`` checks both against mmh3
 on random ASCII, non-ASCII, short and long keys). This module is imported by the fast path only, so the
 CLI's start does not pay numba's import.
 """

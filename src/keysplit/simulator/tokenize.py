@@ -4,7 +4,7 @@
 ``TextDataset.parse_line`` (the reader's regex over the lowered, decoded line) stays the definition. The numba
 kernels of :mod:`keysplit.simulator.tokenize_kernel` scan the lines that are pure ASCII; the others (non-ASCII
 text, invalid UTF-8) are decoded exactly as :meth:`FileDataset.lines` decodes them and go through the regex
-here, in Python, so the words equal the reader's on every line (``tests/test_tokenize.py``). Each batch comes
+here, in Python, so the words equal the reader's on every line (``tests/simulator/test_tokenize.py``). Each batch comes
 back with its distinct words once (``vocab``) and every word as an id into it, which is what both the
 simulator's key table and the replay's chunks take.
 """

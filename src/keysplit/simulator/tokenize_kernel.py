@@ -5,8 +5,8 @@ line whose bytes are all ASCII that regex reduces to a byte rule: a word is a ru
 an apostrophe (``'``) followed by another such run; ``str.lower`` only maps ``A-Z`` to ``a-z``; U+2019 and every
 other non-ASCII letter cannot occur. :func:`_intern_lines` applies that rule to the ASCII lines and takes the
 words of every other line (non-ASCII or invalid UTF-8, found by :func:`_mark_lines`) from the caller, who ran
-the reader's regex on them, so the result equals the reader on every line (``tests/test_tokenize.py`` checks it
-on random bytes and Unicode).
+the reader's regex on them, so the result equals the reader on every line (``tests/simulator/test_tokenize.py`` checks
+it on random bytes and Unicode).
 
 Interning happens in the same pass: an open-addressing table (linear probing, FNV-1a over the lowered bytes)
 maps each distinct word of the batch to an id in order of first appearance and stores its bytes once in a pool,

@@ -103,7 +103,7 @@ def route_value(target_index: int, num_tasks: int) -> int:
     ``route`` reaches the JVM as JSON: json-simple (Storm < 2.6) parses it as a ``Long``, json-smart (2.6+) as
     an ``Integer``; for ``0 <= v < 2^31`` both ``hashCode``s are ``v`` (``Long``'s is ``(int)(v ^ v >>> 32)`` and
     the high word is 0). So ``v = (target_index - 31) mod num_tasks``, in ``[0, num_tasks)``, gives
-    ``floorMod(31 + v, num_tasks) = target_index`` on every release (``tests/test_storm_fidelity.py`` checks it
+    ``floorMod(31 + v, num_tasks) = target_index`` on every release (``tests/local/test_storm_fidelity.py`` checks it
     with both parsers' hashes).
 
     >>> [route_value(i, 4) for i in range(4)]

@@ -1,0 +1,189 @@
+"""`keysplit submit`: the cluster's run cannot disagree with its record.
+
+The command `keysplit submit` prints is parsed by streamparse's own `sparse submit` parser, its configuration
+resolved by streamparse's own `resolve_options` (what `sparse submit` sends Nimbus), the topology class built by
+importing `topologies/wordcount.py` with the command's environment (what sparse does), and the whole topology run
+by the local runner with two worker processes: `--collect` then finds nothing that differs from the record, and
+the loads equal the simulator's.
+
+Nimbus itself cannot run here, so a Thrift server speaking Nimbus's service (streamparse's own IDL, the
+framed binary protocol Storm uses) answers `getClusterInfo` with a chosen version, to check the direct-route
+refusal against what streamparse's client really reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from keysplit.cli import main
+from keysplit.datasets import open_dataset
+from keysplit.local import LocalCluster
+from keysplit.local.submission import read_env, submit_conf
+from keysplit.runs import redis_server
+from keysplit.runs.collect import read_counts
+from keysplit.simulator import simulate
+from keysplit.storm.feed import feed_done
+from keysplit.storm.keys import RunKeys
+from keysplit.storm.settings import split_password, with_password
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory):
+    home = tmp_path_factory.mktemp("keysplit-home")
+    url = redis_server.start_server(home).url
+    plain, password = split_password(url)
+    secret = home / "redis.pass"
+    secret.write_text(password + "\n")
+    yield plain, str(secret)
+    redis_server.stop_server(home)
+
+
+def load(redis, tmp_path, capsys, *extra: str) -> str:
+    url, secret = redis
+    text = tmp_path / "lines.txt"
+    text.write_text("".join(f"w{i % 7} w{i % 11} w{i % 3} the\n" for i in range(120)))
+    assert main(["run", "wordcount", "--load-only", "--grouping", "pkg", "--dataset", f"text:{text}", "-S", "2",
+                 "-W", "3", "-A", "2", "--cpu-delay", "0.2", "--worker-processes", "2", "--redis", url,
+                 "--redis-password-file", secret, *extra]) == 0
+    return capsys.readouterr().out.strip()
+
+
+def submitted(redis, run_id: str, capsys, *extra: str) -> dict:
+    url, secret = redis
+    assert main(["submit", run_id, "-e", "local", "--redis", url, "--redis-password-file", secret, "--dry-run",
+                 "--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def sparse_parse(argv: list[str]) -> argparse.Namespace:
+    """``argv`` as `sparse submit` reads it: streamparse's own sub-parser."""
+    from streamparse.cli import submit
+
+    parser = argparse.ArgumentParser()
+    submit.subparser_hook(parser.add_subparsers())
+    return parser.parse_args(argv[1:])
+
+
+def topology_from(env: dict[str, str]):
+    """What sparse does: import the topology file with the command's environment."""
+    script = ROOT / "topologies" / "wordcount.py"
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        namespace: dict = {}
+        exec(compile(script.read_text(), str(script), "exec"), namespace)
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    return namespace["WordCount"]
+
+
+def test_what_submit_sends_runs_exactly_the_record(redis, tmp_path, capsys):
+    run_id = load(redis, tmp_path, capsys)
+    out = submitted(redis, run_id, capsys, "--storm-version", "2.8.8")
+    assert out["argv"][:2] == ["sparse", "submit"] and out["storm_version"] == "2.8.8"
+    assert redis[0].split("@")[-1] in out["command"] and split_password(redis[0])[1] is None
+    args = sparse_parse(out["argv"])
+    assert (args.environment, args.name, args.options["topology.workers"]) == ("local", "wordcount", 2)
+    topology = topology_from(out["env"])
+    conf = submit_conf(topology, args.name, args.options, env_config=read_env(ROOT / "config.json", "local"))
+    assert conf["keysplit.cpu_delay_ms"] == 0.2 and conf["keysplit.redis_password_file"] == redis[1]
+    assert conf["topology.workers"] == 2  # `sparse submit --workers 2`: two worker processes, tuples cross them
+    url = with_password(redis[0], Path(redis[1]).read_text().strip())
+    conn = redis_server.connect(url)
+    with LocalCluster(topology, conf, cwd=str(ROOT)) as cluster:
+        cluster.start()
+        assert cluster.run_until(lambda: feed_done(conn, RunKeys(run_id)), 120)
+    assert main(["run", "wordcount", "--collect", run_id, "--redis", redis[0], "--redis-password-file", redis[1],
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert "record_differed" not in summary and summary["configuration"] == "as the components received it"
+    assert summary["cpu_delay_ms"] == 0.2 and summary["worker_processes"] == 2 and summary["sources"] == 2
+    dataset = open_dataset(summary["dataset"])
+    assert summary["loads"] == simulate(dataset, "pkg", 3, 2, engine="reference").loads
+    assert sum(read_counts(conn, RunKeys(run_id)).values()) == summary["messages"] == 480
+
+
+class FakeNimbus:
+    """Nimbus's Thrift service on loopback, answering getClusterInfo with one NimbusSummary of ``version``."""
+
+    def __init__(self, version: str) -> None:
+        from streamparse.thrift import storm_thrift
+        from thriftpy2.protocol import TBinaryProtocolFactory
+        from thriftpy2.rpc import make_server
+        from thriftpy2.transport import TFramedTransportFactory
+
+        t = storm_thrift
+
+        class Handler:
+            def getClusterInfo(self):
+                return t.ClusterSummary(supervisors=[], topologies=[], nimbuses=[
+                    t.NimbusSummary(host="127.0.0.1", port=0, uptime_secs=1, isLeader=True, version=version)])
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.server = make_server(t.Nimbus, Handler(), "127.0.0.1", self.port,
+                                  proto_factory=TBinaryProtocolFactory(), trans_factory=TFramedTransportFactory())
+        threading.Thread(target=self.server.serve, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.mark.parametrize(("version", "refused"), [("2.8.8", True), ("2.6.0", True), ("2.5.0", False),
+                                                   ("2.4.0", False)])
+def test_direct_route_is_refused_where_storm_cannot_run_it(redis, tmp_path, capsys, monkeypatch, version, refused):
+    run_id = load(redis, tmp_path, capsys, "--route", "direct")
+    nimbus = FakeNimbus(version)
+    monkeypatch.setenv("STREAMPARSE_NIMBUS", f"127.0.0.1:{nimbus.port}")
+    try:
+        url, secret = redis
+        code = main(["submit", run_id, "-e", "local", "--redis", url, "--redis-password-file", secret,
+                     "--dry-run", "--json"])
+    finally:
+        nimbus.close()
+    captured = capsys.readouterr()
+    if refused:
+        assert code == 2 and f"cannot run on Storm {version}" in captured.err and "--route fields" in captured.err
+    else:
+        assert code == 0 and json.loads(captured.out)["storm_version"] == version
+        assert "-o" in json.loads(captured.out)["argv"] and "keysplit.route=direct" in captured.out
+
+
+def test_an_unreachable_nimbus_is_one_line(redis, tmp_path, capsys, monkeypatch):
+    run_id = load(redis, tmp_path, capsys)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("STREAMPARSE_NIMBUS", f"127.0.0.1:{port}")
+    url, secret = redis
+    assert main(["submit", run_id, "-e", "local", "--redis", url, "--redis-password-file", secret,
+                 "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot ask Nimbus at 127.0.0.1:{port}" in err and "Traceback" not in err and "--storm-version" in err
+
+
+def test_collect_of_a_crash_looping_run_names_the_restarting_tasks(redis, tmp_path, capsys):
+    """On a cluster the only trace of a crash loop in Redis is the components' own start records."""
+    from keysplit.storm.components import ROUTER, record_start
+
+    run_id = load(redis, tmp_path, capsys)
+    url, secret = redis
+    conn = redis_server.connect(with_password(url, Path(secret).read_text().strip()))
+    for _ in range(14):
+        record_start(conn, RunKeys(run_id), ROUTER, 1)
+    record_start(conn, RunKeys(run_id), "counter", 0)
+    assert main(["run", "wordcount", "--collect", run_id, "--redis", url, "--redis-password-file", secret]) == 2
+    err = capsys.readouterr().err
+    assert "has not finished: 0 of 120 lines acked" in err and "router:1 started 14 times" in err
+    assert "counter:0" not in err, "a task that started once is not restarting"
