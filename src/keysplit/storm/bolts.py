@@ -174,7 +174,7 @@ class CounterBolt(CoalescedWrites, Bolt):
     ``Executor.setupTicks`` publishes ticks to the executor's receive queue), so a counter with a backlog would
     flush, and its lines complete, only once the whole backlog is counted, every counter at about the same moment;
     the spout's lines in flight then complete in waves, and the counters idle while the spout works through each
-    wave's acks (docs/design/batches.md, "Fourth round"). The tick flushes what an idle counter holds.
+    wave's acks (docs/design/batches.md, "The no-delay ceiling"). The tick flushes what an idle counter holds.
 
     With ``auto_ack`` off pystorm acks nothing, ticks included, so every ``process_tick`` here acks its tick
     (the top-k bolt, and the router without batches, keep pystorm's auto-ack, which acks ticks too; acking twice

@@ -32,8 +32,8 @@ class RedisStreamSpout(CoalescedWrites, Spout):
     a tuple, so a spout with one line ready emits a tuple of one line. Storm's cost is per tuple: its emit, its
     acker entry and ack, the router's read and ack of it, and every batch anchored to it (storm/router.py), so with
     one line a tuple the spout, the router and the acker paid per line what the counters pay per batch
-    (docs/design/batches.md, "Fifth round"). The lines of a tuple complete, and are replayed, together; each still
-    keeps its own identity (its line number: exactly-once) and its own place in the feed's windows.
+    (docs/design/batches.md, "The no-delay ceiling"). The lines of a tuple complete, and are replayed, together;
+    each still keeps its own identity (its line number: exactly-once) and its own place in the feed's windows.
 
     With ``keysplit.rate`` R > 0 (open loop) the P spout tasks together emit R words per second, line i due at
     (words before it) / R as the replay's ``sequence / rate`` says (storm/spout_pacing.py).
