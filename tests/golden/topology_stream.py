@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from keysplit.storm.window import WindowPolicy
-from keysplit.topology_model import TopologyParams, line_starts, simulate
+from keysplit.topology_model import TopologyParams, line_starts, run_model
 
 GOLDEN = Path(__file__).with_suffix(".json")
 
@@ -67,7 +67,7 @@ def golden(case: str) -> dict:
     """The streamed kernel's summary of ``case`` and the digest of its lines' emit and completion times."""
     params, lines, skew = CASES[case]
     starts, workers, keys = words_stream(lines, params.workers, skew=skew)
-    kept = simulate(params, starts, workers, keys)
+    kept = run_model(params, starts, workers, keys)
     return {"summary": kept.summary(), "times": digest(kept.emit, kept.done, kept.counter_busy),
             "timeouts": int(kept.timeouts)}
 

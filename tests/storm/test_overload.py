@@ -179,13 +179,13 @@ def test_an_open_loop_rate_the_topology_cannot_serve_settles_and_ends_exact(redi
 # -- the topology model follows the rule ----------------------------------------------------------------------
 
 def test_the_model_of_a_saturated_closed_loop_settles_below_the_timeout():
-    from keysplit.topology_model import TopologyParams, simulate
+    from keysplit.topology_model import TopologyParams, run_model
     from tests.topology_model.test_topology_model import stream
 
     # 2 counters at 3 ms a word serve ~130 lines of 5 words a second: the first 1,000 lines in flight (the window's
     # start, storm/window.py WINDOW_START) wait up to ~8 s, behind each other
     p = TopologyParams(workers=2, aggregators=1, cpu_delay_ms=3.0, max_pending=5000, message_timeout=3.0)
-    r = simulate(p, *stream(16000, 5, 2))
+    r = run_model(p, *stream(16000, 5, 2))
     window, lowest, cuts = r.window
     assert cuts >= 2 and lowest <= window < 1000
     assert r.summary()["window"] == window
@@ -193,24 +193,24 @@ def test_the_model_of_a_saturated_closed_loop_settles_below_the_timeout():
     # (their acks, and so their emits, come at the aggregator's ticks: they complete in exactly 3 s, the timeout)
     assert np.percentile(r.latency_ms[:1000], 50) > 3000 >= np.percentile(r.latency_ms[-2000:], 99)
     # a loop that never times out keeps max pending, as before the rule
-    calm = simulate(TopologyParams(workers=4, aggregators=2, cpu_delay_ms=2.0, max_pending=200), *stream(6000, 5, 4))
+    calm = run_model(TopologyParams(workers=4, aggregators=2, cpu_delay_ms=2.0, max_pending=200), *stream(6000, 5, 4))
     assert calm.window == (200, 200, 0)
 
 
 def test_the_model_of_an_overloaded_open_loop_settles_and_forgives_the_schedule():
     from keysplit.storm.window import WindowPolicy
-    from keysplit.topology_model import TopologyParams, simulate
+    from keysplit.topology_model import TopologyParams, run_model
     from tests.topology_model.test_topology_model import stream
 
     # 3,000 words/s offered to 2 counters that serve ~330 words/s at 3 ms a word
     p = TopologyParams(workers=2, aggregators=1, cpu_delay_ms=3.0, max_pending=5000, message_timeout=3.0,
                        rate=3000.0)
-    r = simulate(p, *stream(8000, 5, 2))
+    r = run_model(p, *stream(8000, 5, 2))
     window, _lowest, cuts = r.window
     assert cuts >= 1 and window < 1000
     assert np.percentile(r.latency_ms[-1000:], 99) <= 3000  # the lines sent under the settled window: none late
     # Storm's fixed max pending: the queue holds max pending lines, each waiting far longer than the timeout
-    storm = simulate(TopologyParams(**{**p.__dict__, "aimd": WindowPolicy(decrease=1.0)}), *stream(8000, 5, 2))
+    storm = run_model(TopologyParams(**{**p.__dict__, "aimd": WindowPolicy(decrease=1.0)}), *stream(8000, 5, 2))
     assert storm.window == (5000, 5000, 0) and np.percentile(storm.latency_ms[-1000:], 50) > 3000
 
 

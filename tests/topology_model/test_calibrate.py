@@ -128,7 +128,7 @@ def test_the_fit_reproduces_model_made_runs_and_predicts_one_it_did_not_see(tmp_
     grouping at a delay it did not see, within 4%; costs that change nothing would have stayed at 0. (Two delays:
     since aggregators commit a flush as it comes, runs at one delay no longer tell the counter cost from the return
     delay, and the fit may stop at another pair that reproduces them equally well.)"""
-    from keysplit.topology_model import route_dataset, simulate
+    from keysplit.topology_model import route_dataset, run_model
     from keysplit.topology_model.params import TopologyParams
     from keysplit.topology_model.profile import fit, observed, params_for, predict, ratios, reproduction
 
@@ -141,7 +141,7 @@ def test_the_fit_reproduces_model_made_runs_and_predicts_one_it_did_not_see(tmp_
 
     def made(grouping: str, delay: float) -> tuple[dict, tuple]:
         arrays = route_dataset(spec, grouping, 4, 2, 2)
-        s = simulate(TopologyParams(workers=4, sources=2, aggregators=2, cpu_delay_ms=delay, max_pending=2000,
+        s = run_model(TopologyParams(workers=4, sources=2, aggregators=2, cpu_delay_ms=delay, max_pending=2000,
                                     batch=100, batch_ms=20, **truth), *arrays).summary()
         return {"run_id": grouping, "grouping": grouping, "dataset": spec, "workers": 4, "sources": 2,
                 "aggregators": 2, "cpu_delay_ms": delay, "max_pending": 2000, "flush_secs": 1.0, "batch": 100,

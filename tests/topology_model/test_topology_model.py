@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from keysplit.storm.window import WINDOW_START, WindowPolicy, latency_target
-from keysplit.topology_model import TopologyParams, line_starts, simulate
+from keysplit.topology_model import TopologyParams, line_starts, run_model
 
 FIXED = WindowPolicy(decrease=1.0)
 
@@ -27,7 +27,7 @@ def test_one_saturated_worker_serves_1000_over_d_words_per_second():
     for lines in (3000, 7000):  # 1.5 s and 3.5 s of service (off the ticks, whose ties float rounding decides)
         # Storm's fixed max pending (decrease 1): all the lines in flight from the start
         p = TopologyParams(workers=1, aggregators=1, cpu_delay_ms=d_ms, max_pending=lines, aimd=FIXED)
-        r = simulate(p, *stream(lines, 1, 1))
+        r = run_model(p, *stream(lines, 1, 1))
         service = lines * d_ms / 1000
         assert r.counter_busy[0] == pytest.approx(service)
         # the stream is all served within [service, service + 2 flush periods] (flush at a tick, ack at the next)
@@ -44,8 +44,8 @@ def test_the_window_grows_past_its_start_until_the_workers_bind():
     lines, workers = 60_000, 8
     starts, chosen, keys = stream(lines, 1, workers)
     common = dict(workers=workers, sources=4, aggregators=2, cpu_delay_ms=1.0, batch=100, batch_ms=20.0)
-    grown = simulate(TopologyParams(**common, max_pending=50_000), starts, chosen, keys)
-    fixed = simulate(TopologyParams(**common, max_pending=WINDOW_START, aimd=FIXED), starts, chosen, keys)
+    grown = run_model(TopologyParams(**common, max_pending=50_000), starts, chosen, keys)
+    fixed = run_model(TopologyParams(**common, max_pending=WINDOW_START, aimd=FIXED), starts, chosen, keys)
     limit = workers * 1000.0
     assert grown.words_per_second >= 0.9 * limit > 2 * fixed.words_per_second
     window, _lowest, cuts = grown.window
@@ -59,7 +59,7 @@ def test_the_window_grows_past_its_start_until_the_workers_bind():
 
 def test_closed_loop_obeys_littles_law():
     p = TopologyParams(workers=4, aggregators=2, cpu_delay_ms=2.0, max_pending=200)
-    r = simulate(p, *stream(6000, 5, 4))
+    r = run_model(p, *stream(6000, 5, 4))
     lines_per_s = len(r.done) / r.duration_s
     # the spout keeps max pending lines in flight, so mean latency ~ pending / throughput (start and drain aside)
     assert r.latency_ms.mean() / 1000 == pytest.approx(p.max_pending / lines_per_s, rel=0.05)
@@ -72,7 +72,7 @@ def test_the_flush_wait_is_between_one_and_two_periods(phase):
     # no CPU delay and no overheads: only the ticks hold a line (counter tick, then the aggregator's next one);
     # ticks at phase + k*T, k >= 1 (the runner's first tick is one period after it started, before the first emit)
     p = TopologyParams(workers=3, aggregators=2, cpu_delay_ms=0.0, max_pending=10**6, rate=200.0, tick_phase_s=phase)
-    r = simulate(p, *stream(2000, 2, 3))
+    r = run_model(p, *stream(2000, 2, 3))
     lat = r.latency_ms / 1000
     assert lat.min() >= p.tick_secs - 1e-9 and lat.max() <= 2 * p.tick_secs + 1e-9
     assert lat.mean() == pytest.approx(1.5 * p.tick_secs, rel=0.02)  # arrivals uniform over the period
@@ -83,7 +83,7 @@ def test_open_loop_latency_at_low_load_is_service_plus_flush_wait():
     p = TopologyParams(workers=2, aggregators=1, cpu_delay_ms=d_ms, max_pending=1000, rate=rate,
                        overhead_us=overhead_us, counter_overhead_us=counter_us, tick_phase_s=phase)
     starts, workers, keys = stream(400, 1, 2)
-    r = simulate(p, starts, workers, keys)
+    r = run_model(p, starts, workers, keys)
     emit = starts[:-1] / rate
     assert np.allclose(r.emit, emit)  # open loop: line i leaves the spout at (words before it) / rate
     served = emit + overhead_us / 1e6 + p.service_s  # no queue at this load: runner, then the counter at once
@@ -103,7 +103,7 @@ def test_a_counters_partial_counts_leave_before_it_acks_its_words():
     p = TopologyParams(workers=1, aggregators=1, cpu_delay_ms=0.0, max_pending=1000, tuple_us=5000.0,
                        commit_us=20000.0)
     lines, words = 30, 10
-    r = simulate(p, line_starts(np.full(lines, words)), np.zeros(lines * words, dtype=np.int64),
+    r = run_model(p, line_starts(np.full(lines, words)), np.zeros(lines * words, dtype=np.int64),
                  np.zeros(lines * words, dtype=np.int64))
     assert r.emit.max() < p.tick_secs  # every line left the spout before the counter's first tick
     assert np.allclose(r.done, 2 * p.tick_secs + p.commit_us / 1e6)  # its tick commits the one count, then acks
@@ -112,7 +112,7 @@ def test_a_counters_partial_counts_leave_before_it_acks_its_words():
 
 def test_open_loop_rate_is_capped_by_max_pending():
     p = TopologyParams(workers=1, aggregators=1, cpu_delay_ms=0.0, max_pending=10, rate=1000.0)
-    r = simulate(p, *stream(100, 1, 1))
+    r = run_model(p, *stream(100, 1, 1))
     # at most 10 lines in flight: line 10 cannot leave before line 0 is acked (a flush period later at least)
     assert r.emit[10] >= r.done.min() - 1e-12
     in_flight = [(r.emit <= t).sum() - (r.done <= t).sum() for t in r.emit]
@@ -124,11 +124,11 @@ def test_a_hot_worker_and_the_overheads_slow_the_run_down():
     spread = np.arange(len(keys)) % 8
     hot = np.where(np.arange(len(keys)) % 4 == 0, 0, spread)  # worker 0 gets a quarter more of the words
     p = TopologyParams(workers=8, cpu_delay_ms=2.0)
-    even, skewed = simulate(p, starts, spread, keys), simulate(p, starts, hot, keys)
+    even, skewed = run_model(p, starts, spread, keys), run_model(p, starts, hot, keys)
     assert skewed.words_per_second < even.words_per_second
     assert skewed.percentile(50) > even.percentile(50)
     slower = TopologyParams(workers=8, cpu_delay_ms=2.0, counter_overhead_us=500.0)
-    assert simulate(slower, starts, spread, keys).words_per_second < even.words_per_second
+    assert run_model(slower, starts, spread, keys).words_per_second < even.words_per_second
 
 
 def test_bad_parameters_and_inputs_are_refused():
@@ -137,7 +137,7 @@ def test_bad_parameters_and_inputs_are_refused():
     with pytest.raises(ValueError, match="rate"):
         TopologyParams(workers=1, rate=0.0)
     with pytest.raises(ValueError, match="outside"):
-        simulate(TopologyParams(workers=2), line_starts(np.array([2])), np.array([0, 2]), np.array([0, 1]))
+        run_model(TopologyParams(workers=2), line_starts(np.array([2])), np.array([0, 2]), np.array([0, 1]))
     assert TopologyParams(workers=1, flush_secs=0.4).tick_secs == 1.0  # Storm's ticks are whole seconds
     assert math.isclose(TopologyParams(workers=1, flush_secs=2.4).tick_secs, 2.0)
 
@@ -173,7 +173,7 @@ def one_line(words: int) -> tuple:
 def test_a_batch_leaves_when_full_or_batch_ms_after_its_first_word(batch, batch_ms, words, done):
     # no delay, no overheads: the line is emitted at 0; ticks at 0.35, 1.35, 2.35 (phase -0.65, T = 1 s)
     p = TopologyParams(workers=1, aggregators=1, cpu_delay_ms=0.0, tick_phase_s=-0.65, batch=batch, batch_ms=batch_ms)
-    r = simulate(p, *one_line(words))
+    r = run_model(p, *one_line(words))
     assert r.emit[0] == 0.0 and r.done[0] == pytest.approx(done)
 
 
@@ -183,11 +183,11 @@ def test_each_router_keeps_its_own_batches():
     p = TopologyParams(workers=1, aggregators=1, cpu_delay_ms=0.0, tick_phase_s=-0.65, batch=2, batch_ms=400.0,
                        max_pending=10, sources=2)
     starts, workers, keys = line_starts(np.array([1, 1])), np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)
-    together = simulate(p, starts, workers, keys, sources=np.array([1, 1]))
-    apart = simulate(p, starts, workers, keys, sources=np.array([0, 1]))
+    together = run_model(p, starts, workers, keys, sources=np.array([1, 1]))
+    apart = run_model(p, starts, workers, keys, sources=np.array([0, 1]))
     assert np.allclose(together.done, 0.35) and np.allclose(apart.done, 1.35)
     with pytest.raises(ValueError, match="router"):
-        simulate(p, starts, workers, keys, sources=np.array([0, 2]))
+        run_model(p, starts, workers, keys, sources=np.array([0, 2]))
 
 
 def test_the_per_tuple_costs_are_paid_once_per_batch():
@@ -199,8 +199,8 @@ def test_the_per_tuple_costs_are_paid_once_per_batch():
                   counter_overhead_us=150.0)
     starts = line_starts(np.full(lines, words))
     zeros = np.zeros(lines * words, dtype=np.int64)
-    single = simulate(TopologyParams(**common, batch=1), starts, zeros, zeros)
-    batched = simulate(TopologyParams(**common, batch=words), starts, zeros, zeros)
+    single = run_model(TopologyParams(**common, batch=1), starts, zeros, zeros)
+    batched = run_model(TopologyParams(**common, batch=words), starts, zeros, zeros)
     assert np.diff(single.emit) == pytest.approx(words * (20.0 + 300.0) / 1e6)
     assert np.diff(batched.emit) == pytest.approx((words * 20.0 + 300.0) / 1e6)
     assert single.counter_busy[0] == pytest.approx(lines * words * (d_ms / 1e3 + 150.0 / 1e6))
@@ -214,8 +214,8 @@ def test_a_counter_acks_a_batch_once_and_sends_one_flush_per_aggregator():
     starts, workers = line_starts(np.ones(40, dtype=np.int64)), np.zeros(40, dtype=np.int64)
     aggs = keys % 2
     base = dict(workers=1, aggregators=2, cpu_delay_ms=0.0, max_pending=100, tuple_us=1000.0, batch_ms=1000.0)
-    single = simulate(TopologyParams(**base, batch=1), starts, workers, keys, aggs)
-    batched = simulate(TopologyParams(**base, batch=40), starts, workers, keys, aggs)
+    single = run_model(TopologyParams(**base, batch=1), starts, workers, keys, aggs)
+    batched = run_model(TopologyParams(**base, batch=40), starts, workers, keys, aggs)
     assert single.counter_busy[0] == pytest.approx((40 + 40) * 1e-3)
     assert batched.counter_busy[0] == pytest.approx((1 + 2) * 1e-3)
 
@@ -228,7 +228,7 @@ def test_batches_wait_across_the_chunks_the_stream_is_fed_in(chunk):
     p = TopologyParams(workers=4, sources=3, aggregators=2, cpu_delay_ms=0.3, max_pending=200, overhead_us=40.0,
                        word_us=5.0, counter_overhead_us=30.0, tuple_us=10.0, batch=16, batch_ms=15.0,
                        tick_phase_s=-0.4)
-    whole = simulate(p, starts, workers, keys)
-    cut = simulate(p, starts, workers, keys, chunk_lines=chunk)
+    whole = run_model(p, starts, workers, keys)
+    cut = run_model(p, starts, workers, keys, chunk_lines=chunk)
     assert np.array_equal(cut.emit, whole.emit) and np.array_equal(cut.done, whole.done)
     assert whole.summary() == cut.summary()

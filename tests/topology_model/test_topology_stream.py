@@ -21,7 +21,7 @@ import pytest
 from golden.topology_stream import CASES, digest, words_stream
 from golden.topology_stream import GOLDEN as GOLDEN_FILE
 
-from keysplit.topology_model import route_dataset, simulate
+from keysplit.topology_model import route_dataset, run_model
 from spark_replay.ingest import SubStream
 from spark_replay.model_task import ModelKeyIds as KeyTable
 from spark_replay.model_task import estimate_task, model_slices
@@ -45,7 +45,7 @@ def test_streamed_model_gives_its_golden_summaries_in_chunks_of_any_size(case, c
     params, lines, skew = CASES[case]
     starts, workers, keys = words_stream(lines, params.workers, skew=skew)
     expected = GOLDEN[case]
-    kept = simulate(params, starts, workers, keys, chunk_lines=chunk)
+    kept = run_model(params, starts, workers, keys, chunk_lines=chunk)
     assert digest(kept.emit, kept.done, kept.counter_busy) == expected["times"]  # every line, to the bit
     assert kept.timeouts == expected["timeouts"]
     assert kept.summary() == expected["summary"]
@@ -54,7 +54,7 @@ def test_streamed_model_gives_its_golden_summaries_in_chunks_of_any_size(case, c
     # the Spark task keeps no line's times: the same numbers but the percentiles, one histogram bin above at most
     # (and the mean, summed in another order); the key ids are any numbering that keeps equal keys equal
     relabel = np.random.default_rng(9).permutation(int(keys.max()) + 1)
-    streamed = simulate(params, starts, workers, relabel[keys], keys % params.aggregators, chunk_lines=chunk,
+    streamed = run_model(params, starts, workers, relabel[keys], keys % params.aggregators, chunk_lines=chunk,
                         keep_lines=False).summary()
     assert_like(streamed, expected["summary"])
 
@@ -73,7 +73,7 @@ def test_the_spark_task_merges_sources_in_sequence_order_whatever_order_pieces_c
     # about 1000 messages, one piece per (chunk, source); the empty records are dealt too, as the spout deals them
     n_lines = len(starts) - 1
     record_source = (np.arange(n_lines) + 1) % sources  # not the non-empty lines' round-robin: the task must carry it
-    expected = simulate(params, starts, workers, keys, aggs[keys], record_source).summary()
+    expected = run_model(params, starts, workers, keys, aggs[keys], record_source).summary()
     bounds = [0]
     while bounds[-1] < n_lines:
         bounds.append(int(np.searchsorted(starts, starts[bounds[-1]] + 1000)))
@@ -113,4 +113,4 @@ def test_replay_estimate_equals_the_model_over_the_simulators_routing(spark, tmp
         spec = next(g for g in groupings if run["grouping"].startswith(g.split(":")[0]) and
                     ("global" in run["grouping"]) == ("global" in g))
         arrays = route_dataset(f"text:{path}", spec, 4, 3, opts.aggregators)
-        assert_like(run, simulate(model_params(opts), *arrays).summary())
+        assert_like(run, run_model(model_params(opts), *arrays).summary())

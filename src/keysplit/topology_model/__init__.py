@@ -3,7 +3,7 @@ and ``--arrivals open`` estimates), in layers that import downwards only:
 
 - :mod:`~keysplit.topology_model.params`: the knobs, the calibrated overheads and a run's result;
 - :mod:`~keysplit.topology_model.kernel`: the numba event loop (what the model follows, and what it does not);
-- :mod:`~keysplit.topology_model.driver`: the stream fed to it (:func:`simulate`, :class:`StreamedModel`);
+- :mod:`~keysplit.topology_model.driver`: the stream fed to it (:func:`run_model`, :class:`StreamedModel`);
 - :mod:`~keysplit.topology_model.storm_terms`: the costs between components that a run's configuration gives (Storm's
   executor batching, ackers, worker JVMs);
 - :mod:`~keysplit.topology_model.profile`: the few costs it does not give, fitted to stored runs (`keysplit calibrate`);
@@ -31,7 +31,7 @@ from keysplit.topology_model.params import (
 )
 
 _LAZY = {
-    "driver": ("StreamedModel", "aggregator_of", "line_starts", "route_dataset", "simulate", "stream_arrays"),
+    "driver": ("StreamedModel", "aggregator_of", "line_starts", "route_dataset", "run_model", "stream_arrays"),
     "calibration": ("load_calibration", "overheads", "profile_path", "save_profile"),
     "profile": ("arrays_of_run", "check_fittable", "fit", "params_for", "predict", "reproduction"),
 }

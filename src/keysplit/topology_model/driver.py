@@ -225,11 +225,11 @@ def line_starts(words_per_line: np.ndarray) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
 
 
-#: Lines :func:`simulate` feeds the model at a time.
+#: Lines :func:`run_model` feeds the model at a time.
 SIMULATE_CHUNK = 1 << 16
 
 
-def simulate(params: TopologyParams, line_start: np.ndarray, workers: np.ndarray, key_ids: np.ndarray,
+def run_model(params: TopologyParams, line_start: np.ndarray, workers: np.ndarray, key_ids: np.ndarray,
              aggregators: np.ndarray | None = None, sources: np.ndarray | None = None, *,
              chunk_lines: int = SIMULATE_CHUNK, keep_lines: bool = True) -> ModelResult:
     """Run the model over a routed stream: ``workers[j]``/``key_ids[j]`` of word j in feed order, lines cut at
@@ -275,7 +275,7 @@ def aggregator_of(keys: list[str], aggregators: int) -> np.ndarray:
 
 def stream_arrays(lengths: np.ndarray, workers: np.ndarray, keys: list[str], aggregators: int,
                   sources: np.ndarray | None = None) -> tuple:
-    """``(line_start, workers, key ids, aggregator ids, line sources)`` for :func:`simulate` from words in feed
+    """``(line_start, workers, key ids, aggregator ids, line sources)`` for :func:`run_model` from words in feed
     order (``sources`` None: round-robin)."""
     vocab, key_ids = np.unique(np.asarray(keys, dtype=object), return_inverse=True)
     aggs = aggregator_of(vocab.tolist(), aggregators)[key_ids]

@@ -120,7 +120,7 @@ class TopologyParams:
 @dataclass
 class ModelResult:
     """What one simulated run gives (seconds; latencies per line in ms). ``emit``/``done`` (each line's emit and
-    completion time) are kept only when asked for (:func:`simulate` keeps them; the Spark task does not)."""
+    completion time) are kept only when asked for (:func:`run_model` keeps them; the Spark task does not)."""
 
     words: int
     lines: int
@@ -137,7 +137,7 @@ class ModelResult:
     @property
     def latency_ms(self) -> np.ndarray:
         if self.emit is None or self.done is None:
-            raise ValueError("this run did not keep each line's times (simulate keeps them)")
+            raise ValueError("this run did not keep each line's times (run_model keeps them)")
         return (self.done - self.emit) * 1000.0
 
     @property

@@ -31,7 +31,7 @@ from dataclasses import replace
 import numpy as np
 
 from keysplit.errors import KeysplitError
-from keysplit.topology_model.driver import simulate
+from keysplit.topology_model.driver import run_model
 from keysplit.topology_model.params import TopologyParams, params_of_run
 from keysplit.topology_model.storm_terms import ClusterTerms
 
@@ -105,7 +105,7 @@ def params_for(run: dict, profile: dict) -> TopologyParams:
 
 def predict(params: TopologyParams, arrays: tuple) -> dict:
     """The model's words/s, p50 and p99 for a routed stream (:func:`~keysplit.topology_model.route_dataset`)."""
-    s = simulate(params, *arrays).summary()
+    s = run_model(params, *arrays).summary()
     return {"words_per_second": s["throughput_estimate"], "p50_ms": s["latency_p50_ms"], "p99_ms": s["latency_p99_ms"]}
 
 
