@@ -28,7 +28,7 @@ from keysplit.errors import DatasetError
 from keysplit.fingerprint import Fingerprint, chunk_lanes, key_hashes
 from keysplit.stream import event_times, key_sources, sources_of
 from spark_replay.chunks import Chunk, compact
-from spark_replay.key_counts import fingerprints
+from spark_replay.key_counts import key_hashes64
 from spark_replay.sparkinput import read_failure, spark_chunks
 
 
@@ -65,7 +65,7 @@ def deal_chunk(chunk: Chunk, rec0: int, seq0: int, sources: int, split: str, mer
     its first key with ``SPLIT_SEED`` mod S (key). Every source gets a piece of every chunk, empty or not, so
     that a routing task knows which chunk comes next. ``merged``: one piece (source 0) with every message
     tagged with its source, for the groupings routed in one partition. ``hashed``: the pieces carry their
-    keys' 64-bit fingerprints (:func:`key_fingerprint`).
+    keys' 64-bit hashes (:func:`~spark_replay.key_counts.key_hash64`).
     """
     n_rec = len(chunk.rec_len)
     n_msg = len(chunk.key_ids)
@@ -83,10 +83,10 @@ def deal_chunk(chunk: Chunk, rec0: int, seq0: int, sources: int, split: str, mer
     if merged:
         sub = SubStream(0, seq, chunk.key_ids, chunk.vocab, ts, has_ts, sources=msg_source, rec_len=chunk.rec_len[
             chunk.rec_len > 0])
-        sub.key_hash = fingerprints(chunk.vocab) if hashed else None
+        sub.key_hash = key_hashes64(chunk.vocab) if hashed else None
         yield 0, (chunk.part, sub)
         return
-    hashes = fingerprints(chunk.vocab) if hashed else None  # once per chunk, not once per piece
+    hashes = key_hashes64(chunk.vocab) if hashed else None  # once per chunk, not once per piece
     for s in range(sources):
         mask = msg_source == s
         used, local = compact(chunk.key_ids[mask], len(chunk.vocab))
@@ -120,7 +120,7 @@ class Ingested:
 
     The pieces are dealt by the first job that routes them; the chunks stay cached for :func:`facts` (the
     fingerprint, whether event times rise), :func:`spark_replay.key_counts.count_keys` (the exact counts, whether
-    the keys' 64-bit fingerprints are collision-free), which the replay runs beside the routing, and the topology
+    the keys' 64-bit hashes are collision-free), which the replay runs beside the routing, and the topology
     model (:func:`spark_replay.model_task.estimate_from_chunks`)."""
 
     streams: Any  # RDD[(source, (chunk id, SubStream))], partition s = source s
@@ -135,7 +135,7 @@ class Ingested:
     counts: Any = None  # RDD[(key, count)], set by key_counts.count_keys
     sha256: str = ""  # set by facts
     rising_times: bool = True  # event times never decrease along the stream (set by facts)
-    hashed: bool | None = None  # the keys' fingerprints are collision-free (None: not checked yet)
+    hashed: bool | None = None  # the keys' 64-bit hashes are collision-free (None: not checked yet)
     cached_counts: Any = None  # the cached RDD behind ``counts``
 
     def unpersist(self) -> None:
@@ -148,7 +148,7 @@ def ingest(spark: Any, dataset: FileDataset, sources: int, split: str, partition
            rate: float = 10_000.0, merged: bool = False) -> Ingested:
     """Read, number and deal the dataset into pieces per (source, chunk), cached (see the module docstring);
     ``merged`` also keeps every chunk whole, for the groupings routed in one partition. Every piece carries its
-    keys' 64-bit fingerprints; the routing trusts them only where the counts found no collision
+    keys' 64-bit hashes; the routing trusts them only where the counts found no collision
     (:func:`spark_replay.key_counts.count_keys`)."""
     from pyspark import StorageLevel
 

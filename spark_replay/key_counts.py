@@ -1,10 +1,10 @@
-"""The exact count of every key, and the check that the keys' 64-bit fingerprints are collision-free, in one
+"""The exact count of every key, and the check that the keys' 64-bit hashes are collision-free, in one
 shuffle of numpy arrays.
 
-Every input partition sums its chunks' counts per fingerprint (:func:`key_fingerprint`)
-and sends them in ``buckets`` pieces (by fingerprint), each as three arrays: the sorted fingerprints, their
+Every input partition sums its chunks' counts per hash (:func:`key_hash64`)
+and sends them in ``buckets`` pieces (by hash), each as three arrays: the sorted hashes, their
 counts and their keys. A reduce task merges its bucket's pieces the same way; where two entries share a
-fingerprint their keys must be equal, or the fingerprints are not collision-free (a clash), which the driver
+hash their keys must be equal, or the hashes are not collision-free (a clash), which the driver
 learns with the counts' summary. So the counts cost a few array operations per chunk rather than a pickled
 ``(key, count)`` pair per distinct key of every chunk, and the collision check needs no job of its own.
 """
@@ -24,41 +24,41 @@ from spark_replay.chunks import Chunk
 if TYPE_CHECKING:
     from spark_replay.ingest import Ingested
 
-#: Seed of the 64-bit key fingerprints the replay uses to merge per-key state across partitions.
+#: Seed of the 64-bit key hashes the replay uses to merge per-key state across partitions.
 KEY_HASH_SEED = BASE_SEED + 700
 
-def key_fingerprint(key: str) -> int:
-    """A key's 64-bit murmur3 fingerprint (only trusted after the counts checked there is no collision)."""
+def key_hash64(key: str) -> int:
+    """A key's 64-bit murmur3 hash (only trusted after the counts checked there is no collision)."""
     return mmh3.hash64(key, KEY_HASH_SEED, signed=False)[0]
 
 
-def fingerprints(vocab: list[str]) -> np.ndarray:
-    """:func:`key_fingerprint` of every key, as uint64."""
-    return np.fromiter((key_fingerprint(k) for k in vocab), dtype=np.uint64, count=len(vocab))
+def key_hashes64(vocab: list[str]) -> np.ndarray:
+    """:func:`key_hash64` of every key, as uint64."""
+    return np.fromiter((key_hash64(k) for k in vocab), dtype=np.uint64, count=len(vocab))
 
 
-#: One merged piece of counts: sorted fingerprints (uint64), counts (int64), keys (object), and the clash flag.
+#: One merged piece of counts: sorted hashes (uint64), counts (int64), keys (object), and the clash flag.
 Counts = tuple[np.ndarray, np.ndarray, np.ndarray, bool]
 
 
 def merge_counts(hashes: np.ndarray, counts: np.ndarray, names: np.ndarray) -> Counts:
-    """Sum the counts of equal fingerprints: ``(fingerprints ascending, counts, keys, clash)``, ``clash`` True
-    when two different keys share a fingerprint (the first key of each fingerprint is kept)."""
+    """Sum the counts of equal hashes: ``(hashes ascending, counts, keys, clash)``, ``clash`` True
+    when two different keys share a hash (the first key of each hash is kept)."""
     if not len(hashes):
         return hashes.astype(np.uint64), counts.astype(np.int64), names, False
     order = np.argsort(hashes, kind="stable")
     h, c, n = hashes[order], counts[order].astype(np.int64), names[order]
     starts = np.flatnonzero(np.concatenate(([True], h[1:] != h[:-1])))
-    first = np.repeat(starts, np.diff(np.append(starts, len(h))))  # each entry's first entry of its fingerprint
+    first = np.repeat(starts, np.diff(np.append(starts, len(h))))  # each entry's first entry of its hash
     clash = bool(np.any(n != n[first]))
     return h[starts], np.add.reduceat(c, starts), n[starts], clash
 
 
 def partition_counts(chunks: Iterable[Chunk], buckets: int) -> Iterator[tuple[int, Counts]]:
-    """One input partition's counts, per bucket ``fingerprint % buckets``."""
+    """One input partition's counts, per bucket ``hash % buckets``."""
     hs, cs, ns = [], [], []
     for chunk in chunks:
-        hs.append(fingerprints(chunk.vocab))
+        hs.append(key_hashes64(chunk.vocab))
         cs.append(np.bincount(chunk.key_ids, minlength=len(chunk.vocab)))
         ns.append(np.asarray(chunk.vocab, dtype=object))
     if not hs:
@@ -105,7 +105,7 @@ def top(counts: Counts, k: int) -> list[tuple[str, int]]:
 
 def summary(counts: Any, k: int) -> dict:
     """The driver's view of the counts, in one job: keys, the top-k, the most frequent key's count, and whether
-    the fingerprints are collision-free (``hashed``)."""
+    the hashes are collision-free (``hashed``)."""
     parts = counts.map(lambda t: (len(t[0]), top(t, max(k, 1)), t[3])).collect()
     best = heapq.nsmallest(max(k, 1), (kv for _, kvs, _ in parts for kv in kvs), key=_rank)
     return {"keys": sum(n for n, _, _ in parts), "top_k": [[w, c] for w, c in best[:k]], "top_count": best[0][1],
@@ -119,7 +119,7 @@ def pairs(counts: Any) -> Any:
 
 def count_keys(ing: Ingested, buckets: int, k: int) -> dict:
     """The exact counts (``ing.counts``) and their :func:`summary`; sets ``ing.hashed``. The counts go by
-    fingerprint (:func:`key_counts`); if two keys share one, they are counted again by name."""
+    hash (:func:`key_counts`); if two keys share one, they are counted again by name."""
     from pyspark import StorageLevel
 
     if ing.cached_counts is not None:

@@ -13,7 +13,7 @@ from keysplit.datasets import open_dataset
 from spark_replay import key_counts
 from spark_replay.chunks import Chunk
 from spark_replay.job import ReplayOptions, run_replay
-from spark_replay.key_counts import fingerprints
+from spark_replay.key_counts import key_hashes64
 from tests.replay.test_replay import assert_same_as_simulate, write_text
 
 TIMINGS = ("seconds", "messages_per_second", "ingest_seconds", "total_seconds", "counts", "timeseries")
@@ -40,7 +40,7 @@ def test_counts_by_fingerprint_equal_a_counter_and_the_top_k_its_order():
             h, c, n, clash = key_counts.reduce_counts(p for p in pieces if p[0] == b)[0]
             assert not clash
             assert np.all(np.diff(h.astype(np.float64)) >= 0) and len(set(h.tolist())) == len(h)
-            assert (h == fingerprints(n.tolist())).all() and (h % np.uint64(buckets) == b).all()
+            assert (h == key_hashes64(n.tolist())).all() and (h % np.uint64(buckets) == b).all()
             got.update(zip(n.tolist(), c.tolist()))
             want_top = sorted(((k, v) for k, v in want.items() if k in set(n.tolist())), key=lambda kv: (-kv[1], kv[0]))
             assert key_counts.top((h, c, n, clash), 5) == want_top[:5]

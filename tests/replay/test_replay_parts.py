@@ -12,7 +12,7 @@ import pytest
 from keysplit.fingerprint import Fingerprint, chunk_lanes, dataset_sha256, key_hashes
 from keysplit.latency import LatencyHistogram
 from spark_replay.aggregates import distinct_counts, hashed_masks, key_masks, union_masks
-from spark_replay.key_counts import key_fingerprint
+from spark_replay.key_counts import key_hash64
 from spark_replay.ordered import in_order
 from spark_replay.queueing import lindley
 
@@ -67,7 +67,7 @@ def test_fingerprint_masks_and_string_masks_count_the_same_distinct_keys():
     for vocab, ids, ws in parts:
         for key, mask in key_masks(ids, ws, vocab, workers):
             merged[key] = merged.get(key, 0) | mask
-        fps = np.array([key_fingerprint(k) for k in vocab], dtype=np.uint64)
+        fps = np.array([key_hash64(k) for k in vocab], dtype=np.uint64)
         for b, piece in hashed_masks(ids, ws, fps, workers, 3):
             buckets.setdefault(b, []).append(piece)
     per_worker, keys = distinct_counts(merged.values(), workers)
