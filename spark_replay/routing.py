@@ -107,7 +107,7 @@ def has_fast_path(spec: str, workers: int, sources: int) -> bool:
     return fast.fast_spec(spec, workers, sources) is not None
 
 
-def prepare(p: RoutingParams) -> list[BaseGrouping]:
+def build_groupings(p: RoutingParams) -> list[BaseGrouping]:
     """``keysplit.groupings.hosting.prepare_groupings`` without the dataset: the frequencies come from the replay's
     counts."""
     return prepare_groupings(p.spec, p.workers, p.sources, capacities=p.capacities, frequencies=p.frequencies or {})
@@ -146,7 +146,7 @@ class SourceRouter:
     """Source ``s``'s own grouping (its reference ``choose``), fed its pieces in sequence order."""
 
     def __init__(self, source: int, p: RoutingParams) -> None:
-        self.g = prepare(p)[source]
+        self.g = build_groupings(p)[source]
         self.rate = p.rate
         self.changes = WorkerChanges([self.g], p.resizes, p.workers)
 
@@ -165,7 +165,7 @@ class MergedRouter:
 
     def __init__(self, p: RoutingParams) -> None:
         self.loads = [0] * p.every_worker
-        self.groupings = prepare(p)
+        self.groupings = build_groupings(p)
         self.changes = WorkerChanges(self.groupings, p.resizes, p.workers)
         self.rate = p.rate
         for g in self.groupings:

@@ -25,7 +25,7 @@ from keysplit.groupings import REGISTRY
 from keysplit.local.submission import write_jar
 from keysplit.runs import redis_server
 from keysplit.runs.collect import read_counts
-from keysplit.runs.prepare import RunOptions, prepare
+from keysplit.runs.prepare import RunOptions, prepare_run
 from keysplit.runs.wordcount import run_wordcount
 from keysplit.storm.keys import RunKeys
 
@@ -109,7 +109,7 @@ def test_the_whole_topology_runs_from_the_jar_tree_alone(tmp_path, monkeypatch):
     url = redis_server.start_server(home).url
     try:
         conn = redis_server.connect(url)
-        prepared = prepare(RunOptions("gedik", f"text:{text}", sources=2, workers=3, aggregators=1))
+        prepared = prepare_run(RunOptions("gedik", f"text:{text}", sources=2, workers=3, aggregators=1))
         summary = run_wordcount(prepared, conn, url, python=bare_python(tmp_path))
         assert read_counts(conn, RunKeys(summary["run_id"])) == dict(Counter(words))
     finally:

@@ -124,7 +124,7 @@ def test_routing_params_cross_into_spark_as_a_typed_value():
     import pickle
 
     from keysplit.stream import Resize
-    from spark_replay.routing import PARTITIONED, RoutingParams, prepare
+    from spark_replay.routing import PARTITIONED, RoutingParams, build_groupings
 
     params = RoutingParams(spec="fish", workers=4, sources=2, rate=100.0, mode=PARTITIONED, split="key",
                            capacities=(1.0, 2.0, 1.0, 2.0), resizes=(Resize(10, 6),))
@@ -132,4 +132,4 @@ def test_routing_params_cross_into_spark_as_a_typed_value():
     assert back == dataclasses.replace(params, frequencies={"a": 3}) and back.every_worker == 6
     with pytest.raises(dataclasses.FrozenInstanceError):
         back.workers = 5  # type: ignore[misc]
-    assert [g.describe() for g in prepare(back)] == [g.describe() for g in prepare(params)]
+    assert [g.describe() for g in build_groupings(back)] == [g.describe() for g in build_groupings(params)]

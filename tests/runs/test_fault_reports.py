@@ -16,7 +16,7 @@ import pytest
 from cli_process import keysplit
 
 from keysplit.runs import redis_server
-from keysplit.runs.prepare import RunOptions, prepare
+from keysplit.runs.prepare import RunOptions, prepare_run
 from keysplit.runs.records import set_state
 from keysplit.runs.wordcount import run_wordcount
 from keysplit.storm.keys import RUNS, RunKeys
@@ -53,7 +53,7 @@ def test_the_loads_after_a_killed_counter_add_up_to_the_words(server, tmp_path):
     # once in the loads, and the words it counted twice show as redone work
     path = tmp_path / "lines.txt"
     write_text(path, 600, seed=11)
-    prepared = prepare(RunOptions("pkg", f"text:{path}", sources=2, workers=2, aggregators=1, max_pending=200,
+    prepared = prepare_run(RunOptions("pkg", f"text:{path}", sources=2, workers=2, aggregators=1, max_pending=200,
                                   message_timeout=3, worker_processes=3, timeout=240,
                                   kills=("counter@0.3", "counter:1@0.6")))
     summary = run_wordcount(prepared, redis_server.connect(server.url), server.url)

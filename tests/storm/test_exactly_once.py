@@ -17,7 +17,7 @@ from keysplit.errors import KeysplitError
 from keysplit.runs import redis_server
 from keysplit.runs.collect import read_counts
 from keysplit.runs.faults import parse_kill
-from keysplit.runs.prepare import RunOptions, prepare
+from keysplit.runs.prepare import RunOptions, prepare_run
 from keysplit.runs.wordcount import run_wordcount
 from keysplit.storm import exactly_once
 from keysplit.storm.exactly_once import Dedup
@@ -182,9 +182,9 @@ def test_kill_specs_name_a_component_an_index_and_a_fraction():
         with pytest.raises(KeysplitError, match="--kill"):
             parse_kill(bad)
     with pytest.raises(KeysplitError, match="counter has 3 task"):
-        prepare(RunOptions("pkg", "zipf:messages=10", workers=3, kills=("counter:3@0.5",)))
+        prepare_run(RunOptions("pkg", "zipf:messages=10", workers=3, kills=("counter:3@0.5",)))
     with pytest.raises(KeysplitError, match="1 worker process"):
-        prepare(RunOptions("pkg", "zipf:messages=10", kills=("worker:1@0.5",)))
+        prepare_run(RunOptions("pkg", "zipf:messages=10", kills=("worker:1@0.5",)))
 
 
 # -- the topology, killed -------------------------------------------------------------------------------------
@@ -201,7 +201,7 @@ def _run(redis_url, path, kills, **options):
     # tasks that share the victim's worker, as on Storm
     settings = {"sources": 2, "workers": 2, "aggregators": 1, "max_pending": 200, "message_timeout": 3,
                 "worker_processes": 3, "timeout": 240, **options}
-    prepared = prepare(RunOptions("pkg", f"text:{path}", kills=tuple(kills), **settings))
+    prepared = prepare_run(RunOptions("pkg", f"text:{path}", kills=tuple(kills), **settings))
     conn = redis_server.connect(redis_url)
     summary = run_wordcount(prepared, conn, redis_url)
     return conn, summary

@@ -18,7 +18,7 @@ from redis_proxy import RedisProxy
 from keysplit.datasets import encode_record
 from keysplit.runs import redis_server
 from keysplit.runs.collect import read_counts
-from keysplit.runs.prepare import RunOptions, prepare
+from keysplit.runs.prepare import RunOptions, prepare_run
 from keysplit.runs.wordcount import run_wordcount
 from keysplit.storm import exactly_once
 from keysplit.storm.exactly_once import Dedup
@@ -172,7 +172,7 @@ def test_a_broken_command_leaves_the_run_exact_and_finished(home, server, text, 
                   restart=restart if action == "restart" else None)
         # a small max pending: its exactly-once window (4 x 50 = 200 lines) is far below the 1,500 lines, so lines
         # that hold the floor hold the whole run
-        prepared = prepare(RunOptions("pkg", f"text:{text}", sources=2, workers=2, aggregators=1, max_pending=50,
+        prepared = prepare_run(RunOptions("pkg", f"text:{text}", sources=2, workers=2, aggregators=1, max_pending=50,
                                       message_timeout=30, timeout=240))
         conn = redis_server.connect(server.url)
         summary = run_wordcount(prepared, conn, proxy.url)

@@ -23,7 +23,7 @@ from keysplit.cli import main
 from keysplit.datasets import open_dataset
 from keysplit.runs import redis_server
 from keysplit.runs.collect import read_counts
-from keysplit.runs.prepare import RunOptions, prepare
+from keysplit.runs.prepare import RunOptions, prepare_run
 from keysplit.runs.wordcount import run_wordcount
 from keysplit.simulator import simulate
 from keysplit.storm.keys import RUNS, RunKeys
@@ -96,7 +96,7 @@ GROUPINGS = [
 @pytest.mark.parametrize(("grouping", "sources", "workers", "aggregators"), GROUPINGS)
 def test_final_totals_equal_the_exact_counts(home, redis_url, text, grouping, sources, workers, aggregators):
     path, _ = text
-    prepared = prepare(RunOptions(grouping, f"text:{path}", sources=sources, workers=workers,
+    prepared = prepare_run(RunOptions(grouping, f"text:{path}", sources=sources, workers=workers,
                                   aggregators=aggregators, worker_processes=2))  # tuples cross worker processes
     conn = redis_server.connect(redis_url)
     summary = run_wordcount(prepared, conn, redis_url)
@@ -143,7 +143,7 @@ def test_at_least_once_a_killed_counter_loses_no_word_and_replays_are_reported(h
     """The old path, behind --delivery at-least-once: every word at least once (exactly once: test_exactly_once)."""
     path = tmp_path / "long.txt"
     write_text(path, 400, seed=11)
-    prepared = prepare(RunOptions("pkg", f"text:{path}", sources=2, workers=3, aggregators=2, cpu_delay_ms=1.0,
+    prepared = prepare_run(RunOptions("pkg", f"text:{path}", sources=2, workers=3, aggregators=2, cpu_delay_ms=1.0,
                                   max_pending=60, message_timeout=3, kills=("counter@0.3",), timeout=180,
                                   delivery="at-least-once", batch=1))
     conn = redis_server.connect(redis_url)
@@ -381,7 +381,7 @@ def test_a_counter_busy_with_batches_stays_alive_past_the_subprocess_timeout(hom
     path.write_text("".join(" ".join(f"w{(7 * i + j) % 40}" for j in range(10)) + "\n" for i in range(300)))
     secret = tmp_path / "redis.pass"
     secret.write_text(split_password(redis_url)[1] + "\n")
-    prepared = prepare(RunOptions("kg", f"text:{path}", sources=1, workers=1, aggregators=1, cpu_delay_ms=2.0,
+    prepared = prepare_run(RunOptions("kg", f"text:{path}", sources=1, workers=1, aggregators=1, cpu_delay_ms=2.0,
                                   max_pending=300, batch=100))
     conn = redis_server.connect(redis_url)
     settings, keys, _ = start_run(conn, prepared, redis_url)

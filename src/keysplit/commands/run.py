@@ -34,7 +34,7 @@ from keysplit.errors import KeysplitError
 from keysplit.outputs import refuse_inputs, refuse_state
 from keysplit.redis_client import redact
 from keysplit.runs.collect import collect_run, read_counts, stored_run, write_counts
-from keysplit.runs.prepare import RunOptions, prepare
+from keysplit.runs.prepare import RunOptions, prepare_run
 from keysplit.runs.records import check_run_id
 from keysplit.runs.redis_server import session
 from keysplit.runs.wordcount import resume_run, run_wordcount, start_run
@@ -194,7 +194,7 @@ def _run(args: argparse.Namespace) -> int:
         worker_processes=args.worker_processes, rate=args.rate, split=args.split, batch=args.batch,
         batch_ms=args.batch_ms, aimd=(args.aimd_increase, args.aimd_decrease, args.aimd_min),
     )
-    prepared = prepare(opts)  # every check that needs no server, before anything starts
+    prepared = prepare_run(opts)  # every check that needs no server, before anything starts
     if args.counts_out:
         _check_counts_out(args.counts_out, prepared.dataset)
     with session(redis_url(args)) as (conn, url):

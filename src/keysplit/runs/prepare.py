@@ -91,7 +91,7 @@ def new_run_id(grouping: str) -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{name}-{secrets.token_hex(3)}"
 
 
-def prepare(opts: RunOptions) -> Prepared:
+def prepare_run(opts: RunOptions) -> Prepared:
     """Check everything that can be checked before anything starts; one-line KeysplitErrors."""
     if opts.timeout <= 0:
         raise KeysplitError(f"--timeout must be positive, got {opts.timeout}")
