@@ -36,6 +36,7 @@ from keysplit.groupings.hosting import check_resizes
 from keysplit.metrics import default_checkpoint
 from keysplit.outputs import json_text
 from keysplit.sizes import MAX_CPU_DELAY_MS
+from keysplit.storm.window import DEFAULT_MAX_PENDING
 from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS, DEFAULT_RATE, SPLITS, Resize, check_checkpoint
 from keysplit.topology_model import ARRIVALS, model_params
 from spark_replay import aggregates, routing, storage
@@ -73,7 +74,7 @@ class ReplayOptions:
     aggregators: int = 2
     spouts: int = 1
     flush_secs: float = 1.0
-    max_pending: int = 1000
+    max_pending: int = DEFAULT_MAX_PENDING  # keysplit run's default: the spouts' window grows up to it
     message_timeout: int = 30
     batch: int = DEFAULT_BATCH  # keysplit run's --batch / --batch-ms: words per tuple from a router to a counter
     batch_ms: float = DEFAULT_BATCH_MS
