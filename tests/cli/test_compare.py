@@ -38,7 +38,9 @@ def text_spec(tmp_path_factory):
 @pytest.fixture(scope="module")
 def replay_dir(spark, tmp_path_factory, text_spec):
     out = tmp_path_factory.mktemp("replay")
-    run_replay(spark, ReplayOptions(dataset=text_spec, groupings=["kg", "pkg"], workers=W, sources=S, out=str(out)))
+    # the knobs of the runs these tests store (a max pending of 1,000 lines, not the default's 50,000)
+    run_replay(spark, ReplayOptions(dataset=text_spec, groupings=["kg", "pkg"], workers=W, sources=S, max_pending=1000,
+                                    out=str(out)))
     return out
 
 
