@@ -36,6 +36,7 @@ from keysplit.groupings.hosting import check_resizes
 from keysplit.metrics import default_checkpoint
 from keysplit.outputs import json_text
 from keysplit.sizes import MAX_CPU_DELAY_MS
+from keysplit.storm.cpu_delay import DEFAULT_CPU_DELAY_MS
 from keysplit.storm.window import DEFAULT_MAX_PENDING
 from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS, DEFAULT_RATE, SPLITS, Resize, check_checkpoint
 from keysplit.topology_model import ARRIVALS, model_params
@@ -48,7 +49,6 @@ from spark_replay.sparkinput import check_lines, materialise, open_for_spark
 from spark_replay.storage import is_uri, uri_of
 from spark_replay.summary import replay_grouping, write_timeseries
 
-DEFAULT_CPU_DELAY_MS = 1.0
 DEFAULT_OUT = os.path.join(".keysplit", "replay")
 DEFAULT_TOP_K = 10
 
@@ -150,7 +150,8 @@ def run_replay(spark: Any, opts: ReplayOptions, progress: Callable[[str], None] 
     out, fresh = storage.stage_out(final)  # moved into place at the end: never a half-written set, even after kill -9
     try:
         storage.write_marker(out)
-        summary = _replay_into(spark, opts, modes, dataset, out, say)
+        # the staging folder is an implementation detail: progress names each file where it will be
+        summary = _replay_into(spark, opts, modes, dataset, out, lambda msg: say(msg.replace(out, final)))
         summary = json.loads(json.dumps(summary).replace(out, final))  # paths as they will be
         storage.write_text(spark, os.path.join(out, "summary.json"), json_text(summary, "summary.json") + "\n")
         storage.publish_out(out, final, fresh, storage.OUTPUTS)  # the marker first, summary.json last
@@ -263,11 +264,18 @@ def _replay_all(spark: Any, opts: ReplayOptions, modes: list[str], source: Any, 
         say("two keys share a 64-bit fingerprint: routing again by key name")
         results = [replay_grouping(spark, ing, spec, mode, opts, every, frequencies, None, False)
                    for spec, mode in zip(opts.groupings, modes)]
+    # The groupings' jobs share the cores from one start, so their times are one clock: a grouping's seconds say
+    # when it was done, and only the whole pass has a rate of its own.
+    routed_s = max(r.summary["seconds"] for r in results)
+    if len(results) > 1:
+        say(f"routed {', '.join(r.summary['grouping'].split(' ')[0] for r in results)} at once (their Spark jobs "
+            f"share the cores): {ing.messages:,} messages each, all done after {routed_s:.2f} s "
+            f"({ing.messages * len(results) / routed_s if routed_s > 0 else 0.0:,.0f} msg/s over all)")
     for n, r in enumerate(results, 1):
         s = r.summary
-        say(f"[{n}/{len(opts.groupings)}] {s['grouping']} ({s['mode']}): {ing.messages:,} messages in "
-            f"{s['seconds']:.2f} s ({s['messages_per_second']:,.0f} msg/s); final imbalance "
-            f"{s['final_imbalance_fraction']:.3e}")
+        said = "done after" if len(results) > 1 else f"{ing.messages:,} messages in"
+        say(f"[{n}/{len(opts.groupings)}] {s['grouping']} ({s['mode']}): {said} {s['seconds']:.2f} s; "
+            f"final imbalance {s['final_imbalance_fraction']:.3e}")
     return ing, ingest_s, counts_path, counts_info, every, results
 
 

@@ -62,7 +62,9 @@ def replay_grouping(spark: Any, ing: Ingested, spec: str, mode: str, opts: Repla
     def finish(group: int, items: Iterator) -> list:
         return [aggregates.finish_partition(items, group, len(order), sources, n_workers, queue_service, rising)]
 
-    t0 = time.perf_counter() if started is None else started  # the grouping's seconds: its first job's start
+    # the grouping's seconds count from its first job's start; every grouping's first job starts together (their
+    # model estimates are submitted at once), so with several groupings the seconds say when each was done
+    t0 = time.perf_counter() if started is None else started
     summary_estimate, partial = estimate.result() if estimate is not None else (None, None)
     if partial is None:  # not measured by the model's task: routing tasks, one shuffle, reduce tasks
         partial = (

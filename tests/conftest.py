@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import resource
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +23,31 @@ if str(Path(__file__).resolve().parents[1]) not in sys.path:
 def pytest_configure(config):
     config.addinivalue_line("markers", "every_redis: depends on the redis-server's version; `make test` runs it again "
                             "with the other Redis (KEYSPLIT_REDIS_SERVER)")
+
+
+#: With KEYSPLIT_TEST_TIMES=FILE, each test's wall time and CPU time (this process and the children it waited for:
+#: the runs' task processes) go to FILE as JSON, for benchmarks/suite_time.py to tell, between a quiet and a busy
+#: machine, the tests that wait (wall grows, CPU does not) from those that work.
+_TIMES_FILE = os.environ.get("KEYSPLIT_TEST_TIMES")
+_times: dict[str, dict[str, float]] = {}
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+if _TIMES_FILE:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        wall, cpu = time.perf_counter(), _cpu_seconds()
+        yield
+        _times[item.nodeid] = {"wall_s": time.perf_counter() - wall, "cpu_s": _cpu_seconds() - cpu}
+
+    def pytest_sessionfinish(session, exitstatus):
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        Path(_TIMES_FILE).write_text(json.dumps({"load_at_end": load, "cores": os.cpu_count(), "tests": _times},
+                                                indent=1), encoding="utf-8")
 
 
 @pytest.fixture(scope="session")

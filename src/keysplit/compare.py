@@ -154,10 +154,7 @@ def check_same_knobs(run: dict, replay: dict) -> list[dict]:
         raise KeysplitError(
             f"run {run.get('run_id')} and the replay in {replay['dir']} model different topologies: "
             + "; ".join(f"{r['option']} {r['run']} vs {r['replay']}" for r in bad)
-            + "; replay with the run's knobs to compare them"
-            # the two commands' defaults differ (run: no delay; replay: 1 ms, the model needs a service time)
-            + (" (`run` and `replay` default to different CPU delays: give both --cpu-delay)"
-               if any(r["option"] == "--cpu-delay" for r in bad) else ""))
+            + "; replay with the run's knobs to compare them")
     return rows
 
 

@@ -222,7 +222,7 @@ def test_the_replay_models_the_topology_and_compare_shows_knobs_and_ratios(redis
     ({"max_pending": 4000}, "--max-pending 4000 vs 1000"),
     ({"aggregators": 3, "flush_secs": 2.0}, "--aggregators 3 vs 2; --flush 2.0 vs 1.0"),
     ({"rate": 500.0}, "--rate / --arrivals open, 500 words/s vs closed"),
-    ({"cpu_delay_ms": 0.0}, "give both --cpu-delay"),  # run's default (0) against replay's (1 ms)
+    ({"cpu_delay_ms": 0.0}, "--cpu-delay 0.0 vs 1.0"),
 ])
 def test_a_run_whose_knobs_differ_is_refused(redis_conn, replay_dir, text_spec, capsys, change, message):
     conn, url = redis_conn

@@ -64,6 +64,16 @@ def test_the_loads_after_a_killed_counter_add_up_to_the_words(server, tmp_path):
     assert all(r >= 0 for r in summary["redone"]) and sum(summary["work"]) >= words
 
 
+def test_a_kill_that_fires_after_the_last_ack_says_it_tested_nothing_in_flight(home, tmp_path):
+    # one line: the kill at half of it can only fire once that line is acked, as a late poll does on a fast run
+    (tmp_path / "one.txt").write_text("a b c\n", encoding="utf-8")
+    result = keysplit("run", "wordcount", "-g", "kg", "--dataset", "text:one.txt", "-S", "1", "-W", "1", "-A", "1",
+                      "--kill", "counter@0.5", home=home, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "counter:0 at 1 of 1 lines acked (after the last line was acked: nothing was in flight)" in result.stdout
+    assert "fired only after every line was acked" in result.stderr
+
+
 def test_a_run_stopped_while_loading_is_not_offered_a_resume_and_a_damaged_summary_is_one_line(server, home, tmp_path):
     conn = redis_server.connect(server.url)
     loading, damaged = RunKeys("stopped-loading"), RunKeys("damaged-summary")

@@ -270,7 +270,7 @@ def test_load_submit_collect_the_cluster_workflow(home, redis_url, text, capsys,
     assert summary["run_id"] == run_id and summary["workers"] == 3
     # the record says what ran, not what --load-only was told
     assert summary["cpu_delay_ms"] == 0.4 and summary["worker_processes"] == 2
-    assert summary["record_differed"] == {"cpu_delay_ms": [0.0, 0.4], "worker_processes": [1, 2]}
+    assert summary["record_differed"] == {"cpu_delay_ms": [1.0, 0.4], "worker_processes": [1, 2]}
     assert summary["configuration"] == "as the components received it"
     assert summary["worker_restarts"] is None and summary["task_deaths"] is None, "not in Redis: unknown"
     assert summary["restarts"] == 0, "every component recorded exactly one start"

@@ -19,6 +19,7 @@ from keysplit.cli import command_summary
 from keysplit.commands.common import cpu_delay, ensure_output_dir, positive_int
 from keysplit.errors import KeysplitError, SpecError
 from keysplit.groupings import available, check_grouping
+from keysplit.storm.cpu_delay import DEFAULT_CPU_DELAY_MS
 
 DEMO_DATA = "zipf:z=1.1,keys=5000,messages=30000,seed=42"
 TOPOLOGY_GROUPINGS = ("kg", "sg", "pkg")
@@ -38,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=".keysplit/demo", metavar="DIR", help="output directory")
     p.add_argument("--workers", "-W", type=positive_int, default=8, help="workers (default 8)")
     p.add_argument("--sources", "-S", type=positive_int, default=4, help="sources (default 4)")
-    p.add_argument("--cpu-delay", type=cpu_delay, default=1.0, metavar="MS",
+    p.add_argument("--cpu-delay", type=cpu_delay, default=DEFAULT_CPU_DELAY_MS, metavar="MS",
                    help="per-word work at the counters, ms (default 1: enough to saturate KG's hot worker)")
     p.add_argument("--simulate-only", action="store_true", help="stop after the simulation (no Redis, no Spark)")
     p.set_defaults(func=run)

@@ -34,10 +34,12 @@ from keysplit.errors import KeysplitError
 from keysplit.outputs import refuse_inputs, refuse_state
 from keysplit.redis_client import redact
 from keysplit.runs.collect import collect_run, read_counts, stored_run, write_counts
+from keysplit.runs.faults import describe_kills
 from keysplit.runs.prepare import RunOptions, prepare_run
 from keysplit.runs.records import check_run_id
 from keysplit.runs.redis_server import session
 from keysplit.runs.wordcount import resume_run, run_wordcount, start_run
+from keysplit.storm.cpu_delay import DEFAULT_CPU_DELAY_MS
 from keysplit.storm.exactly_once import DELIVERIES
 from keysplit.storm.keys import RunKeys
 from keysplit.stream import SPLITS
@@ -78,8 +80,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="workers the grouping chooses among (default 10)")
     p.add_argument("--counter-tasks", type=positive_int, metavar="N",
                    help="counter tasks (default W; W must not exceed it)")
-    p.add_argument("--cpu-delay", type=cpu_delay, default=0.0, metavar="MS",
-                   help="per-word work at the counters in ms, a sleep (the paper's CPU delay; default 0)")
+    p.add_argument("--cpu-delay", type=cpu_delay, default=DEFAULT_CPU_DELAY_MS, metavar="MS",
+                   help="per-word work at the counters in ms, a sleep (the paper's CPU delay; default "
+                   f"{DEFAULT_CPU_DELAY_MS:g}, as keysplit replay's; 0 measures the machine's ceiling)")
     p.add_argument("--split", choices=SPLITS, default="shuffle",
                    help="how lines reach the routers (sources), as `keysplit simulate --split` deals records: "
                    "round-robin (shuffle, default) or by the first key's hash (key)")
@@ -335,8 +338,7 @@ def print_summary(s: dict) -> None:
     print_table([{"rank": i + 1, "word": w, "count": c} for i, (w, c) in enumerate(s["top_k"])],
                 [("rank", "rank", str), ("word", "word", str), ("count", "count", str)])
     if s.get("kills"):
-        out.write("\nkills: " + ", ".join(f"{k['target']} during start-up" if k.get("fraction") == "start" else
-                                         f"{k['target']} at {k['acked']} lines acked" for k in s["kills"]) + "\n")
+        out.write("\nkills: " + describe_kills(s["kills"]) + "\n")
     if s.get("dedup_peak_bytes") is not None:
         out.write(f"exactly-once state in Redis: peak {s['dedup_peak_bytes'] / 1024:,.0f} KiB "
                   f"({s['dedup_peak_marks']:,} marks of lines in flight)\n")

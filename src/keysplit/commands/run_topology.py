@@ -15,6 +15,7 @@ from collections.abc import Callable
 from keysplit.commands.common import print_json, print_table
 from keysplit.datasets import open_dataset
 from keysplit.errors import KeysplitError
+from keysplit.runs.faults import describe_kills
 from keysplit.runs.redis_server import session
 
 #: `keysplit run` options that only the word count has (a topology file states these itself).
@@ -138,7 +139,6 @@ def print_summary(s: dict) -> None:
             print_table([{"rank": i + 1, "key": k, "result": v} for i, (k, v) in enumerate(m["top"])],
                         [("rank", "rank", str), ("key", "key", str), ("result", "result", str)])
     if s.get("kills"):
-        out.write("\nkills: " + ", ".join(f"{k['target']} during start-up" if k.get("fraction") == "start" else
-                                         f"{k['target']} at {k['acked']} rows acked" for k in s["kills"]) + "\n")
+        out.write("\nkills: " + describe_kills(s["kills"], "rows") + "\n")
     if s.get("log_dir"):
         out.write(f"\ntask logs: {s['log_dir']}\n")

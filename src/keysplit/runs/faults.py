@@ -169,5 +169,30 @@ class Injector:
             pids = [cluster.kill_task(kill.kind, kill.index)]
         log.warning("--kill %s@%g: killed %s (pid %s) with %d of %d lines acked", kill.target, kill.fraction,
                     kill.target, ",".join(map(str, pids)), acked, lines)
-        self.fired.append({"target": kill.target, "fraction": kill.fraction, "acked": acked})
+        if acked >= lines:  # the acks outran the runner's poll: the crash found nothing in flight
+            log.warning("--kill %s@%g fired only after every line was acked: it tested no recovery of lines in "
+                        "flight; give a smaller fraction or a larger dataset", kill.target, kill.fraction)
+        self.fired.append({"target": kill.target, "fraction": kill.fraction, "acked": acked, "lines": lines})
         self.kills.pop(0)
+
+
+def describe_kills(fired: list[dict[str, Any]], unit: str = "lines") -> str:
+    """The kills of a run summary in one line; a kill that fired once every line was acked says that it tested
+    nothing in flight, since the run's totals alone cannot tell.
+
+    >>> describe_kills([{"target": "router", "fraction": "start", "acked": 0},
+    ...                 {"target": "counter:1", "fraction": 0.3, "acked": 120, "lines": 400},
+    ...                 {"target": "redis", "fraction": 0.7, "acked": 400, "lines": 400}])
+    'router during start-up, counter:1 at 120 of 400 lines acked, redis at 400 of 400 lines acked (after the last \
+line was acked: nothing was in flight)'
+    """
+    said = []
+    for k in fired:
+        if k.get("fraction") == "start":
+            said.append(f"{k['target']} during start-up")
+            continue
+        lines = k.get("lines")  # summaries stored before it was recorded lack it
+        said.append(f"{k['target']} at {k['acked']}" + (f" of {lines}" if lines is not None else "") + f" {unit} acked"
+                    + (f" (after the last {unit[:-1]} was acked: nothing was in flight)"
+                       if lines is not None and k["acked"] >= lines else ""))
+    return ", ".join(said)

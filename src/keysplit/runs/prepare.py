@@ -22,9 +22,11 @@ from keysplit.runs.records import check_run_id
 from keysplit.sizes import MAX_CPU_DELAY_MS
 from keysplit.specs import parse_spec
 from keysplit.storm.components import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
+from keysplit.storm.cpu_delay import DEFAULT_CPU_DELAY_MS
 from keysplit.storm.feed import create_group
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.window import DEFAULT_MAX_PENDING
 from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS
 
 #: Records per pipelined XADD batch when loading the feed.
@@ -56,9 +58,9 @@ class RunOptions:
     counter_tasks: int | None = None  # counter parallelism; defaults to W
     aggregators: int = 2
     spouts: int = 1
-    cpu_delay_ms: float = 0.0
+    cpu_delay_ms: float = DEFAULT_CPU_DELAY_MS
     flush_secs: float = 1.0
-    max_pending: int = 1000
+    max_pending: int = DEFAULT_MAX_PENDING
     message_timeout: int = 30
     top_k: int = 10
     timeout: float = 600.0

@@ -42,6 +42,7 @@ from keysplit.specs import parse_spec
 from keysplit.storm.feed import feed_done
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.settings import PASSWORD_ENV, split_password
+from keysplit.storm.window import DEFAULT_MAX_PENDING
 from keysplit.stream import source_of
 from keysplit.toolkit.contract import ROUTE_FIELD
 from keysplit.toolkit.specs import FeedSpoutSpec, KeyRouterSpec, MergeSpec, PartialSpec, check_topology
@@ -123,7 +124,7 @@ class TopologyRunOptions:
     split: str = "shuffle"
     duration: float | None = None
     until_idle: float | None = None  # no feed: stop once every spout tree is complete and no spout emitted this long
-    max_pending: int = 1000
+    max_pending: int = DEFAULT_MAX_PENDING
     message_timeout: int = 30
     worker_processes: int = 1
     delivery: str = "exactly-once"

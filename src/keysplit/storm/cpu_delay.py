@@ -18,6 +18,11 @@ import ctypes
 import sys
 import time
 
+#: The per-word CPU delay of a run (here and on a cluster), a replay and the demo when none is given (ms): one
+#: default, so that a default run and a default replay model the same topology, and one at which the workers, not
+#: the machine, bind.
+DEFAULT_CPU_DELAY_MS = 1.0
+
 #: prctl option that sets the calling thread's timer slack, in nanoseconds (linux/prctl.h).
 PR_SET_TIMERSLACK = 29
 

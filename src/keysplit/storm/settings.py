@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from keysplit.errors import KeysplitError
+from keysplit.storm.cpu_delay import DEFAULT_CPU_DELAY_MS
 from keysplit.storm.exactly_once import DELIVERIES
 from keysplit.storm.window import WindowPolicy, latency_target, window_start
 from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS, SPLITS
@@ -59,7 +60,7 @@ class WordCountSettings:
     workers: int = 10  # W: counter tasks the grouping chooses among (<= counter_tasks)
     counter_tasks: int = 0  # counter parallelism; 0 means W
     aggregators: int = 2
-    cpu_delay_ms: float = 0.0
+    cpu_delay_ms: float = DEFAULT_CPU_DELAY_MS
     flush_secs: float = 1.0  # the paper's aggregation period T, delivered by tick tuples
     top_k: int = 10
     stats_secs: float = 1.0  # how often components write their metrics to Redis

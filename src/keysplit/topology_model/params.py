@@ -15,7 +15,8 @@ import numpy as np
 
 from keysplit.latency import LatencyHistogram
 from keysplit.sizes import MAX_CPU_DELAY_MS
-from keysplit.storm.window import WindowPolicy
+from keysplit.storm.cpu_delay import DEFAULT_CPU_DELAY_MS
+from keysplit.storm.window import DEFAULT_MAX_PENDING, WindowPolicy
 
 #: Summary field -> the option of `keysplit run` and `keysplit replay` that sets it (the topology's knobs, under
 #: the same names in both, and checked by `keysplit compare`).
@@ -68,8 +69,8 @@ class TopologyParams:
     workers: int
     sources: int = 1  # routers: each holds its own batch per counter
     aggregators: int = 2
-    cpu_delay_ms: float = 1.0
-    max_pending: int = 1000
+    cpu_delay_ms: float = DEFAULT_CPU_DELAY_MS
+    max_pending: int = DEFAULT_MAX_PENDING
     spouts: int = 1
     flush_secs: float = 1.0
     message_timeout: float = 30.0
