@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -328,3 +329,20 @@ def test_runs_in_a_folder_without_a_store_says_where_runs_live_and_creates_none(
     assert cli_main(["runs"]) == 0
     assert f"no runs stored in {tmp_path / '.keysplit'} (the nearest .keysplit/ from here up" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []
+
+
+
+def test_a_default_run_and_a_default_replay_model_the_same_topology():
+    # compare refuses a pair whose topology knobs differ (keysplit.topology_model.KNOBS): with one default each, a
+    # default run and a default replay are a pair; the run's closed loop is the replay's default arrivals
+    from keysplit.cli import build_parser
+    from keysplit.topology_model import KNOBS
+
+    parser = build_parser(eager=True)
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    defaults = {name: {o: a.default for a in commands.choices[name]._actions for o in a.option_strings}
+                for name in ("run", "replay")}
+    options = [option for name, option in KNOBS.items() if name != "rate"]
+    assert "--cpu-delay" in options and "--max-pending" in options
+    assert {o: defaults["run"][o] for o in options} == {o: defaults["replay"][o] for o in options}
+    assert defaults["run"]["--rate"] is None and defaults["replay"]["--arrivals"] == "closed"
