@@ -197,6 +197,29 @@ def test_the_model_of_a_saturated_closed_loop_settles_below_the_timeout():
     assert calm.window == (200, 200, 0)
 
 
+def test_a_line_emitted_before_the_first_ack_does_not_end_slow_start_in_the_spout_or_the_model():
+    # On Storm the first wave waits for the worker JVM to start the Python components (over a second, measured:
+    # docs/benchmarks/storm-cluster.md): its latency says nothing about a queue. The lines after it still do.
+    from keysplit.topology_model.window import W_SIZE, W_THRESHOLD, new_window, on_complete
+
+    spout = AdaptiveWindow(WindowPolicy(), 50_000, 30.0, target_secs=1.5, start=1000)
+    model = new_window(50_000, 1, 30.0, WindowPolicy(), target=1.5, start=1000)
+
+    def complete(emitted: float, now: float, in_flight: int) -> None:
+        spout.on_ack(in_flight, now, now - emitted)
+        on_complete(model, emitted, now, False, in_flight)
+        assert (spout.size, spout.threshold) == (model[W_SIZE], model[W_THRESHOLD])
+
+    for i in range(500):  # the start-up wave: emitted at 0, acked from 2.5 s on, over the 1.5 s target
+        complete(0.0, 2.5 + i / 1000, 999 - i)
+    assert spout.size == 1000 and spout.threshold == 50_000, "still in slow start"
+    for i in range(200):  # lines sent after the first ack complete within the target: a line per ack
+        complete(2.6, 3.2 + i / 1000, 999)
+    assert spout.size == 1200 and spout.threshold == 50_000
+    complete(3.0, 5.0, 1199)  # a line sent after the first ack, late: a queue now bounds, slow start ends
+    assert spout.threshold == 1200 == model[W_THRESHOLD]
+
+
 def test_the_model_of_an_overloaded_open_loop_settles_and_forgives_the_schedule():
     from keysplit.storm.window import WindowPolicy
     from keysplit.topology_model import TopologyParams, run_model
