@@ -8,6 +8,7 @@ about 15 s and says where the window settled. Last, the topology model follows t
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -145,6 +146,35 @@ def test_the_spout_emits_nothing_while_its_window_is_full_and_a_timeout_shrinks_
     # no ack came before the cut, so the threshold is still max pending: slow start, a line per ack (4 -> 6)
     assert window.lines == 6 and feed.next() is not None
     assert feed.metrics()["window_cuts"] == 1
+
+
+def test_an_idle_spout_rests_only_with_nothing_out_and_nothing_to_read(redis_url):  # noqa: F811
+    # Storm calls an idle spout's nextTuple every millisecond (its spout wait strategy); each call is a round trip
+    # to the Python spout and here a read of the feed. The spout rests (doubling up to a tenth of a second) only
+    # when no line is out, buffered or unflushed and the feed had nothing more: then nothing can come to it.
+    from keysplit.storm.feed import IDLE_REST_MAX_SECS, IDLE_REST_SECS
+
+    conn = redis_server.connect(redis_url)
+    keys = RunKeys("idle-feed")
+    _feed(conn, keys, 3)
+    slept: list[float] = []
+    feed = StreamFeed(conn, keys, "spout-0", ack_flush_secs=0.0, sleep=slept.append)
+    assert feed.rest() == 0.0, "nothing read yet: the feed may hold lines"
+    sent = [feed.next() for _ in range(3)]
+    assert all(sent) and feed.next() is None and feed.drained
+    assert feed.rest() == 0.0 and not slept, "three lines out: their acks must not wait"
+    for item in sent[:2]:
+        feed.ack(item[0])
+    feed.fail(sent[2][0])  # a replay waits to be sent: not idle
+    assert feed.rest() == 0.0 and feed.next()[0] == sent[2][0]
+    feed.ack(sent[2][0])
+    feed.flush_acks()
+    assert feed.next() is None and feed.idle
+    rests = [feed.rest() for _ in range(9)]
+    assert rests[0] == IDLE_REST_SECS and rests == slept and rests[-1] == IDLE_REST_MAX_SECS
+    assert all(b == min(IDLE_REST_MAX_SECS, 2 * a) for a, b in itertools.pairwise(rests))
+    conn.xadd(keys.feed, {"r": "\tz", "n": 3, "s": 3})  # the feed grows: the next read takes it, no rest
+    assert feed.next()[2] == 3 and feed.rest() == 0.0 and not feed.idle
 
 
 # -- a real run that melts down on Storm --------------------------------------------------------------------

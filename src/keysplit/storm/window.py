@@ -50,8 +50,8 @@ lines waited over a second for them: measured on Storm 2.8.8, docs/benchmarks/st
 about a queue; ending slow start on it had left the window at its start, 1,000 lines, and a run at no delay bound by
 Little's law at a fifth of what the workers did with a larger window. From there it grows while lines complete
 within the target (from its start, when the start was sized for a CPU delay: ``slow_start`` False). Lines queue
-only where the workers are busy, so the window settles at what keeps them busy with a line's latency near the target: what
-Little's law needs for the rate the workers reach, not a guess of it, whatever a line's length. Max pending
+only where the workers are busy, so the window settles at what keeps them busy with a line's latency near the
+target: what Little's law needs for the rate the workers reach, not a guess of it, whatever a line's length. Max pending
 (``topology.max.spout.pending``, :data:`DEFAULT_MAX_PENDING` by default) is then only the ceiling that bounds
 memory. With ``decrease = 1`` (Storm's fixed max pending) the window stays at max pending, as before.
 
