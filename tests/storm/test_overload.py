@@ -8,6 +8,7 @@ about 15 s and says where the window settled. Last, the topology model follows t
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -147,6 +148,35 @@ def test_the_spout_emits_nothing_while_its_window_is_full_and_a_timeout_shrinks_
     assert feed.metrics()["window_cuts"] == 1
 
 
+def test_an_idle_spout_rests_only_with_nothing_out_and_nothing_to_read(redis_url):  # noqa: F811
+    # Storm calls an idle spout's nextTuple every millisecond (its spout wait strategy); each call is a round trip
+    # to the Python spout and here a read of the feed. The spout rests (doubling up to a tenth of a second) only
+    # when no line is out, buffered or unflushed and the feed had nothing more: then nothing can come to it.
+    from keysplit.storm.feed import IDLE_REST_MAX_SECS, IDLE_REST_SECS
+
+    conn = redis_server.connect(redis_url)
+    keys = RunKeys("idle-feed")
+    _feed(conn, keys, 3)
+    slept: list[float] = []
+    feed = StreamFeed(conn, keys, "spout-0", ack_flush_secs=0.0, sleep=slept.append)
+    assert feed.rest() == 0.0, "nothing read yet: the feed may hold lines"
+    sent = [feed.next() for _ in range(3)]
+    assert all(sent) and feed.next() is None and feed.drained
+    assert feed.rest() == 0.0 and not slept, "three lines out: their acks must not wait"
+    for item in sent[:2]:
+        feed.ack(item[0])
+    feed.fail(sent[2][0])  # a replay waits to be sent: not idle
+    assert feed.rest() == 0.0 and feed.next()[0] == sent[2][0]
+    feed.ack(sent[2][0])
+    feed.flush_acks()
+    assert feed.next() is None and feed.idle
+    rests = [feed.rest() for _ in range(9)]
+    assert rests[0] == IDLE_REST_SECS and rests == slept and rests[-1] == IDLE_REST_MAX_SECS
+    assert all(b == min(IDLE_REST_MAX_SECS, 2 * a) for a, b in itertools.pairwise(rests))
+    conn.xadd(keys.feed, {"r": "\tz", "n": 3, "s": 3})  # the feed grows: the next read takes it, no rest
+    assert feed.next()[2] == 3 and feed.rest() == 0.0 and not feed.idle
+
+
 # -- a real run that melts down on Storm --------------------------------------------------------------------
 
 def test_a_run_that_would_time_out_every_line_settles_and_ends_exact(redis_url, tmp_path):  # noqa: F811
@@ -195,6 +225,29 @@ def test_the_model_of_a_saturated_closed_loop_settles_below_the_timeout():
     # a loop that never times out keeps max pending, as before the rule
     calm = run_model(TopologyParams(workers=4, aggregators=2, cpu_delay_ms=2.0, max_pending=200), *stream(6000, 5, 4))
     assert calm.window == (200, 200, 0)
+
+
+def test_a_line_emitted_before_the_first_ack_does_not_end_slow_start_in_the_spout_or_the_model():
+    # On Storm the first wave waits for the worker JVM to start the Python components (over a second, measured:
+    # docs/benchmarks/storm-cluster.md): its latency says nothing about a queue. The lines after it still do.
+    from keysplit.topology_model.window import W_SIZE, W_THRESHOLD, new_window, on_complete
+
+    spout = AdaptiveWindow(WindowPolicy(), 50_000, 30.0, target_secs=1.5, start=1000)
+    model = new_window(50_000, 1, 30.0, WindowPolicy(), target=1.5, start=1000)
+
+    def complete(emitted: float, now: float, in_flight: int) -> None:
+        spout.on_ack(in_flight, now, now - emitted)
+        on_complete(model, emitted, now, False, in_flight)
+        assert (spout.size, spout.threshold) == (model[W_SIZE], model[W_THRESHOLD])
+
+    for i in range(500):  # the start-up wave: emitted at 0, acked from 2.5 s on, over the 1.5 s target
+        complete(0.0, 2.5 + i / 1000, 999 - i)
+    assert spout.size == 1000 and spout.threshold == 50_000, "still in slow start"
+    for i in range(200):  # lines sent after the first ack complete within the target: a line per ack
+        complete(2.6, 3.2 + i / 1000, 999)
+    assert spout.size == 1200 and spout.threshold == 50_000
+    complete(3.0, 5.0, 1199)  # a line sent after the first ack, late: a queue now bounds, slow start ends
+    assert spout.threshold == 1200 == model[W_THRESHOLD]
 
 
 def test_the_model_of_an_overloaded_open_loop_settles_and_forgives_the_schedule():

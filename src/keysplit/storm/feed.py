@@ -84,6 +84,8 @@ return floor
 """.replace("ID_CHUNK", str(ID_CHUNK))
 #: Seconds between reads of the floor while the window holds the next line back.
 FLOOR_POLL_SECS = 0.02
+#: An idle spout's first and longest rest in a ``next`` (seconds; :meth:`StreamFeed.rest`).
+IDLE_REST_SECS, IDLE_REST_MAX_SECS = 0.001, 0.1
 
 
 class StreamFeed:
@@ -106,6 +108,7 @@ class StreamFeed:
         flow: AdaptiveWindow | None = None,
         timeout_secs: float = 30.0,
         words: Callable[[str], int] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.conn = conn
         self.stream = keys.feed
@@ -146,6 +149,9 @@ class StreamFeed:
         self._floor_moved = clock()  # when the floor last moved (as this spout saw it)
         self._next_heal = 0.0
         self._ack = conn.register_script(ACK)
+        self.sleep = sleep
+        self.drained = False  # the last read of the feed found no entry
+        self.rest_secs = 0.0  # the idle spout's last rest (0: it was not idle)
 
     # -- reading ---------------------------------------------------------------------------------------
 
@@ -192,6 +198,29 @@ class StreamFeed:
         return None
 
     @property
+    def idle(self) -> bool:
+        """Nothing to do until the feed grows: its last read found nothing, no line is out, buffered or waiting
+        for a replay, and every ack is flushed."""
+        return self.drained and not self.in_flight and not self.buffer and not self.ack_buffer
+
+    def rest(self) -> float:
+        """Called after a ``next`` that emitted nothing: if the feed is :attr:`idle`, sleep, from
+        :data:`IDLE_REST_SECS` doubling up to :data:`IDLE_REST_MAX_SECS` while it stays idle; returns the seconds
+        slept. Storm's spout wait strategy sleeps 1 ms between two ``nextTuple`` calls that emit nothing
+        (``topology.spout.wait.strategy``, WaitStrategyProgressive: apache/storm storm-client/src/jvm/org/apache/
+        storm/policy/WaitStrategyProgressive.java, called by executor/spout/SpoutExecutor.java), and each call is a
+        multi-lang round trip to this process (spout/ShellSpout.java ``nextTuple``) and here a read of the feed:
+        a thousand of each a second, a tenth of a core with no line in sight (docs/benchmarks/storm-cluster.md).
+        With nothing out no ack or fail can come, so the rest delays nothing but a line appended to the feed later,
+        by at most the longest rest."""
+        if not self.idle:
+            self.rest_secs = 0.0
+            return 0.0
+        self.rest_secs = min(IDLE_REST_MAX_SECS, max(IDLE_REST_SECS, 2 * self.rest_secs))
+        self.sleep(self.rest_secs)
+        return self.rest_secs
+
+    @property
     def out(self) -> int:
         """Lines emitted and neither acked nor failed (a failed line waiting to be sent again is not out)."""
         return len(self.in_flight) - len(self._queued)
@@ -221,6 +250,7 @@ class StreamFeed:
         response = self.conn.xreadgroup(FEED_GROUP, self.consumer, {self.stream: ">"}, count=self.batch)
         for _stream, entries in response or []:
             self._take(entries, replay=False)
+        self.drained = not self.buffer
         if self.buffer:
             return
         if now >= self._next_orphan_check:

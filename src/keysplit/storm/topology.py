@@ -42,6 +42,14 @@ DEFAULT_STORM_CONF: dict[str, Any] = {
     # the ceiling of the spouts' window, which grows from 1,000 lines up to what a line's latency allows
     # (storm/window.py): Storm's count is of tuple trees, each of one or more lines, so it never binds first
     "topology.max.spout.pending": DEFAULT_MAX_PENDING,
+    # An idle bolt executor (Storm 2.x, WaitStrategyProgressive) parks 1 ns a thousand times (level 2: each park a
+    # syscall) before it sleeps 1 ms a call (level 3), and every tuple starts it over: a counter's or aggregator's
+    # tick each second cost its executor ~1% of a core; a sleeping topology's worker JVM spent 23% of a core, Storm's
+    # native word count 9% (docs/benchmarks/storm-cluster.md). Ten parks, then 5 ms sleeps: 5% for the whole JVM.
+    # A line waits at most 5 ms more per idle hop, against a flush period of T (apache/storm storm-client/src/jvm/
+    # org/apache/storm/policy/WaitStrategyProgressive.java, executor/bolt/BoltExecutor.java)
+    "topology.bolt.wait.progressive.level2.count": 10,
+    "topology.bolt.wait.progressive.level3.sleep.millis": 5,
 }
 
 

@@ -44,10 +44,14 @@ workers could do (8,000 at W = 8, D = 1 ms). So the window starts at what Little
 target (:func:`window_start`; :data:`WINDOW_START` lines without a delay; max pending when lower) and grows by slow
 start while the lines acked complete within the target; the first line acked later
 than the target ends slow start (TCP's HyStart: a delay that grows says the queue, not the window, now bounds) and
-the window grows only additively from there, while lines complete within the target (from its start, when the
-start was sized for a CPU delay: ``slow_start`` False). Lines queue only where the
-workers are busy, so the window settles at what keeps them busy with a line's latency near the target: what
-Little's law needs for the rate the workers reach, not a guess of it, whatever a line's length. Max pending
+the window grows only additively from there. A line emitted before the spout's first ack does not end it: its
+latency includes the topology's start (on a Storm cluster the worker JVM starts the Python components, and the first
+lines waited over a second for them: measured on Storm 2.8.8, docs/benchmarks/storm-cluster.md), which says nothing
+about a queue; ending slow start on it had left the window at its start, 1,000 lines, and a run at no delay bound by
+Little's law at a fifth of what the workers did with a larger window. From there it grows while lines complete
+within the target (from its start, when the start was sized for a CPU delay: ``slow_start`` False). Lines queue
+only where the workers are busy, so the window settles at what keeps them busy with a line's latency near the
+target: what Little's law needs for the rate the workers reach, not a guess of it, whatever a line's length. Max pending
 (``topology.max.spout.pending``, :data:`DEFAULT_MAX_PENDING` by default) is then only the ceiling that bounds
 memory. With ``decrease = 1`` (Storm's fixed max pending) the window stays at max pending, as before.
 
@@ -145,6 +149,7 @@ class AdaptiveWindow:
         self.lowest = self.size
         self.cuts = 0
         self.last_cut = -math.inf  # when the window was last cut (the clock the caller's emit times use)
+        self.first_ack = math.inf  # when the first line completed (lines emitted before it are the start-up's)
 
     def allows(self, in_flight: int) -> bool:
         """Whether one more line may be emitted with ``in_flight`` lines out."""
@@ -153,11 +158,14 @@ class AdaptiveWindow:
     def on_ack(self, in_flight: int, now: float, latency: float = 0.0) -> None:
         """A line completed at ``now`` after ``latency`` seconds, leaving ``in_flight`` lines out: grow by a line
         below the threshold, by ``increase`` lines per window of acks above, if at least half the window was in use
-        (and, with a target, the line completed within it; a later one ends slow start)."""
+        (and, with a target, the line completed within it; a later one ends slow start, unless it was emitted
+        before the first line completed: see the module's docstring)."""
         self.acks_since_cut += 1
         self.recent.add(now)
+        self.first_ack = min(self.first_ack, now)
         if self.target is not None and latency > self.target:
-            self.threshold = min(self.threshold, self.size)
+            if now - latency >= self.first_ack:  # a start-up line's latency is the components' start, not a queue
+                self.threshold = min(self.threshold, self.size)
             return
         if self.size < self.limit and in_flight + 1 >= self.size / 2:
             step = 1.0 if self.size < self.threshold else self.policy.increase / self.size

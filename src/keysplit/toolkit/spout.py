@@ -61,9 +61,11 @@ class FeedSpout(CoalescedWrites, Spout):
 
     def next_tuple(self):
         routes = self.routes
-        for _ in range(ROWS_PER_NEXT):
+        for emitted in range(ROWS_PER_NEXT):
             item = self.feed.next()
             if item is None:  # Storm's spout wait strategy sleeps before asking again
+                if not emitted:
+                    self.feed.rest()  # nothing emitted and nothing out: rest (storm/feed.py StreamFeed.rest)
                 return
             entry_id, text, line, source = item
             row = json.loads(text)

@@ -17,8 +17,8 @@ whole). What differs from the spout, and why it is enough here:
 - the window starts at ``start x spouts`` lines (``keysplit.storm.window.window_start``: Little's law for W / D
   at the target; max pending when lower) and grows only while the lines
   completing took no longer than the latency target (``keysplit.storm.window.latency_target``: what a line waits
-  when nothing queues, and half a flush period more), the first one over it ending slow start, as the spouts'
-  window does.
+  when nothing queues, and half a flush period more), the first one over it ending slow start (unless it was
+  emitted before the first completion: the start-up's), as the spouts' window does.
 
 State, one float64 array (numba's kernel updates it in place; see :func:`new_window` for the slots).
 """
@@ -34,12 +34,12 @@ from keysplit.storm.window import WINDOW_START, WindowPolicy
 
 #: Slots of the window's state: size, slow-start threshold, time of the last cut, completions since it, the lowest
 #: size, the cuts, the rule's limit, increase, decrease and minimum, and the width of a bucket of recent
-#: completions, the latency target (0: none); then :data:`BUCKETS` counts and the periods they count (the last message
-#: timeout's completions).
+#: completions, the latency target (0: none), the time of the first completion (inf: none yet); then :data:`BUCKETS`
+#: counts and the periods they count (the last message timeout's completions).
 W_SIZE, W_THRESHOLD, W_LAST_CUT, W_ACKS, W_LOWEST, W_CUTS, W_LIMIT, W_INCREASE, W_DECREASE, W_MIN, W_WIDTH, \
-    W_TARGET = range(12)
+    W_TARGET, W_FIRST = range(13)
 BUCKETS = 16
-_COUNTS, _PERIODS = 12, 12 + BUCKETS
+_COUNTS, _PERIODS = 13, 13 + BUCKETS
 
 
 def new_window(max_pending: int, spouts: int, timeout: float, policy: WindowPolicy | None = None,
@@ -49,7 +49,8 @@ def new_window(max_pending: int, spouts: int, timeout: float, policy: WindowPoli
     window starts at (``keysplit.storm.window.window_start``)."""
     policy = policy or WindowPolicy()
     limit = float(max_pending * spouts)
-    state = np.zeros(12 + 2 * BUCKETS)
+    state = np.zeros(13 + 2 * BUCKETS)
+    state[W_FIRST] = math.inf
     state[W_WIDTH] = timeout / BUCKETS
     state[_PERIODS:] = -float(BUCKETS)
     state[W_THRESHOLD] = state[W_LIMIT] = limit
@@ -99,8 +100,10 @@ def on_complete(state: np.ndarray, emitted: float, now: float, timed_out: bool, 
         state[_PERIODS + slot], state[_COUNTS + slot] = period, 0.0
     state[_COUNTS + slot] += 1.0
     size = state[W_SIZE]
+    state[W_FIRST] = min(state[W_FIRST], now)
     if state[W_TARGET] > 0 and now - emitted > state[W_TARGET]:  # a queue, not the window, bounds: no more slow start
-        state[W_THRESHOLD] = min(state[W_THRESHOLD], size)
+        if emitted >= state[W_FIRST]:  # (a line emitted before the first completion waited for the start-up)
+            state[W_THRESHOLD] = min(state[W_THRESHOLD], size)
         return
     if size < state[W_LIMIT] and in_flight + 1 >= size / 2:
         step = 1.0 if size < state[W_THRESHOLD] else state[W_INCREASE] / size
