@@ -13,7 +13,7 @@ from keysplit.runs.topology_run import read_results
 from keysplit.simulator import simulate
 from keysplit.storm.keys import RunKeys
 from keysplit.toolkit import Aggregate, FeedSpout, KeyRouter, Sum, Topology, TopologyBuildError
-from tests.toolkit.test_user_topology_runs import FAMILIES, run
+from tests.toolkit.test_user_topology_runs import FAMILIES, IN_FLIGHT, run
 
 #: Rows a batch holds at most in these runs: small against the feed (1,500 rows) so that many batches fill.
 BATCH = 16
@@ -67,11 +67,12 @@ def test_at_least_once_with_batches_counts_every_row_at_least_once(home, redis_u
     csv_path, _, page_views = views
     path = topology_file(tmp_path, "pkg:d=2", accumulator="Count()", batch=BATCH)
     conn, summary = run(path, csv_path, redis_url, message_timeout=4, delivery="at-least-once",
-                        kills=("route:0@0.4",))
+                        kills=("route:0@0.4",), max_pending=IN_FLIGHT)  # rows still in flight when the kill fires
     counted = read_results(conn, summary["run_id"], "total")
     extra = {page: counted.get(page, 0) - n for page, n in page_views.items()}
     assert len(counted) == len(page_views) and min(extra.values()) >= 0, extra
-    assert summary["replayed"] > 0 and len(summary["kills"]) == 1
+    assert len(summary["kills"]) == 1 and summary["kills"][0]["acked"] < summary["rows"], summary["kills"]
+    assert summary["replayed"] > 0
 
 
 def test_a_batching_router_in_front_of_a_users_bolt_is_refused_in_one_line():
