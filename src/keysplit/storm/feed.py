@@ -164,7 +164,7 @@ class StreamFeed:
         if self._own_pending_read and now >= self._next_pending_reread:
             self._next_pending_reread = now + PENDING_REREAD_SECS
             self._take_unknown_pending()
-        if self.flow is not None and not self.flow.allows(self.out):
+        if self.flow is not None and not self.flow.allows(self.out, now):
             return None  # the adaptive window is full: Storm calls again, and we emit nothing (storm/window.py)
         while self.replays:
             entry_id = self.replays.popleft()

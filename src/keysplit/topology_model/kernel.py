@@ -58,7 +58,7 @@ import numpy as np
 
 from keysplit import latency
 from keysplit.storm.spout_pacing import CATCH_UP_SECS
-from keysplit.topology_model.window import W_CUTS, on_complete, window_lines
+from keysplit.topology_model.window import W_CUTS, note_full, on_complete, window_lines
 
 #: Event kinds of the simulation.
 _EMIT, _ARRIVE, _TICK, _PARTIAL, _ACK, _FLUSH = 0, 1, 2, 3, 4, 5
@@ -229,6 +229,7 @@ def _on_emit(heap, iv, fv, window, now, batches, lines, words, records, n_worker
         return heap
     if iv[_I_PENDING] >= window_lines(window):
         iv[_I_WAITING] = 1
+        note_full(window, now)
         return heap
     due = iv[_I_NEXT_WORD] / rate + fv[_F_LAG] if rate > 0 else 0.0  # rate: words/s, as sequence / rate
     if now < due:

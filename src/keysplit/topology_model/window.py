@@ -18,7 +18,9 @@ whole). What differs from the spout, and why it is enough here:
   at the target; max pending when lower) and grows only while the lines
   completing took no longer than the latency target (``keysplit.storm.window.latency_target``: what a line waits
   when nothing queues, and half a flush period more), the first one over it ending slow start (unless it was
-  emitted before the first completion: the start-up's), as the spouts' window does.
+  emitted before the first completion: the start-up's), as the spouts' window does;
+- it grows only while it limits the spouts (at least half of it out, or it held a line back while the completed
+  line was out: the kernel notes when, :func:`note_full`), as the spouts' window does.
 
 State, one float64 array (numba's kernel updates it in place; see :func:`new_window` for the slots).
 """
@@ -34,12 +36,13 @@ from keysplit.storm.window import WINDOW_START, WindowPolicy
 
 #: Slots of the window's state: size, slow-start threshold, time of the last cut, completions since it, the lowest
 #: size, the cuts, the rule's limit, increase, decrease and minimum, and the width of a bucket of recent
-#: completions, the latency target (0: none), the time of the first completion (inf: none yet); then :data:`BUCKETS`
-#: counts and the periods they count (the last message timeout's completions).
+#: completions, the latency target (0: none), the time of the first completion (inf: none yet), when the window last
+#: held a line back (-inf: never); then :data:`BUCKETS` counts and the periods they count (the last message
+#: timeout's completions).
 W_SIZE, W_THRESHOLD, W_LAST_CUT, W_ACKS, W_LOWEST, W_CUTS, W_LIMIT, W_INCREASE, W_DECREASE, W_MIN, W_WIDTH, \
-    W_TARGET, W_FIRST = range(13)
+    W_TARGET, W_FIRST, W_FULL = range(14)
 BUCKETS = 16
-_COUNTS, _PERIODS = 13, 13 + BUCKETS
+_COUNTS, _PERIODS = 14, 14 + BUCKETS
 
 
 def new_window(max_pending: int, spouts: int, timeout: float, policy: WindowPolicy | None = None,
@@ -49,8 +52,9 @@ def new_window(max_pending: int, spouts: int, timeout: float, policy: WindowPoli
     window starts at (``keysplit.storm.window.window_start``)."""
     policy = policy or WindowPolicy()
     limit = float(max_pending * spouts)
-    state = np.zeros(13 + 2 * BUCKETS)
+    state = np.zeros(_COUNTS + 2 * BUCKETS)
     state[W_FIRST] = math.inf
+    state[W_FULL] = -math.inf
     state[W_WIDTH] = timeout / BUCKETS
     state[_PERIODS:] = -float(BUCKETS)
     state[W_THRESHOLD] = state[W_LIMIT] = limit
@@ -72,10 +76,17 @@ def window_lines(state: np.ndarray) -> int:
 
 
 @numba.njit(cache=True)
+def note_full(state: np.ndarray, now: float) -> None:
+    """The window held a line back at ``now`` (the spout's ``AdaptiveWindow.allows`` refusing one)."""
+    state[W_FULL] = max(state[W_FULL], now)
+
+
+@numba.njit(cache=True)
 def on_complete(state: np.ndarray, emitted: float, now: float, timed_out: bool, in_flight: int) -> None:
     """A line emitted at ``emitted`` completed at ``now`` (``timed_out``: later than the message timeout), leaving
     ``in_flight`` lines out: cut once per round on a timeout, else grow (slow start below the threshold, additive
-    above) while at least half the window is in use, as ``keysplit.storm.window.AdaptiveWindow`` does."""
+    above) while the window limits the spouts (at least half of it in use, or it held a line back since this one
+    was emitted), as ``keysplit.storm.window.AdaptiveWindow`` does."""
     period = math.floor(now / state[W_WIDTH])
     if timed_out:
         if emitted >= state[W_LAST_CUT] and state[W_DECREASE] < 1.0:
@@ -105,6 +116,6 @@ def on_complete(state: np.ndarray, emitted: float, now: float, timed_out: bool, 
         if emitted >= state[W_FIRST]:  # (a line emitted before the first completion waited for the start-up)
             state[W_THRESHOLD] = min(state[W_THRESHOLD], size)
         return
-    if size < state[W_LIMIT] and in_flight + 1 >= size / 2:
+    if size < state[W_LIMIT] and (in_flight + 1 >= size / 2 or state[W_FULL] >= emitted):
         step = 1.0 if size < state[W_THRESHOLD] else state[W_INCREASE] / size
         state[W_SIZE] = min(state[W_LIMIT], size + step)
