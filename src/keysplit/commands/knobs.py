@@ -56,8 +56,8 @@ def add_shared_knobs(p: argparse.ArgumentParser) -> None:
                    help="aggregation period T: counters flush partial counts every T s (tick tuples; default 1)")
     p.add_argument("--max-pending", type=positive_int, default=DEFAULT_MAX_PENDING, metavar="N",
                    help="topology.max.spout.pending: lines in flight per spout at most; a spout's window starts at "
-                   f"{WINDOW_START:,} and grows while lines complete without queueing "
-                   f"(default {DEFAULT_MAX_PENDING})")
+                   f"what W / D needs by Little's law (at least {WINDOW_START:,}; max pending at --cpu-delay 0) and "
+                   f"grows while lines complete without queueing (default {DEFAULT_MAX_PENDING})")
     p.add_argument("--message-timeout", type=positive_int, default=30, metavar="SECS",
                    help="topology.message.timeout.secs: a line not acked in time is replayed (default 30)")
     p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, metavar="N",

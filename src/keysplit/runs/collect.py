@@ -106,12 +106,17 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
 
 #: A counter busy this share of the run or more was what bound it (its sleeps and tuples, not waiting for work).
 BUSY = 0.85
+#: A run at max pending whose rate reached this share of what Little's law lets max pending lines carry was bound by
+#: them (a run far below it kept fewer lines out on average: its window was not what held it back).
+LITTLE = 0.7
 
 
 def what_bound(s: dict[str, Any], busy: list[float], spouts: int = 1) -> dict[str, Any]:
     """What bound the run's throughput, first match: ``rate`` (open loop: the spouts' schedule), ``workers`` (the
     counters were busy: W / D, or ``hot counter`` when one had more words than the rest), ``in-flight cap`` (the
-    spouts' window reached max pending: Little's law, lines in flight x words a line / latency), ``flush latency``
+    spouts' window reached max pending, and the run reached :data:`LITTLE` of the rate Little's law lets that many
+    lines carry, lines in flight x words a line / latency: short of it, the window did not hold it back),
+    ``flush latency``
     (the run took the workers' time and one line's latency, the counters' flush: a longer run amortises it), else
     ``cpu``
     (nothing of the topology bound while the counters waited: the machine's cores, shared by every process).
@@ -131,8 +136,8 @@ def what_bound(s: dict[str, Any], busy: list[float], spouts: int = 1) -> dict[st
                 f"(the busiest counter {hot:.0%} of the run)" if delay else
                 f"the workers (the busiest counter {hot:.0%} of the run)"}
     cap, window = (s.get("max_pending") or 0) * spouts, s.get("window")
-    if cap and window is not None and window >= cap:
-        per_line = words / max(s["lines"], 1)
+    per_line = words / max(s["lines"], 1)
+    if cap and window is not None and window >= cap and s["words_per_second"] >= LITTLE * cap * per_line / latency_s:
         return {"bound_by": "in-flight cap", "bound": f"the in-flight cap: {cap:,} lines x {per_line:.1f} words / "
                 f"{latency_s:.2f} s = {cap * per_line / latency_s:,.0f} words/s by Little's law (--max-pending "
                 f"{s['max_pending']})"}

@@ -47,7 +47,7 @@ run adapts the same way.
 a second when a line takes L to complete, and L is at least a flush here (a line is acked only once its counters
 flushed: about T/2, up to T). 1,000 lines of one word at L = 0.55 s cap a run at 1,800 words/s whatever the
 workers could do (8,000 at W = 8, D = 1 ms). So the window starts at what Little's law needs for W / D at the
-target (:func:`window_start`; :data:`WINDOW_START` lines without a delay; max pending when lower) and grows by slow
+target (:func:`window_start`; max pending without a delay, or when lower) and grows by slow
 start while the lines acked complete within the target; the first line acked later
 than the target ends slow start (TCP's HyStart: a delay that grows says the queue, not the window, now bounds) and
 the window grows only additively from there. A line emitted before the spout's first ack does not end it: its
@@ -98,14 +98,22 @@ def latency_target(flush_secs: float, batch: int, batch_ms: float) -> float:
 
 
 def window_start(workers: int, cpu_delay_ms: float, target_secs: float, words_per_line: float,
-                 spouts: int = 1) -> int:
+                 spouts: int = 1) -> int | None:
     """The lines one spout's window starts at: by Little's law, the lines in flight that keep the workers' rate
     W / D words/s going at the latency target (W x 1000 / D x target / words a line, shared by the spouts), and
     never fewer than :data:`WINDOW_START` (the fixed default before, which long lines at a long delay may exceed:
-    a message timeout then cuts the window, as it did); :data:`WINDOW_START` when there is no delay (no rate to aim
-    at) or no known line length. Lines queue, and the window then grows or stops, from where the workers are about
-    to bind, so a run does not spend its first seconds in slow start (a round trip here is a flush: T/2 or more)."""
-    if cpu_delay_ms <= 0 or words_per_line <= 0:
+    a message timeout then cuts the window, as it did); :data:`WINDOW_START` when the line length is not known.
+    Lines queue, and the window then grows or stops, from where the workers are about to bind, so a run does not
+    spend its first seconds in slow start (a round trip here is a flush: T/2 or more).
+
+    None (max pending) when there is no delay: the rate W / D is unbounded, so is the window it needs, and max
+    pending is what bounds it. Slow start from :data:`WINDOW_START` took 5 of the 16 seconds of a 3-million-word
+    run at no delay on Storm 2.8.8, doubling once a flush period, and the window reached max pending anyway
+    (175,000 words/s; 254,000 from max pending, with a line's p99 1.9 s either way: docs/benchmarks/storm-cluster.md).
+    """
+    if cpu_delay_ms <= 0:
+        return None
+    if words_per_line <= 0:
         return WINDOW_START
     return max(WINDOW_START, math.ceil(workers * 1000.0 / cpu_delay_ms * target_secs / words_per_line / spouts))
 
@@ -140,14 +148,14 @@ class AdaptiveWindow:
     ``timeout_secs`` is the message timeout (the span of the recent acks that bound a cut)."""
 
     def __init__(self, policy: WindowPolicy, limit: int | None, timeout_secs: float = 30.0, *,
-                 target_secs: float | None = None, start: int = WINDOW_START, slow_start: bool = True) -> None:
+                 target_secs: float | None = None, start: int | None = WINDOW_START, slow_start: bool = True) -> None:
         self.policy = policy
         self.recent = RecentCount(timeout_secs)  # acks
         self.limit = float(limit) if limit else math.inf
         # grow only while lines complete within it; without one, or with Storm's fixed max pending (decrease 1),
         # start at max pending: without timeouts, nothing changes
         self.target = target_secs if policy.decrease < 1.0 else None
-        self.size = self.limit if self.target is None else min(self.limit, float(max(1, start)))
+        self.size = self.limit if self.target is None or start is None else min(self.limit, float(max(1, start)))
         # slow start below it, additive increase at or above; a start sized for the workers' rate (``slow_start``
         # False) grows additively only: doubling it in the first round trip would only queue lines
         self.threshold = self.limit if slow_start or self.target is None else self.size

@@ -15,7 +15,7 @@ whole). What differs from the spout, and why it is enough here:
   (storm/spout_pacing.py).
 
 - the window starts at ``start x spouts`` lines (``keysplit.storm.window.window_start``: Little's law for W / D
-  at the target; max pending when lower) and grows only while the lines
+  at the target; max pending without a delay, or when lower) and grows only while the lines
   completing took no longer than the latency target (``keysplit.storm.window.latency_target``: what a line waits
   when nothing queues, and half a flush period more), the first one over it ending slow start (unless it was
   emitted before the first completion: the start-up's), as the spouts' window does;
@@ -46,10 +46,10 @@ _COUNTS, _PERIODS = 14, 14 + BUCKETS
 
 
 def new_window(max_pending: int, spouts: int, timeout: float, policy: WindowPolicy | None = None,
-               target: float = 0.0, start: int = WINDOW_START, slow_start: bool = True) -> np.ndarray:
+               target: float = 0.0, start: int | None = WINDOW_START, slow_start: bool = True) -> np.ndarray:
     """A window of at most ``max_pending x spouts`` lines; ``timeout`` and ``target`` (the latency up to which it
     grows past its start, 0: none, and it starts at max pending) in seconds; ``start`` the lines each spout's
-    window starts at (``keysplit.storm.window.window_start``)."""
+    window starts at (``keysplit.storm.window.window_start``; None: max pending)."""
     policy = policy or WindowPolicy()
     limit = float(max_pending * spouts)
     state = np.zeros(_COUNTS + 2 * BUCKETS)
@@ -59,7 +59,8 @@ def new_window(max_pending: int, spouts: int, timeout: float, policy: WindowPoli
     state[_PERIODS:] = -float(BUCKETS)
     state[W_THRESHOLD] = state[W_LIMIT] = limit
     grows = target > 0 and policy.decrease < 1.0  # decrease 1: Storm's fixed max pending, as the spout's
-    state[W_SIZE] = state[W_LOWEST] = min(limit, float(max(1, start) * spouts)) if grows else limit
+    starts_below = grows and start is not None  # None: max pending
+    state[W_SIZE] = state[W_LOWEST] = min(limit, float(max(1, start) * spouts)) if starts_below else limit
     state[W_TARGET] = target if grows else 0.0
     if grows and not slow_start:  # a start sized for the workers' rate grows additively only, as the spout's
         state[W_THRESHOLD] = state[W_SIZE]
