@@ -5,7 +5,11 @@ spout ``next`` calls.
   sends one a second); a task silent for ``topology.subprocess.timeout.secs`` is killed, as ShellBolt's and
   ShellSpout's heartbeat timer tasks kill theirs (apache/storm ``task/ShellBolt.java``, ``spout/ShellSpout.java``).
 - Ticks: ``__system``/``__tick`` tuples every ``topology.tick.tuple.freq.secs`` of a bolt; they stay pending
-  until acked like any input.
+  until acked like any input. Every bolt's come at the wall clock's multiples of its period, the instants at which
+  the word count's counters flush by their own timers (storm/flush_clock.py). Storm starts each executor's ticks
+  one period after the executor started (``Executor.setupTicks``), at no particular phase; no bolt can tell the
+  two apart, and on the local runner a ``--batch 1`` aggregator's tick then commits at the counters' flush, as
+  the topology model assumes.
 - Message timeouts: the acker's expired trees are failed back to their spouts.
 - Spout ``next``: pipelined ``next`` commands within ``topology.max.spout.pending`` at the spout's measured emits
   per call, none while some bolt's queue is over ``keysplit.local.queue.high`` (back-pressure), and Storm's
@@ -52,14 +56,16 @@ class Pacing:
         return float(self.state.conf.get("keysplit.local.heartbeat.secs") or 0)
 
     def start(self, now: float) -> None:
-        """The topology has started: the first heartbeat and each bolt's first tick are due from ``now``."""
+        """The topology has started at ``now`` (the monotonic clock): the first heartbeat is due a period from now,
+        each bolt's first tick at the wall clock's next multiple of its period (the module's docstring)."""
         state = self.state
         self.next_heartbeat = now + self.heartbeat_secs()
+        wall = time.time()
         for comp in state.components.values():
             freq = component_conf(state.conf, comp).get("topology.tick.tuple.freq.secs")
             if freq and not comp.is_spout:
                 tasks = [state.tasks[t] for t in comp.task_ids]
-                self.ticks.append((tasks, float(freq), [now + float(freq)]))
+                self.ticks.append((tasks, float(freq), [now + float(freq) - wall % float(freq)]))
 
     def timers(self, now: float, wake: float) -> float:
         """Heartbeats, ticks, message timeouts and spout ``next``; returns the next wake time."""

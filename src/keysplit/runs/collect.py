@@ -98,6 +98,9 @@ def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base:
         "aggregator_us": 1e6 * sum(float(c.get("busy_s", 0.0)) for c in commits) / partials if partials else None,
         # from the first emit to the first word reaching a counter (spout, router, the hops between): the model's hop
         "first_hop_ms": 1000 * (min(firsts) - spouts["first_emit"]) if firsts and spouts["first_emit"] else None,
+        # where the flushes fell relative to the first emit (the replay's --tick-phase; flushes at phase + k*T): the
+        # counters flush at the wall clock's multiples of T (storm/flush_clock.py), the last one at or before it
+        "tick_phase_s": -(spouts["first_emit"] % settings.flush_secs),
         **({"grouping_stats": json.loads(grouping_stats)} if grouping_stats else {}),
     }
     busy = [float(conn.hget(keys.counter(i), "busy_s") or 0.0) for i in range(settings.counter_tasks)]

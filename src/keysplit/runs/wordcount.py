@@ -352,8 +352,6 @@ def drive(conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: d
                              env=worker_env, resources=str(build_resources(os.path.join(tmp, "resources"))),
                              on_starting=injector.fire_at_start) as cluster:
             cluster.start()
-            # wall-clock time of tick 0: the runner sends every tick at started_at + k * T (monotonic clock)
-            ticks_at = time.time() - (time.monotonic() - cluster.started_at)
             if not cluster.run_until(finished, max(0.0, options.deadline - time.monotonic()), poll=0.2):
                 acked = spout_metrics(conn, keys, settings.spouts)["acked"]
                 raise RunTimeout(f"{acked} of {lines} lines acked")
@@ -386,8 +384,6 @@ def drive(conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: d
     summary["wall_s"] = time.time() - started
     if resumes:
         summary["resumes"] = resumes
-    # where the flush ticks fell relative to the first emit (the replay's --tick-phase; ticks at phase + k*T)
-    summary["tick_phase_s"] = ticks_at - spout_metrics(conn, keys, settings.spouts)["first_emit"]
     conn.set(keys.summary, json.dumps(summary))
     set_state(conn, keys, "finished", finished=time.time())
     # the feed and the per-worker key sets are large and fully summarised: drop them, keep counts and metrics

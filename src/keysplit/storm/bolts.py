@@ -38,6 +38,7 @@ from keysplit.storm.components import AGGREGATOR, COUNTER, record_start
 from keysplit.storm.counting import BatchedCounts, PartialCounts, Totals, merge_top
 from keysplit.storm.cpu_delay import DelayClock, tighten_timer_slack
 from keysplit.storm.exactly_once import Dedup
+from keysplit.storm.flush_clock import FlushClock
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.router import Batch, Batcher, GroupingChannel, Router
@@ -167,14 +168,18 @@ class RouterBolt(CoalescedWrites, Bolt):
 
 class CounterBolt(CoalescedWrites, Bolt):
     """The paper's worker: partial counts with an optional per-word CPU delay, flushed every period T
-    (``keysplit.flush``).
+    (``keysplit.flush``) at the wall clock's multiples of T, the same instants in every counter (storm/flush_clock.py
+    says why: a line waits for its last counter's flush).
 
-    It flushes after any tuple that ends T or more after its last flush, and at every tick. The tick alone would
-    not do: it waits in the task's input queue behind the tuples queued before it (as on Storm, where
-    ``Executor.setupTicks`` publishes ticks to the executor's receive queue), so a counter with a backlog would
-    flush, and its lines complete, only once the whole backlog is counted, every counter at about the same moment;
-    the spout's lines in flight then complete in waves, and the counters idle while the spout works through each
-    wave's acks (docs/design/batches.md, "The no-delay ceiling"). The tick flushes what an idle counter holds.
+    It flushes after any tuple that ends past a multiple of T since its last flush, from its timer thread at each
+    multiple (the thread takes the counter's lock, as ``process`` does, and writes what it emitted at once, as the
+    router's batch timer does: the main thread may be waiting for input), and at every tick (on Storm at the
+    executor's own phase: an earlier flush than the multiple's, never a later one). The tick alone would not do: it
+    waits in the task's input queue behind the tuples queued before it (as on Storm, where ``Executor.setupTicks``
+    publishes ticks to the executor's receive queue), so a counter with a backlog would flush, and its lines
+    complete, only once the whole backlog is counted, every counter at about the same moment; the spout's lines in
+    flight then complete in waves, and the counters idle while the spout works through each wave's acks
+    (docs/design/batches.md, "The no-delay ceiling"). The timer flushes what an idle counter holds.
 
     With ``auto_ack`` off pystorm acks nothing, ticks included, so every ``process_tick`` here acks its tick
     (the top-k bolt, and the router without batches, keep pystorm's auto-ack, which acks ticks too; acking twice
@@ -203,25 +208,39 @@ class CounterBolt(CoalescedWrites, Bolt):
         self.alive = time.perf_counter()  # when this counter last told Storm it is alive (count_batch)
         self.last_report = time.time()
         self.first_tuple: float | None = None  # when the first word reached this task (the run's first hop)
-        self.flush_secs = settings.flush_secs
-        self.flushed_at = time.perf_counter()  # when the last flush began
+        self.flushes = FlushClock(settings.flush_secs)
+        self.lock = threading.Lock()  # the main thread's tuples and ticks, and the flush timer's flushes
+        threading.Thread(target=self._flush_timer, name="flush-timer", daemon=True).start()
+
+    def _flush_timer(self) -> None:
+        """Flush at each multiple of T if no tuple or tick did since the last one (the timer thread)."""
+        try:
+            while True:
+                time.sleep(self.flushes.until_next())
+                with self.lock:
+                    if self.flushes.due():
+                        self.flush()
+                        self.serializer.flush()  # the main thread may be waiting for input: write them now
+        except Exception:  # a timer that stops would leave an idle counter's inputs unacked until they time out
+            self.logger.exception("the flush timer failed; stopping the task")
+            os._exit(1)
 
     def process(self, tup):
-        if self.first_tuple is None:
-            self.first_tuple = time.time()
-        started = time.perf_counter()
-        values = tup.values
-        self.tuples += 1
-        if self.batched:
-            self.count_batch(tup.id, decode_words(values[0]), values[-1], started)
-        else:
-            if self.clock is not None:  # the paper's CPU delay (storm/cpu_delay.py), as a batch of one word
-                self.clock.one(started)
-            self.partial.add(values[0], tup.id, (values[-2], values[-1]) if self.exactly_once else None)
-        done = time.perf_counter()
-        self.busy += done - started
-        if done - self.flushed_at >= self.flush_secs:
-            self.flush()
+        with self.lock:
+            if self.first_tuple is None:
+                self.first_tuple = time.time()
+            started = time.perf_counter()
+            values = tup.values
+            self.tuples += 1
+            if self.batched:
+                self.count_batch(tup.id, decode_words(values[0]), values[-1], started)
+            else:
+                if self.clock is not None:  # the paper's CPU delay (storm/cpu_delay.py), as a batch of one word
+                    self.clock.one(started)
+                self.partial.add(values[0], tup.id, (values[-2], values[-1]) if self.exactly_once else None)
+            self.busy += time.perf_counter() - started
+            if self.flushes.due():
+                self.flush()
 
     def count_batch(self, tup_id, words: list[str], occurrences: str, started: float) -> None:
         """A router's batch, word by word, each with the CPU delay (storm/cpu_delay.py).
@@ -245,12 +264,13 @@ class CounterBolt(CoalescedWrites, Bolt):
         self.partial.add_batch(tup_id, words, decode_pairs(occurrences) if self.exactly_once else None)
 
     def process_tick(self, tup):
-        self.flush()
-        self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
+        with self.lock:
+            self.flush()
+            self.ack(tup)  # the tick too: Storm's ShellBolt holds every input until it is acked or failed
 
     def flush(self) -> None:
         """Send the partial counts since the last flush on, anchored to the inputs they cover, then ack those."""
-        self.flushed_at = time.perf_counter()
+        self.flushes.flushed()
         flushed = self.partial.drain()
         inputs = self.partial.drain_inputs()
         self.report()  # before the acks, so a run that sees every line acked also sees these loads

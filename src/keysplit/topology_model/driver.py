@@ -37,7 +37,6 @@ from keysplit.topology_model.kernel import (
     _S_CAP,
     _S_COMMIT,
     _S_CTUPLE,
-    _S_FLUSH,
     _S_HOP,
     _S_PHASE,
     _S_RATE,
@@ -83,10 +82,10 @@ def kernel_settings(p: TopologyParams, tick_visits: int = MAX_TICK_VISITS) -> np
     out = np.zeros(_S_TICKS + 1)
     out[_S_SERVICE], out[_S_RUNNER], out[_S_TUPLE], out[_S_COMMIT] = (p.cpu_delay_ms / 1000.0, p.overhead_us / 1e6,
                                                                       p.tuple_us / 1e6, p.commit_s)
-    out[_S_ACK], out[_S_TICK], out[_S_PHASE] = p.ack_delay_ms / 1000.0, p.tick_secs, p.tick_phase_s
+    out[_S_ACK], out[_S_TICK], out[_S_PHASE] = p.ack_delay_ms / 1000.0, p.flush_secs, p.tick_phase_s
     out[_S_CAP], out[_S_RATE], out[_S_TIMEOUT] = p.max_pending * p.spouts, p.rate or 0.0, p.message_timeout
     out[_S_HOP], out[_S_WORD], out[_S_CTUPLE] = p.hop_delay_ms / 1000.0, p.word_us / 1e6, p.counter_overhead_us / 1e6
-    out[_S_BATCH], out[_S_WAIT], out[_S_FLUSH] = p.batch, p.batch_ms / 1000.0, p.flush_secs
+    out[_S_BATCH], out[_S_WAIT] = p.batch, p.batch_ms / 1000.0
     out[_S_TICKS] = tick_visits // (p.workers + p.aggregators)
     return out
 
@@ -194,7 +193,7 @@ class StreamedModel:
                                           (self.rec_emit, self.rec_done), self.settings, final)
         if status == 2:
             ticks = int(self.settings[_S_TICKS])
-            days = ticks * self.params.tick_secs / 86400
+            days = ticks * self.params.flush_secs / 86400
             left = int(self.iv[_I_LINES] - self.iv[_I_COMPLETED])
             raise KeysplitError(f"the topology model gave up after {ticks:,} ticks ({days:,.0f} days of topology "
                                 f"time) with {left:,} line(s) not complete: the costs (CPU delay, calibration) make "

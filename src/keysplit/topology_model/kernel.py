@@ -22,13 +22,13 @@ What the model follows, each a fact of the topology (``keysplit.storm``, ``keysp
 - **a counter** serves its tuples first come first served, ``cpu_delay_ms`` per word plus ``counter_overhead_us``
   per tuple (the sleep, and what one tuple costs the counter process: reading it, and the sleep's overshoot, which
   a batch pays once, ``CounterBolt.count_batch``); the words it has served wait for its next tick tuple;
-- **ticks** reach every counter and aggregator at the same instants ``tick_phase + k * T``, ``T`` the tick period
-  (``topology.tick.tuple.freq.secs``, whole seconds: ``max(1, round(flush))``, as
-  ``WordCountSettings.tick_secs``); a tick enters the task's input queue behind what is already there (the
-  local runner appends it, as Storm's executor receive queue does), so a counter with a backlog sees it late;
-- **a counter's own clock**: a counter also flushes right after a tuple that ends ``flush`` seconds or more after
-  its last flush (``CounterBolt.process``), so one with a backlog flushes every period as it works through it; the
-  tick flushes what an idle counter holds;
+- **flushes at the multiples of T**: every counter flushes at the instants ``tick_phase + k * T``, ``T`` the flush
+  period, the wall clock's multiples of T (storm/flush_clock.py): an idle counter's timer flushes at the instant,
+  a busy one right after the tuple that ends past it (``CounterBolt.process``), so one with a backlog flushes every
+  period as it works through it, and again at its tick, which waits behind the backlog; with ``--batch 1`` every
+  aggregator commits at its tick at the same instants (the local runner starts ticks at the clock's multiples of
+  their period, ``topology.tick.tuple.freq.secs``: whole seconds, ``max(1, round(flush))``, so the model's ticks
+  are exact when T is whole seconds);
 - **flush-then-ack**: at a flush a counter emits one partial count per distinct word it served since the last
   flush (``tuple_us`` each), anchored to the words, and then acks its input tuples (``tuple_us`` each), in that
   order (``keysplit.storm.bolts.CounterBolt.flush``): the partial counts leave before the acks; each goes to
@@ -53,6 +53,8 @@ runner's serial stage.
 """
 
 
+import math
+
 import numba
 import numpy as np
 
@@ -69,11 +71,11 @@ _I_HEAP, _I_SEQ, _I_NEXT_LINE, _I_PENDING, _I_COMPLETED, _I_WAITING, _I_TIMEOUTS
 _F_RUNNER, _F_FIRST, _F_LAST, _F_SUM, _F_COMP, _F_MAX, _F_MIN, _F_LAG = range(8)
 #: Slots of the kernel's settings (``settings``, float64; times in seconds): a counter's time per word (the CPU
 #: delay), the runner's per tuple sent to a counter, a tuple's in a tick, an aggregator's per partial count, the ack
-#: delay, the tick period and phase, the lines in flight at most, the rate (0: closed loop), the message timeout,
-#: the hop to a counter, the runner's per word, a counter's per input tuple, the batch size (words) and wait, the
-#: flush period of a counter's own clock, the most ticks the loop follows (its bound on its own work).
+#: delay, the flush period T (the ticks' period) and phase, the lines in flight at most, the rate (0: closed loop),
+#: the message timeout, the hop to a counter, the runner's per word, a counter's per input tuple, the batch size
+#: (words) and wait, the most ticks the loop follows (its bound on its own work).
 _S_SERVICE, _S_RUNNER, _S_TUPLE, _S_COMMIT, _S_ACK, _S_TICK, _S_PHASE, _S_CAP, _S_RATE, _S_TIMEOUT, _S_HOP, \
-    _S_WORD, _S_CTUPLE, _S_BATCH, _S_WAIT, _S_FLUSH, _S_TICKS = range(17)
+    _S_WORD, _S_CTUPLE, _S_BATCH, _S_WAIT, _S_TICKS = range(16)
 
 
 @numba.njit(cache=True)
@@ -205,6 +207,12 @@ def _send_batch(heap, iv, batches, b, t):
 
 
 @numba.njit(cache=True, inline="always")
+def _period(t, settings):
+    """The flush period time ``t`` falls in: the counters flush at ``tick_phase + k * T`` (storm/flush_clock.py)."""
+    return math.floor((t - settings[_S_PHASE]) / settings[_S_TICK])
+
+
+@numba.njit(cache=True, inline="always")
 def _flush(heap, iv, w, start, counters, words, stamp, a_seen, settings):
     """:func:`_flush_counter` on the loop's state."""
     ht, hs, hk, ha = heap
@@ -294,7 +302,7 @@ def _on_arrive(heap, iv, now, j, counters, words, stamp, a_seen, settings):
     else:
         w_nxt[c_tail[w] & wm] = j
     c_tail[w] = last
-    if c_free[w] - c_last[w] >= settings[_S_FLUSH]:
+    if _period(c_free[w], settings) > _period(c_last[w], settings):  # it ends past a multiple of T
         heap = _flush(heap, iv, w, c_free[w], counters, words, stamp, a_seen, settings)
     return heap
 
@@ -328,8 +336,10 @@ def _commit(heap, iv, now, a, aggregators, words, stamp, settings):
 
 @numba.njit(cache=True, inline="always")
 def _on_tick(heap, iv, now, arg, final, counters, aggregators, words, stamp, settings):
-    """Every counter's tick, queued behind its backlog, flushes what arrived before it; every aggregator's commits
-    what reached it before the tick (with ``--batch 1``; with batches a flush was committed as it came)."""
+    """A multiple of T: every counter's tick, queued behind its backlog, flushes what arrived before it (an idle
+    counter's timer flushes at the same instant; a busy one flushed after the tuple that ended past it too,
+    :func:`_on_arrive`); every aggregator's tick commits what reached it before the tick (with ``--batch 1``; with
+    batches a flush was committed as it came)."""
     n_workers = counters[0].shape[0]
     a_seen = aggregators[3]
     for w in range(n_workers):

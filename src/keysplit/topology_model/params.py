@@ -103,11 +103,6 @@ class TopologyParams:
                 raise ValueError(f"{name} must be a positive number, got {getattr(self, name)}")
 
     @property
-    def tick_secs(self) -> float:
-        """The tick period: Storm's tick frequency is whole seconds, at least 1 (``WordCountSettings.tick_secs``)."""
-        return float(max(1, round(self.flush_secs)))
-
-    @property
     def commit_s(self) -> float:
         """An aggregator's time per partial count at its tick."""
         return (self.commit_us if self.commit_us is not None else self.tuple_us) / 1e6
