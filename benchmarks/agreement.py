@@ -7,7 +7,7 @@ by the fit; the other cells are held out. Target: words/s within 15%, p50 and p9
 
 Every run is ``keysplit run wordcount --json --run-id ID`` on the demo's Zipf text
 (``zipf:z=1.1,keys=5000,messages=30000,seed=42``, 10 words a line), W=8, S=4, A=2, flush 1 s, max pending at its
-default (the spouts' window grows from 1,000 lines up to a latency: storm/window.py),
+default (the spouts' window grows from what W / D needs up to a latency: storm/window.py),
 the topology's default batches, and ``--worker-processes 2``; each is stored in the project's Redis (so
 ``keysplit calibrate`` reads it there, as it would a cluster's run) and its summary kept under
 .keysplit/bench/agreement/ (``--reuse`` reads it instead of running again, e.g. to re-fit).

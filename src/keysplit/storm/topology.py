@@ -39,7 +39,7 @@ from keysplit.storm.window import DEFAULT_MAX_PENDING
 #: Storm settings of the paper's setup that the topology relies on (overridable with ``-o``).
 DEFAULT_STORM_CONF: dict[str, Any] = {
     "topology.message.timeout.secs": 30,
-    # the ceiling of the spouts' window, which grows from 1,000 lines up to what a line's latency allows
+    # the ceiling of the spouts' window, which grows from its start up to what a line's latency allows
     # (storm/window.py): Storm's count is of tuple trees, each of one or more lines, so it never binds first
     "topology.max.spout.pending": DEFAULT_MAX_PENDING,
     # An idle bolt executor (Storm 2.x, WaitStrategyProgressive) parks 1 ns a thousand times (level 2: each park a
