@@ -5,8 +5,9 @@ Throughput: sg and pkg at D = 1 ms, W = 8 (S = 4, A = 2, flush 1 s), on the READ
 (``zipf:z=1.1,keys=5000,messages=30000,seed=42`` written 10 words a line) -- each run twice back to back: with the
 default knobs (no ``--max-pending``: the spouts' window grows from what W / D needs up to a latency,
 storm/window.py) and with ``--max-pending 1000``, the previous default's fixed cap. Printed per pair: words/s as
-a share of W / D, the ratio default / previous default (both measured in this one process, so a load change hits both alike), what each
-run's summary says bound it (``bound_by``, runs/collect.py ``what_bound``), and the load average.
+a share of W / D, the ratio default / previous default (both measured in this one process, so a load change hits
+both alike), what each run's summary says bound it (``bound_by``, runs/collect.py ``what_bound``), and the load
+average.
 
 Light load: sg, open loop at ``--light-rate`` words/s (1,000), D = 1 ms, ``--light-lines`` lines of the demo's
 text: a line's complete latency p50 against the target 0.6 T + 50 ms, and the same run with ``--batch 1`` (whose
