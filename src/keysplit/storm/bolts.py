@@ -131,18 +131,10 @@ class RouterBolt(CoalescedWrites, Bolt):
                       need_task_ids=False)
 
     def _flusher(self) -> None:
-        """Send each batch that is not full ``batch_ms`` after its first word (the timer thread)."""
-        batcher, lock = self.batcher, self.lock
+        """Send each batch that is not full ``batch_ms`` after its first word (the timer thread), and write it at
+        once: the main thread may be waiting for input."""
         try:
-            with lock:
-                while True:
-                    due = batcher.next_due()  # type: ignore[union-attr]
-                    wait = None if due is None else due - time.monotonic()
-                    if wait is None or wait > 0:
-                        lock.wait(wait)
-                    else:
-                        batcher.flush_due()  # type: ignore[union-attr]
-                        self.serializer.flush()  # the main thread may be waiting for input: write them now
+            self.batcher.serve(self.lock, self.serializer.flush)  # type: ignore[union-attr]
         except Exception:  # a flusher that stops would leave lines unacked until they time out
             self.logger.exception("the batch flusher failed; stopping the task")
             os._exit(1)
