@@ -3,7 +3,9 @@
 ``PartialAggregate`` (behind a :class:`~keysplit.toolkit.router.KeyRouter`) adds each record to its key's state
 with the accumulator (:mod:`keysplit.toolkit.accumulators`), the rows of a batching router's batch one by one (all of
 them, or none when one is refused: the batch is failed whole, so its rows replay), and flushes every period T, by
-its own clock and at its tick, as the word count's counters do: one tuple per merge task on the ``partials`` stream,
+its own clock and at its tick (T after its last flush: a record waits for its one partial task's flush, so the
+phases of several tasks, which the word count's counters align to the wall clock's multiples of T for lines of
+many words, storm/flush_clock.py, cost it nothing): one tuple per merge task on the ``partials`` stream,
 anchored to the inputs it covers, then acks them (a batch once, however many merge tasks its rows went to).
 ``MergeAggregate`` merges the partial states of the keys it owns
 (:func:`~keysplit.toolkit.contract.merge_index`), commits them every period, emits ``(key, result)`` for each key
