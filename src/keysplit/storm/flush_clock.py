@@ -9,10 +9,10 @@ p50 was 916 ms at T = 1 s where one flush costs T/2 on average (docs/benchmarks/
 multiples of T of the wall clock puts every counter's flush at one instant, on every worker of a cluster whose clocks
 agree (NTP keeps them within milliseconds), so a line waits for one flush: T/2 on average, whatever its length.
 
-Ticks keep coming (a counter's tick still flushes when a multiple of T has passed since its last flush, and Storm's
-tick is what wakes a task that gets no tuples), but the instant is the clock's: the counter's own timer thread
-flushes at each multiple (storm/bolts.py ``CounterBolt``). Integer seconds are all Storm's ticks can do
-(``topology.tick.tuple.freq.secs``), so the timer is the counter's, not Storm's.
+Ticks keep coming, and a counter still flushes at each of its ticks (on Storm at the executor's own phase: an
+earlier flush for the words it holds, never a later one), but the instant every counter shares is the clock's: the
+counter's own timer thread flushes at each multiple (storm/bolts.py ``CounterBolt``). Integer seconds are all
+Storm's ticks can do (``topology.tick.tuple.freq.secs``), so the timer is the counter's, not Storm's.
 """
 
 from __future__ import annotations
