@@ -1,6 +1,6 @@
 """Bytes served per page, with the top pages: a toolkit topology, built only from keysplit's public API.
 
-    keysplit datasets generate pageviews:pages=2000,views=20000,seed=1 --out views.csv
+    keysplit datasets generate pageviews:keys=2000,messages=20000,seed=1 --out views.csv
     keysplit run topologies/pageviews.py --dataset csv:views.csv,key=page --worker-processes 2
 
 The feed's rows ``(time, page, bytes)`` go to the routers as ``keysplit simulate -S 2`` deals records to its sources;

@@ -1,5 +1,6 @@
-"""What can be seen before a process starts is refused when the topology class is built, in one line naming the
-component: the issue's list (an unknown downstream component, a key field the upstream does not declare, a spec that
+"""What can be seen before a process starts is refused before one starts, in one line naming the component: each
+spec's own arguments when the class body runs, the whole topology when keysplit loads it (check_topology, which
+`keysplit run`, `submit` and `replay` call on the class streamparse's loader finds): the issue's list (an unknown downstream component, a key field the upstream does not declare, a spec that
 does not parse, more choices than downstream tasks, an accumulator without merge behind a grouping that splits
 keys) and the toolkit's own rules."""
 
@@ -52,6 +53,7 @@ def build(route_kwargs=None, partial_kwargs=None, merge_kwargs=None, partial_par
                                                      **(partial_kwargs or {})})
         total = Aggregate.merge(inputs=partial, **(merge_kwargs or {}))
 
+    check_topology(Pages)
     return Pages
 
 
@@ -100,20 +102,31 @@ def test_an_unknown_downstream_component():
         route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg", to="sink")
         sink = Store.spec(inputs=route.into(), par=3)
 
-    assert UserBolt.specs  # a router may name its downstream with to=, which must then exist
+    check_topology(UserBolt)  # a router may name its downstream with to=, which must then exist
+
+    class Typo(Topology):
+        views = ViewSpout.spec()
+        route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg", to="stores")
+        sink = Store.spec(inputs=route.into(), par=3)
+
     with pytest.raises(TopologyBuildError, match="its downstream component 'stores' does not exist"):
-        class Typo(Topology):
-            views = ViewSpout.spec()
-            route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg", to="stores")
-            sink = Store.spec(inputs=route.into(), par=3)
+        check_topology(Typo)
 
 
 def test_a_bolt_behind_a_router_must_subscribe_on_the_route_field():
+    class Shuffled(Topology):
+        views = ViewSpout.spec()
+        route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg")
+        sink = Store.spec(inputs={route: Grouping.SHUFFLE}, par=3)
+
     with pytest.raises(TopologyBuildError, match=r"expected one component behind it subscribed with inputs=route.into"):
-        class Shuffled(Topology):
-            views = ViewSpout.spec()
-            route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg")
-            sink = Store.spec(inputs={route: Grouping.SHUFFLE}, par=3)
+        check_topology(Shuffled)
+
+
+def test_keysplits_topology_is_streamparses_own_class():
+    # streamparse's loader deploys the first TopologyType in the module that is not streamparse.Topology: a base
+    # class of keysplit's own there would be deployed instead of the user's (an empty topology on Storm)
+    assert Topology is PlainTopology
 
 
 def test_a_plain_streamparse_topology_is_checked_by_keysplit_run():
@@ -137,6 +150,7 @@ def test_two_merges_need_at_least_once():
             route2 = KeyRouter.spec(inputs=[views], key="page", grouping="kg")
             partial2 = Aggregate.partial(inputs=route2, accumulator=Count())
             total2 = Aggregate.merge(inputs=partial2)
+        check_topology(Two)
         return Two
 
     with pytest.raises(TopologyBuildError, match="an exactly-once merge marks each feed record once"):

@@ -67,7 +67,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("topology", metavar="TOPOLOGY",
                    help="wordcount (keysplit's word-count / top-k topology), or your streamparse topology's file, "
-                   "path/to/topology.py[:Class] (docs/guides/your-topology.md)")
+                   "path/to/topology.py (docs/guides/your-topology.md): the class streamparse's loader finds, as "
+                   "sparse submit deploys it")
     p.add_argument("--duration", type=run_seconds, metavar="SECS",
                    help="a topology file without keysplit's feed: run this long, then stop")
     p.add_argument("--until-idle", type=run_seconds, metavar="SECS",

@@ -11,7 +11,6 @@ keys each partial task held, the merged top-k, the spout's throughput and latenc
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -74,48 +73,98 @@ class LoadedTopology:
 
 
 def load_topology(target: str) -> LoadedTopology:
-    """Import ``path/to/topology.py[:ClassName]`` as streamparse would, with the project's ``src/`` importable,
-    and check it (:func:`keysplit.toolkit.check_topology`); one-line errors."""
-    from streamparse import Topology
-
-    where, _, wanted = target.partition(":") if not os.path.exists(target) else (target, "", "")
-    path = Path(where)
+    """The topology class of ``path/to/topology.py`` exactly as ``sparse submit`` finds it (streamparse's own loader,
+    :func:`streamparse.util.get_topology_from_file`), checked (:func:`keysplit.toolkit.check_topology`); one-line
+    errors. Whatever would make the cluster deploy something other than what keysplit runs is refused."""
+    path = Path(target)
     if path.suffix != ".py":
-        raise KeysplitError(f"{target}: a topology is `wordcount` or a Python file (path/to/topology.py[:Class])")
+        raise KeysplitError(f"{target}: a topology is `wordcount` or a Python file (path/to/topology.py)")
     if not path.is_file():
-        raise KeysplitError(f"topology file not found: {where}")
+        raise KeysplitError(f"topology file not found: {target}")
     path = path.resolve()
     root = path.parent.parent if path.parent.name == "topologies" else path.parent
-    for folder in (root / "src", root):
-        if folder.is_dir() and str(folder) not in sys.path:
-            sys.path.insert(0, str(folder))
-    module_name = f"keysplit_topology_{path.stem}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    except KeysplitError as exc:
-        raise KeysplitError(f"{where}: {exc}") from None
-    except Exception as exc:  # the user's file: say what it raised and where, in one line
-        raise KeysplitError(f"cannot import {where}: {type(exc).__name__}: {exc}") from None
-    found = {name: obj for name, obj in vars(module).items()
-             if isinstance(obj, type) and issubclass(obj, Topology) and getattr(obj, "specs", None)
-             and obj.__module__ == module_name}
-    if wanted:
-        if wanted not in found:
-            raise KeysplitError(f"{where} has no topology class {wanted!r} (found: {', '.join(found) or 'none'})")
-        name = wanted
-    elif len(found) != 1:
-        raise KeysplitError(f"{where} defines {len(found)} topology classes ({', '.join(found) or 'none'}); name one "
-                            f"as {where}:CLASS")
-    else:
-        name = next(iter(found))
-    loaded = LoadedTopology(found[name], name, path, root)
+    cls = _import_as_sparse_does(path, target)
+    _refuse_what_sparse_would_deploy_otherwise(cls, target)
+    loaded = LoadedTopology(cls, cls.__name__, path, root)
     check_topology(loaded.cls)
     if len(loaded.specs_of(FeedSpoutSpec)) > 1:
-        raise KeysplitError(f"{where}: {name} has more than one FeedSpout; keysplit run loads one feed a run")
+        raise KeysplitError(f"{target}: {loaded.name} has more than one FeedSpout; keysplit run loads one feed a run")
     return loaded
+
+
+#: The module names this process imported topology files as (their stems), which a later load may import afresh, and
+#: the folders the last load appended to sys.path (streamparse's loader appends them; the next load removes them).
+_TOPOLOGY_MODULES: set[str] = set()
+_TOPOLOGY_PATHS: list[str] = []
+
+
+def _import_as_sparse_does(path: Path, target: str) -> Any:
+    """streamparse's ``get_topology_from_file``: it appends the file's folder and ``../src`` to ``sys.path`` and
+    imports the module by the file's stem, then takes the first ``TopologyType`` in the module that is not
+    ``streamparse.Topology``. A module of that name imported before (another file of the same stem, in this
+    process) is dropped first, as a fresh ``sparse`` process would not have it."""
+    import warnings
+
+    with warnings.catch_warnings():  # streamparse.util imports paramiko and pkg_resources, which warn on import
+        warnings.simplefilter("ignore")
+        from streamparse.util import get_topology_from_file
+
+    for folder in _TOPOLOGY_PATHS:  # an earlier load's folders: a fresh `sparse` process has none of them
+        while folder in sys.path:
+            sys.path.remove(folder)
+    _TOPOLOGY_PATHS[:] = [str(path.parent), os.path.join(str(path.parent), "..", "src")]
+    stale = sys.modules.get(path.stem)
+    if stale is not None and path.stem in _TOPOLOGY_MODULES:
+        del sys.modules[path.stem]
+    elif stale is not None:
+        where = getattr(stale, "__file__", None) or "a built-in module"
+        raise KeysplitError(f"{target}: streamparse imports a topology by its file name, and {path.stem!r} is "
+                            f"another module here ({where}); rename the file")
+    try:
+        cls = get_topology_from_file(str(path))
+    except KeysplitError as exc:
+        raise KeysplitError(f"{target}: {exc}") from None
+    except SystemExit as exc:  # the user's file called sys.exit (or exit) while it was imported
+        raise KeysplitError(f"{target} exited while it was imported (SystemExit: {exc.code}); a topology file "
+                            "only defines its class") from None
+    except ValueError as exc:
+        if "Could not find topology subclass" in str(exc):
+            raise KeysplitError(f"{target} defines no topology class (class MyTopology(Topology): ... with "
+                                "Topology from keysplit.toolkit or streamparse)") from None
+        if "requires at least one Spout" in str(exc):  # streamparse's TopologyType, for a class with no spout spec
+            raise KeysplitError(f"cannot import {target}: a topology class has no spout (streamparse builds each "
+                                "class from its own body alone: a subclass inherits no components)") from None
+        raise KeysplitError(f"cannot import {target}: ValueError: {exc}") from None
+    except Exception as exc:  # the user's file: say what it raised and where, in one line
+        raise KeysplitError(f"cannot import {target}: {type(exc).__name__}: {exc}") from None
+    module = sys.modules.get(path.stem)
+    _TOPOLOGY_MODULES.add(path.stem)
+    if module is None or Path(getattr(module, "__file__", "") or "/").resolve() != path:
+        where = getattr(module, "__file__", None) or "a built-in module"
+        raise KeysplitError(f"{target}: streamparse imports a topology by its file name, and {path.stem!r} is "
+                            f"another module here ({where}); rename the file")
+    return cls
+
+
+def _refuse_what_sparse_would_deploy_otherwise(cls: Any, target: str) -> None:
+    """streamparse deploys the first topology class of a module and builds each class from its own body alone:
+    two classes in one file, or a subclass of another topology, would run one thing here and another on Storm."""
+    from streamparse import Topology
+    from streamparse.dsl.topology import TopologyType
+
+    module = sys.modules.get(cls.__module__)
+    others = [name for name, obj in vars(module).items() if isinstance(obj, TopologyType)
+              and obj is not cls and obj is not Topology] if module else []
+    if others:
+        names = ", ".join([cls.__name__, *others])
+        raise KeysplitError(f"{target} holds {len(others) + 1} topology classes ({names}): sparse submit deploys the "
+                            f"first it finds ({cls.__name__}); keep one topology class a file (import the others' "
+                            "components, not their classes)")
+    inherited = [b.__name__ for b in cls.__mro__[1:] if isinstance(b, TopologyType) and b is not Topology]
+    if inherited:
+        raise KeysplitError(f"{target}: {cls.__name__} subclasses the topology {inherited[0]}, but streamparse builds "
+                            f"a topology from its own class body alone, so {inherited[0]}'s components would not "
+                            "run; write all the components in one class")
 
 
 @dataclass

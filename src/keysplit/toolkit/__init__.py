@@ -7,7 +7,8 @@
   :class:`Count`, :class:`Sum`, :class:`TopK` and :class:`HeavyHitters` or your own :class:`Accumulator`;
 - :class:`FeedSpout` reads keysplit's Redis feed (``keysplit run --dataset csv:...``), which gives exactly-once
   results and loads that equal ``keysplit simulate`` record for record;
-- :class:`Topology` is streamparse's, checked when the class is made (:func:`check_topology`).
+- :class:`Topology` is streamparse's own class (so `sparse submit` deploys yours), checked by :func:`check_topology`
+  when keysplit loads the file.
 
 docs/guides/your-topology.md walks through it; docs/design/toolkit.md says how it works.
 """

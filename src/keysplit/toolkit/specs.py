@@ -4,7 +4,7 @@ Read as streamparse: ``X.spec(inputs=..., par=...)`` returns a component spec, a
 keysplit parts know what they need from their neighbours (the key field, the grouping's workers, the accumulator's
 fields), so every mistake that can be seen before a process starts is refused then, in one line:
 
-    class PageBytes(Topology):                      # keysplit.toolkit.Topology: checked when the class is made
+    class PageBytes(Topology):                      # streamparse's Topology; keysplit checks it when it loads it
         views = FeedSpout.spec(fields=["time", "page", "bytes"])
         route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg:d=2", par=2)
         partial = Aggregate.partial(inputs=route, accumulator=Sum("bytes"), par=4)
@@ -27,7 +27,6 @@ from streamparse import Topology as StreamparseTopology
 from streamparse.dsl.bolt import ShellBoltSpec
 from streamparse.dsl.component import ComponentSpec
 from streamparse.dsl.spout import ShellSpoutSpec
-from streamparse.dsl.topology import TopologyType
 from streamparse.thrift import GlobalStreamId
 
 from keysplit.errors import KeysplitError
@@ -351,14 +350,9 @@ def check_topology(topology: Any) -> None:
                                  "record once, so a topology has one (or set config keysplit.delivery=at-least-once)")
 
 
-class _CheckedTopologyType(TopologyType):
-    def __new__(mcs, classname, bases, class_dict):
-        cls = super().__new__(mcs, classname, bases, class_dict)
-        if classname != "Topology" or class_dict.get("__module__") != __name__:
-            check_topology(cls)
-        return cls
-
-
-class Topology(StreamparseTopology, metaclass=_CheckedTopologyType):
-    """streamparse's ``Topology``, checked by :func:`check_topology` when the class is made."""
-
+#: streamparse's own ``Topology``, re-exported: the class a user subclasses must be the one streamparse's loader
+#: skips (``streamparse.util.get_topology_from_file`` deploys the first ``TopologyType`` in the module that is not
+#: ``streamparse.Topology``), so that ``sparse submit`` deploys the user's class and never a base class of ours.
+#: Whole-topology checks (:func:`check_topology`) run when keysplit loads the file (``keysplit run``, ``submit``,
+#: ``replay``); each spec builder checks its own arguments in the class body.
+Topology = StreamparseTopology
