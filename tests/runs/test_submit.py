@@ -187,3 +187,51 @@ def test_collect_of_a_crash_looping_run_names_the_restarting_tasks(redis, tmp_pa
     err = capsys.readouterr().err
     assert "has not finished: 0 of 120 lines acked" in err and "router:1 started 14 times" in err
     assert "counter:0" not in err, "a task that started once is not restarting"
+
+
+PAGE_BYTES = '''from keysplit.toolkit import Aggregate, FeedSpout, KeyRouter, Sum, Topology
+
+
+class PageBytes(Topology):
+    views = FeedSpout.spec(fields=["time", "page", "bytes"])
+    route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg", time="time", par=2)
+    partial = Aggregate.partial(inputs=route, accumulator=Sum("bytes"), par=3)
+    total = Aggregate.merge(inputs=partial, top=5, par=2)
+'''
+
+
+def test_a_topology_files_run_is_submitted_from_its_project_and_runs_its_record(redis, tmp_path, capsys):
+    from keysplit.runs.topology_run import load_topology, read_results
+
+    url, secret = redis
+    project = tmp_path / "mysite"
+    (project / "topologies").mkdir(parents=True)
+    (project / "src").mkdir()
+    script = project / "topologies" / "pagebytes.py"
+    script.write_text(PAGE_BYTES)
+    views = tmp_path / "views.csv"
+    views.write_text("time,page,bytes\n" + "".join(f"{i / 100},/p{(i * i) % 13},{i % 97}\n" for i in range(300)))
+    common = ["--redis", url, "--redis-password-file", secret]
+    assert main(["run", str(script), "--load-only", "--dataset", f"csv:{views},key=page", "--worker-processes", "2",
+                 *common]) == 0
+    run_id = capsys.readouterr().out.strip()
+    # no config.json: one line saying where sparse looks for Nimbus
+    assert main(["submit", run_id, "-e", "local", *common, "--dry-run"]) == 2
+    assert "mysite/config.json does not exist" in capsys.readouterr().err
+    (project / "config.json").write_text((ROOT / "config.json").read_text())
+    out = submitted(redis, run_id, capsys, "--storm-version", "2.8.8")
+    assert out["cwd"] == str(project) and out["command"].startswith(f"cd {project} && ")
+    args = sparse_parse(out["argv"])
+    assert (args.environment, args.name, args.options["topology.workers"]) == ("local", "pagebytes", 2)
+    assert args.options["keysplit.run_id"] == run_id and args.options["keysplit.redis_url"] == url
+    loaded = load_topology(str(script))  # what sparse imports for -n pagebytes
+    conf = submit_conf(loaded.cls, args.name, args.options, env_config=read_env(project / "config.json", "local"))
+    assert conf["keysplit.redis_password_file"] == secret and conf["topology.workers"] == 2
+    conn = redis_server.connect(with_password(url, Path(secret).read_text().strip()))
+    with LocalCluster(loaded.cls, conf, cwd=str(project)) as cluster:
+        cluster.start()
+        assert cluster.run_until(lambda: feed_done(conn, RunKeys(run_id)), 120)
+    expected: dict = {}
+    for i in range(300):
+        expected[f"/p{(i * i) % 13}"] = expected.get(f"/p{(i * i) % 13}", 0) + i % 97
+    assert read_results(conn, run_id, "total") == expected

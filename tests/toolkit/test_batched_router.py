@@ -12,7 +12,7 @@ from keysplit.datasets import open_dataset
 from keysplit.runs.topology_run import read_results
 from keysplit.simulator import simulate
 from keysplit.storm.keys import RunKeys
-from keysplit.toolkit import Aggregate, FeedSpout, KeyRouter, Sum, Topology, TopologyBuildError
+from keysplit.toolkit import Aggregate, FeedSpout, KeyRouter, Sum, Topology, TopologyBuildError, check_topology
 from tests.toolkit.test_user_topology_runs import FAMILIES, IN_FLIGHT, run
 
 #: Rows a batch holds at most in these runs: small against the feed (1,500 rows) so that many batches fill.
@@ -81,11 +81,13 @@ def test_a_batching_router_in_front_of_a_users_bolt_is_refused_in_one_line():
     class Mine(Bolt):
         outputs = ["page"]
 
+    class Views(Topology):
+        views = FeedSpout.spec(fields=["time", "page", "bytes"])
+        route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg", batch=50)
+        mine = Mine.spec(inputs=route.into(), par=2)
+
     with pytest.raises(TopologyBuildError) as err:
-        class Views(Topology):
-            views = FeedSpout.spec(fields=["time", "page", "bytes"])
-            route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg", batch=50)
-            mine = Mine.spec(inputs=route.into(), par=2)
+        check_topology(Views)
     assert str(err.value) == ("KeyRouter route: batch=50 packs rows into tuples that only Aggregate.partial unpacks, "
                               "and 'mine' is not one (use batch=1)")
 

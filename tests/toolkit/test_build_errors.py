@@ -1,8 +1,8 @@
 """What can be seen before a process starts is refused before one starts, in one line naming the component: each
 spec's own arguments when the class body runs, the whole topology when keysplit loads it (check_topology, which
-`keysplit run`, `submit` and `replay` call on the class streamparse's loader finds): the issue's list (an unknown downstream component, a key field the upstream does not declare, a spec that
-does not parse, more choices than downstream tasks, an accumulator without merge behind a grouping that splits
-keys) and the toolkit's own rules."""
+`keysplit run`, `submit` and `replay` call on the class streamparse's loader finds): the issue's list (an unknown
+downstream component, a key field the upstream does not declare, a spec that does not parse, more choices than
+downstream tasks, an accumulator without merge behind a grouping that splits keys) and the toolkit's own rules."""
 
 from __future__ import annotations
 

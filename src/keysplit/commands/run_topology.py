@@ -69,14 +69,14 @@ def run_file(args: argparse.Namespace, parser_defaults: dict, progress_bars: Cal
         delivery=args.delivery, timeout=args.timeout, kills=tuple(args.kill), storm_env=args.env, run_id=args.run_id)
     from keysplit.runs.topology_run import check_options
 
-    check_options(loaded, opts)  # before any server starts
+    check_options(loaded, opts, local=not args.load_only)  # before any server starts
 
     if args.load_only:  # for `sparse submit -o keysplit.run_id=RUN_ID`, then --collect RUN_ID
         from keysplit.redis_client import redact
         from keysplit.runs.topology_run import load_run
 
         with session(_redis(args)) as (conn, url):
-            keys, base = load_run(loaded, opts, conn)
+            keys, base = load_run(loaded, opts, conn, local=False)
         if args.json:
             print_json({"run_id": keys.run_id, "rows": base["rows"], "redis": redact(url)})
         else:

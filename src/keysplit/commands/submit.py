@@ -1,12 +1,14 @@
-"""``keysplit submit``: submit a run loaded with `keysplit run wordcount --load-only` to a Storm cluster (sparse
-submit).
+"""``keysplit submit``: submit a run loaded with `keysplit run --load-only` to a Storm cluster (sparse submit).
 
-Submit a loaded run to a Storm cluster with exactly the settings its record holds."""
+Submit a loaded run (the word count's or a topology file's) to a Storm cluster with exactly the settings its record
+holds."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -25,15 +27,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=HELP,
         description="Build the topology jar and run `sparse submit` with the shape, the -o options and the worker "
         "count taken from the run's stored record, so that what runs is what the record says. The command is "
-        "printed before it runs. Nimbus is asked for its Storm version first, and keysplit.route=direct is "
-        "refused where Storm cannot run it (2.6.0 and later). Run it from the repository root (config.json).",
+        "printed before it runs. A topology file's run is submitted from its project (the folder holding its "
+        "config.json and topologies/), with the jar of its src/. Nimbus is asked for its Storm version first, and the "
+        "word count's keysplit.route=direct is refused where Storm cannot run it (2.6.0 and later); the word count "
+        "is submitted from the current folder (the repository root, with its config.json).",
         epilog="example:\n  RUN_ID=$(keysplit run wordcount --load-only --grouping pkg --dataset text:zipf.txt "
         "-S 5 -W 10 \\\n      --redis redis://redis-host:6379/0 --redis-password-file ~/.keysplit-redis)\n"
         "  keysplit submit $RUN_ID -e prod --redis redis://redis-host:6379/0 --redis-password-file "
         "~/.keysplit-redis \\\n      --workers-password-file /etc/keysplit/redis.pass",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("run_id", metavar="RUN_ID", help="the run, as --load-only printed it")
+    p.add_argument("run_id", metavar="RUN_ID", help="the run, as --load-only printed it: the word count's, or a "
+                   "topology file's (keysplit run path/to/topology.py --load-only), submitted from its project")
     p.add_argument("-e", "--env", default="prod", help="the config.json env to submit to (default prod)")
     add_redis_options(p, "the Redis holding the run (default: the project-managed server)")
     p.add_argument("--workers-redis", metavar="URL",
@@ -43,7 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the password file on every supervisor host (default: --redis-password-file's path)")
     p.add_argument("--workers-password-env", metavar="VAR",
                    help="or the workers' environment variable holding the password")
-    p.add_argument("--jar", default=DEFAULT_JAR, metavar="FILE", help=f"where to build the jar (default {DEFAULT_JAR})")
+    p.add_argument("--jar", metavar="FILE", help=f"where to build the jar (default {DEFAULT_JAR}, or "
+                   "PROJECT/_build/NAME.jar for a topology file's run)")
     p.add_argument("--name", default="wordcount", help="the topology name (default wordcount)")
     p.add_argument("--storm-version", metavar="X.Y.Z", help="the cluster's Storm version (default: ask Nimbus)")
     p.add_argument("--dry-run", action="store_true", help="print the command and run nothing")
@@ -52,19 +58,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keysplit.local.submission import read_env, write_jar
-    from keysplit.runs.collect import stored_run
+    from keysplit.runs.records import check_run_id, read_record
     from keysplit.runs.redis_server import session
-    from keysplit.runs.submit import check_route, nimbus_version, submission
-    from keysplit.storm.settings import WordCountSettings, split_password
+    from keysplit.storm.keys import RunKeys
+    from keysplit.storm.settings import split_password
 
     url = redis_url(args)
-    env_config = read_env("config.json", args.env)
+    check_run_id(args.run_id)
     with session(url) as (conn, used):
-        record, config = stored_run(conn, args.run_id)
+        record = read_record(conn, args.run_id)
+        raw = conn.get(RunKeys(args.run_id).config)
+    if record is None:
+        raise KeysplitError(f"no run {args.run_id!r} in this Redis (see `keysplit runs`)")
     if record.get("state") not in ("loaded",):
         raise KeysplitError(f"run {args.run_id} is {record.get('state')}: only a run loaded with --load-only and "
                             "never started can be submitted")
+    config = json.loads(raw) if raw else {}
+    topology_run = config.get("topology", "wordcount") != "wordcount"
+    project = _project(config) if topology_run else "."
+    env_config = _read_env(project, args.env)
     workers_url = args.workers_redis or split_password(used)[0]
     password_file = args.workers_password_file or (os.path.abspath(args.redis_password_file)
                                                    if args.redis_password_file else "")
@@ -72,32 +84,85 @@ def run(args: argparse.Namespace) -> int:
         raise KeysplitError("the run's Redis has a password: say where the workers read it, "
                             "--workers-password-file PATH or --workers-password-env VAR")
     refuse_loopback_for_a_cluster(workers_url, env_config, args.env)
-    settings = WordCountSettings.from_conf(config)
-    storm = args.storm_version or nimbus_version(env_config)
-    check_route(settings.route, storm)
-    command = submission(config, env_name=args.env, jar=args.jar, redis_url=workers_url,
-                         password_file=password_file, password_env=args.workers_password_env or "",
-                         name=args.name)
+    storm = args.storm_version or _nimbus_version(env_config)
+    stem = os.path.splitext(os.path.basename(config.get("topology_path", "")))[0]
+    jar = args.jar or (os.path.join(project, "_build", f"{stem}.jar") if topology_run else DEFAULT_JAR)
+    if topology_run:
+        from keysplit.runs.submit import topology_submission
+
+        command = topology_submission(config, env_name=args.env, jar=os.path.abspath(jar), redis_url=workers_url,
+                                      password_file=password_file, password_env=args.workers_password_env or "")
+    else:
+        from keysplit.runs.submit import check_route, submission
+        from keysplit.storm.settings import WordCountSettings
+
+        check_route(WordCountSettings.from_conf(config).route, storm)
+        command = submission(config, env_name=args.env, jar=jar, redis_url=workers_url, password_file=password_file,
+                             password_env=args.workers_password_env or "", name=args.name)
+    where = "" if project == "." else f"cd {shlex.quote(project)} && "
     if args.json:
         print_json({"run_id": args.run_id, "storm_version": storm, "env": command.env, "argv": command.argv,
-                    "command": command.shell(), "dry_run": args.dry_run})
+                    "cwd": os.path.abspath(project), "command": where + command.shell(), "dry_run": args.dry_run})
     else:
-        print(f"Storm {storm}; submitting run {args.run_id}:\n{command.shell()}", flush=True)
+        print(f"Storm {storm}; submitting run {args.run_id}:\n{where}{command.shell()}", flush=True)
     if args.dry_run:
         return 0
-    from keysplit.commands.jar import jar_folder, refuse_foreign_jar
+    from keysplit.commands.jar import refuse_foreign_jar
+    from keysplit.local.submission import write_jar
 
-    refuse_foreign_jar(args.jar, "--jar")
-    jar_folder(args.jar)  # _build/ on a fresh clone, as `keysplit jar` makes it
-    write_jar(args.jar)
+    refuse_foreign_jar(jar, "--jar")
+    os.makedirs(os.path.dirname(jar) or ".", exist_ok=True)  # _build/ on a fresh clone, as `sparse jar` makes it
+    src = os.path.join(project, "src")
+    write_jar(jar, src if topology_run and os.path.isdir(src) else None)
     try:
-        done = subprocess.run(command.argv, env={**os.environ, **command.env})
+        done = subprocess.run(command.argv, env={**os.environ, **command.env}, cwd=project)
     except FileNotFoundError:
         raise KeysplitError("sparse is not on PATH: install streamparse (pip install -e .) in this "
                             "environment") from None
     if done.returncode != 0:
         print(f"keysplit: sparse submit exited with {done.returncode}", file=sys.stderr)
     return done.returncode
+
+
+def _project(config: dict) -> str:
+    """The streamparse project of a topology file's run: the folder whose config.json and topologies/ sparse reads
+    (sparse submit -n NAME deploys topology_specs/NAME.py); one line when the file is not where sparse looks."""
+    path = config.get("topology_path")
+    if not path:
+        raise KeysplitError(f"run {config.get('run_id')} ran {config.get('topology')} but its record has no file "
+                            "path (loaded by an older keysplit): load it again with --load-only")
+    if not os.path.isfile(path):
+        raise KeysplitError(f"run {config.get('run_id')}'s topology file {path} is gone")
+    project = os.path.dirname(os.path.dirname(path))
+    specs = "topologies/"
+    config_file = os.path.join(project, "config.json")
+    if os.path.isfile(config_file):
+        try:
+            with open(config_file, encoding="utf-8") as fh:
+                specs = json.load(fh).get("topology_specs", specs)
+        except (OSError, ValueError, AttributeError):
+            pass  # _read_env says what is wrong with it
+    expected = os.path.join(project, specs, os.path.basename(path))
+    if os.path.realpath(expected) != os.path.realpath(path):
+        raise KeysplitError(f"{path}: sparse submit reads a topology from the project's {specs} folder (config.json's "
+                            "topology_specs); keep the file in PROJECT/topologies/ beside PROJECT/config.json")
+    return project
+
+
+def _read_env(project: str, env: str) -> dict:
+    from keysplit.local.submission import read_env
+
+    config_file = os.path.join(project, "config.json")
+    if not os.path.isfile(config_file):
+        raise KeysplitError(f"{os.path.abspath(config_file)} does not exist: sparse submit reads Nimbus's address "
+                            "from the project's config.json (docs/guides/your-topology.md, section 5, writes one)")
+    return read_env(config_file, env)
+
+
+def _nimbus_version(env_config: dict) -> str:
+    from keysplit.runs.submit import nimbus_version
+
+    return nimbus_version(env_config)
 
 
 def _host(address: str) -> str:

@@ -111,3 +111,34 @@ def check_route(route: str, storm_version: str) -> None:
         said = f"Storm {storm_version}" if version else f"a Storm whose version is {storm_version}"
         raise KeysplitError(f"keysplit.route=direct cannot run on {said} (multi-lang direct emits crash the routers "
                             "from 2.6.0 on); load the run again with --route fields, which works on every release")
+
+
+#: The record's fields a topology file's run passes with -o, as `keysplit run FILE` passes them to the local runner.
+TOPOLOGY_OPTIONS = {"topology.max.spout.pending": "max_pending",
+                    "topology.message.timeout.secs": "message_timeout_secs", "keysplit.delivery": "delivery"}
+
+
+def topology_submission(config: dict[str, Any], *, env_name: str, jar: str, redis_url: str, password_file: str = "",
+                        password_env: str = "") -> Submission:
+    """The ``sparse submit`` of a topology file's run (``keysplit run FILE --load-only``), to be run in the file's
+    project (the folder holding ``config.json`` and ``topologies/``): ``-n`` is the file's stem (what sparse reads
+    from ``topologies/``), ``--workers`` the run's ``--worker-processes``, and ``-o`` the run id, the workers'
+    Redis and the Storm settings the run recorded."""
+    from pathlib import Path
+
+    from keysplit.storm.settings import split_password
+
+    if split_password(redis_url)[1] is not None:
+        raise KeysplitError("the workers' Redis URL must not carry a password (Storm prints its configuration in "
+                            "its logs and UI): give the workers --workers-password-file or --workers-password-env")
+    options: dict[str, Any] = {"keysplit.run_id": config["run_id"], "keysplit.redis_url": redis_url}
+    options.update({option: config[field] for option, field in TOPOLOGY_OPTIONS.items() if field in config})
+    if password_file:
+        options["keysplit.redis_password_file"] = password_file
+    if password_env:
+        options["keysplit.redis_password_env"] = password_env
+    argv = ["sparse", "submit", "-e", env_name, "-n", Path(config["topology_path"]).stem, "-j", jar,
+            "--workers", str(config.get("worker_processes") or 1)]
+    for key, value in options.items():
+        argv += ["-o", f"{key}={value}"]
+    return Submission({"LEIN_ROOT": "1"}, argv)

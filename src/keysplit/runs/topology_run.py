@@ -184,8 +184,10 @@ class TopologyRunOptions:
     options: dict[str, Any] = field(default_factory=dict)  # more -o style settings for every component
 
 
-def check_options(loaded: LoadedTopology, opts: TopologyRunOptions) -> tuple[FeedSpoutSpec | None, Any]:
+def check_options(loaded: LoadedTopology, opts: TopologyRunOptions, *, local: bool = True
+                  ) -> tuple[FeedSpoutSpec | None, Any]:
     """Everything that needs no server: the dataset against the feed spout, the kills against the components.
+    ``local``: the run is this machine's (not ``--load-only`` for a cluster), so it must know when it is done.
     Returns the feed spout and the router it deals rows to (or None)."""
     feeds = loaded.specs_of(FeedSpoutSpec)
     feed = feeds[0] if feeds else None
@@ -193,7 +195,7 @@ def check_options(loaded: LoadedTopology, opts: TopologyRunOptions) -> tuple[Fee
         if opts.dataset is not None:
             raise KeysplitError(f"--dataset is for a topology that reads keysplit's feed, and {loaded.name} has no "
                                 "FeedSpout (keysplit.toolkit.FeedSpout)")
-        if not opts.duration and not opts.until_idle:
+        if local and not opts.duration and not opts.until_idle:
             raise KeysplitError(f"{loaded.name} reads no keysplit feed, so nothing says when it is done: give "
                                 "--until-idle SECS (your spouts are finite) or --duration SECS")
     else:
@@ -256,10 +258,10 @@ def new_run_id(name: str) -> str:
 
 def load_run(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.Redis, *,
              progress: Callable[[str, int, int], None] | None = None,
-             deadline: float | None = None) -> tuple[RunKeys, dict[str, Any]]:
+             deadline: float | None = None, local: bool = True) -> tuple[RunKeys, dict[str, Any]]:
     """Reserve a run id, load the feed (if the topology reads one) and record the run: what ``--load-only`` does
-    before ``sparse submit``. Returns the run's keys and the summary fields known before it runs."""
-    feed, router = check_options(loaded, opts)
+    before ``sparse submit`` (``local`` False). Returns the run's keys and the summary fields known before it runs."""
+    feed, router = check_options(loaded, opts, local=local)
     run_id = opts.run_id or new_run_id(loaded.name)
     keys = RunKeys(run_id)
     started = time.time()
@@ -279,7 +281,8 @@ def load_run(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.Redis
 
             rows = load_rows(conn, keys, opts.dataset, sources=router.par if router else 1,  # type: ignore[arg-type]
                              split=opts.split, with_frequencies=needs_pass, progress=load_progress, deadline=deadline)
-        base = {"run_id": run_id, "topology": f"{loaded.path.name}:{loaded.name}", "dataset":
+        base = {"run_id": run_id, "topology": f"{loaded.path.name}:{loaded.name}", "topology_path": str(loaded.path),
+                "dataset":
                 opts.dataset.spec if opts.dataset else None, "rows": rows, "delivery": opts.delivery,
                 "worker_processes": opts.worker_processes, "max_pending": opts.max_pending,
                 "message_timeout_secs": opts.message_timeout, "split": opts.split, "started": started,
