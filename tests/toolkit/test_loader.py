@@ -152,3 +152,13 @@ def test_the_example_topologies_docstring_commands_parse_and_name_real_datasets(
             build_parser(argv).parse_args(argv)  # a renamed flag exits 2 here
             if argv[:2] == ["datasets", "generate"]:
                 assert open_dataset(argv[2]).spec, f"{path.name}: {command}"
+
+
+def test_a_file_named_after_a_package_of_the_projects_src_is_refused(tmp_path):
+    # sparse puts ../src on the path before the file's folder: `import pages` imports src/pages/, and sparse then
+    # finds no topology class in it
+    (tmp_path / "src" / "pages").mkdir(parents=True)
+    (tmp_path / "src" / "pages" / "__init__.py").write_text("")
+    path = write(tmp_path, "pages.py", PAGES.format(name="Pages", merges=1))
+    with pytest.raises(KeysplitError, match=r"'pages' is another module here \(.*src/pages/__init__.py\)"):
+        load_topology(str(path))

@@ -81,7 +81,7 @@ def write_project(tmp_path):
     out.mkdir()
     (project / "src" / "clicks" / "__init__.py").write_text("")
     (project / "src" / "clicks" / "spouts.py").write_text(SPOUT)
-    (project / "topologies" / "clicks.py").write_text(TOPOLOGY.format(out=str(out)))
+    (project / "topologies" / "clickstats.py").write_text(TOPOLOGY.format(out=str(out)))
     return project, out
 
 
@@ -89,8 +89,8 @@ def test_a_users_project_runs_until_idle_with_their_spout_and_bad_keys_fail_clea
     project, out = write_project(tmp_path)
     monkeypatch.setenv("KEYSPLIT_HOME", str(tmp_path / "home"))
     try:
-        assert main(["run", str(project / "topologies" / "clicks.py"), "--until-idle", "3", "--worker-processes",
-                     "2", "--json"]) == 0
+        assert main(["run", str(project / "topologies" / "clickstats.py"), "--until-idle", "3", "--worker-processes",
+                     "2", "--results-out", str(tmp_path / "results.csv"), "--json"]) == 0
         summary = json.loads(capsys.readouterr().out)
         results = read_results(redis_server.connect(), summary["run_id"], "total")
     finally:
@@ -106,6 +106,16 @@ def test_a_users_project_runs_until_idle_with_their_spout_and_bad_keys_fail_clea
     assert sorted(int(i) for verb, i in lines if verb == "ack") == [i for i in range(400) if user(i) is not None]
     assert summary["routers"]["route"]["failed"] == len(failed)
     assert summary["task_deaths"] == 0 and summary["worker_restarts"] == 0
+    # what the user's spout measured, as Storm's UI shows a spout's: its trees acked, replays, complete latency
+    assert summary["delivery"] == "at-least-once"  # no FeedSpout: Storm's acking, not keysplit's exactly-once
+    assert summary["acked"] == len(expected and [i for i in range(400) if user(i) is not None])
+    assert summary["replayed"] == len(failed) and summary["latency_ms"]["count"] == summary["acked"]
+    assert summary["rows_per_second"] > 0
+    # every key's result, as a CSV the user's own tools read
+    assert summary["results_out"] == str(tmp_path / "results.csv")
+    rows = (tmp_path / "results.csv").read_text().splitlines()
+    assert rows[0] == "key,result"
+    assert sorted(tuple(row.split(",")) for row in rows[1:]) == sorted((str(k), str(v)) for k, v in expected.items())
 
 
 def test_a_users_reliable_spout_gets_at_least_once_results_through_a_killed_partial_task(tmp_path, monkeypatch):
@@ -119,7 +129,7 @@ def test_a_users_reliable_spout_gets_at_least_once_results_through_a_killed_part
     monkeypatch.setenv("KEYSPLIT_HOME", str(tmp_path / "home"))
     try:
         server = redis_server.start_server(tmp_path / "home")
-        loaded = load_topology(str(project / "topologies" / "clicks.py"))
+        loaded = load_topology(str(project / "topologies" / "clickstats.py"))
         url, password = split_password(server.url)
         secret = tmp_path / "redis.pass"
         secret.write_text(password)

@@ -98,8 +98,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=positive_float, default=600.0, metavar="SECS",
                    help="give up when the run has not finished after this long, loading the feed and starting "
                    "the tasks included; the run is then interrupted and can be resumed (default 600)")
-    p.add_argument("--counts-out", metavar="FILE", help="also write the final totals as word<TAB>count lines "
-                   "(written whole or not at all; never over the dataset)")
+    p.add_argument("--results-out", "--counts-out", dest="counts_out", metavar="FILE",
+                   help="also write every key's final result: the word count's totals as word<TAB>count lines, most "
+                   "frequent first; a topology file's merge results as CSV rows key,result (a merge column first "
+                   "when it has several merges; a result that is not a number as JSON). Written whole or not at "
+                   "all, never over the dataset; the summary names it")
     p.add_argument("--resume", metavar="RUN_ID",
                    help="continue an interrupted run (Ctrl-C, SIGTERM, --timeout, a crash) with the settings it "
                    "was started with: its pending lines are replayed, then the rest of its feed")

@@ -20,7 +20,7 @@ from keysplit.runs.redis_server import session
 
 #: `keysplit run` options that only the word count has (a topology file states these itself).
 WORDCOUNT_ONLY = ("grouping", "sources", "workers", "counter_tasks", "cpu_delay", "aggregators", "spouts", "flush",
-                  "batch", "batch_ms", "rate", "top", "route", "resume", "counts_out", "aimd_increase",
+                  "batch", "batch_ms", "rate", "top", "route", "resume", "aimd_increase",
                   "aimd_decrease", "aimd_min")
 
 
@@ -54,19 +54,24 @@ def run_file(args: argparse.Namespace, parser_defaults: dict, progress_bars: Cal
     if args.duration is not None and args.until_idle is not None:
         raise KeysplitError("--duration and --until-idle cannot be combined")
     loaded = load_topology(args.topology)
+    if args.counts_out:
+        from keysplit.commands.run import _check_counts_out
+
+        _check_counts_out(args.counts_out, open_dataset(args.dataset) if args.dataset else None)
     if args.collect:
         from keysplit.runs.records import check_run_id
         from keysplit.runs.topology_run import collect_run
 
         check_run_id(args.collect)
         with session(_redis(args)) as (conn, _):
-            summary = collect_run(loaded, conn, args.collect)
+            summary = collect_run(loaded, conn, args.collect, results_out=args.counts_out)
         return _report(args, summary)
     opts = TopologyRunOptions(
         dataset=open_dataset(args.dataset) if args.dataset else None, split=args.split, duration=args.duration,
         until_idle=args.until_idle,
         max_pending=args.max_pending, message_timeout=args.message_timeout, worker_processes=args.worker_processes,
-        delivery=args.delivery, timeout=args.timeout, kills=tuple(args.kill), storm_env=args.env, run_id=args.run_id)
+        delivery=args.delivery, timeout=args.timeout, kills=tuple(args.kill), storm_env=args.env, run_id=args.run_id,
+        results_out=args.counts_out)
     from keysplit.runs.topology_run import check_options
 
     check_options(loaded, opts, local=not args.load_only)  # before any server starts
@@ -106,13 +111,20 @@ def print_summary(s: dict) -> None:
     out.write(f"run {s['run_id']}: {s['topology']}" + (f", dataset {s['dataset']}" if s.get("dataset") else "") + "\n")
     out.write("  components: " + ", ".join(f"{name} x{par}" for name, par in s["components"].items())
               + f"; {s['worker_processes']} worker process(es); delivery {s['delivery']}\n")
-    if "acked" in s:
+    if s.get("delivery") == "at-least-once" and not s.get("dataset"):
+        out.write("  your spouts' tuples: at-least-once (Storm's acking replays a failed tree; exactly-once totals "
+                  "need keysplit's FeedSpout)\n")
+    if s.get("acked"):
         lat = s["latency_ms"]
-        out.write(f"throughput: {s['rows_per_second']:,.0f} rows/s over {s['duration_s']:.1f} s ({s['acked']:,} rows "
-                  f"acked, {s['replayed']} replayed)\n")
-        out.write(f"latency (ms): mean {lat['mean']:.1f}  p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}\n")
+        what = "rows" if s.get("dataset") else "spout tuples"
+        out.write(f"throughput: {s['rows_per_second']:,.0f} {what}/s over {s['duration_s']:.1f} s ({s['acked']:,} "
+                  f"{what} acked, {s['replayed']} replayed)\n")
+        out.write(f"latency (ms, emit to ack): mean {lat['mean']:.1f}  p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}\n")
     if s["worker_restarts"] is None:
-        out.write("worker restarts and task deaths: unknown here (a cluster run: see Storm's UI and worker logs)\n")
+        restarts = "unknown (no component started)" if s.get("task_restarts") is None else s["task_restarts"]
+        out.write(f"task restarts (keysplit's components count their starts): {restarts}"
+                  + "".join(f"; {task} started {n} times" for task, n in list(s.get("restarting", {}).items())[:6])
+                  + "\nworker restarts and task deaths: in Storm's UI and worker logs (a cluster run)\n")
     else:
         out.write(f"worker restarts: {s['worker_restarts']}  task deaths: {s['task_deaths']}  task restarts: "
                   f"{s['task_restarts']}\n")
@@ -130,9 +142,11 @@ def print_summary(s: dict) -> None:
                   + (f"; {r['failed']} tuple(s) failed (no usable key)" if r["failed"] else "") + "\n")
         print_table([{"task": i, "load": n, "share": 100.0 * n / total} for i, n in enumerate(r["loads"])],
                     [("task", "task", str), ("tuples", "load", str), ("share %", "share", "{:.1f}".format)])
+    restarted = bool(s.get("task_restarts") or s.get("restarts"))
     for name, p in s["partials"].items():
-        out.write(f"\n{name}: {p['accumulator']}, keys held per task {p['keys']} (sum {sum(p['keys'])}: the state "
-                  "a split key costs)\n")
+        since = " (since each task's last start: tasks restarted)" if restarted else ""
+        out.write(f"\n{name}: {p['accumulator']}, keys held per task{since} {p['keys']} (sum {sum(p['keys'])}: the "
+                  "state a split key costs)\n")
     for name, m in s["merges"].items():
         out.write(f"\n{name}: {m['keys']:,} keys committed\n")
         if m["top"]:
@@ -140,5 +154,7 @@ def print_summary(s: dict) -> None:
                         [("rank", "rank", str), ("key", "key", str), ("result", "result", str)])
     if s.get("kills"):
         out.write("\nkills: " + describe_kills(s["kills"], "rows") + "\n")
+    if s.get("results_out"):
+        out.write(f"\nevery key's result: {s['results_out']}\n")
     if s.get("log_dir"):
         out.write(f"\ntask logs: {s['log_dir']}\n")

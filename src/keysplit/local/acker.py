@@ -28,6 +28,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+import time
 from typing import Any
 
 
@@ -42,14 +43,17 @@ def rotation_deadline(emitted: float, origin: float, timeout: float) -> float:
 
 
 class RootRecord:
-    """A pending tuple tree: its ledger, the spout task that owns it and the spout's message id."""
+    """A pending tuple tree: its ledger, the spout task that owns it, the spout's message id and when it was emitted
+    (monotonic seconds: the start of its complete latency, as Storm's spout executor times a tree from its emit to
+    its ack; apache/storm storm-client/src/jvm/org/apache/storm/executor/spout/SpoutExecutor.java ``ackSpoutMsg``)."""
 
-    __slots__ = ("ledger", "msg_id", "spout")
+    __slots__ = ("emitted", "ledger", "msg_id", "spout")
 
     def __init__(self, spout: Any, msg_id: Any) -> None:
         self.ledger = 0
         self.spout = spout
         self.msg_id = msg_id
+        self.emitted = time.monotonic()
 
 
 class Acker:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from keysplit.errors import KeysplitError
+from keysplit.latency import LatencyHistogram
 
 from .acker import Acker
 from .collector import OutputCollector
@@ -293,6 +294,22 @@ class LocalCluster:
             totals["kind"] = "spout" if comp.is_spout else "bolt"
             out[comp.name] = totals
         return out
+
+    def spout_throughput(self, spouts: list[str]) -> dict[str, Any]:
+        """What the spouts ``spouts`` measured of their trees, as Storm's UI shows a spout's: trees acked, replays
+        (trees failed or timed out), rows a second from the first acked tree's emit to the last ack, and the
+        complete latency (emit to ack) in ms."""
+        tasks = [t for name in spouts for t in (self.tasks[tid] for tid in self.components[name].task_ids)]
+        hist = LatencyHistogram()
+        for task in tasks:
+            hist = hist.merge(task.complete_latency)
+        acked = sum(t.acked for t in tasks)
+        starts = [t.first_emit for t in tasks if t.first_emit is not None]
+        ends = [t.last_ack for t in tasks if t.last_ack is not None]
+        duration = max(max(ends) - min(starts), 1e-9) if starts and ends else 0.0
+        return {"acked": acked, "replayed": sum(t.failed + t.timed_out for t in tasks), "duration_s": duration,
+                "rows_per_second": acked / duration if acked and duration else 0.0,
+                "latency_ms": hist.summary() if acked else None}
 
     def summary(self) -> dict[str, Any]:
         """What the run went through: ``workers`` (``topology.workers``), ``worker_restarts``,

@@ -92,8 +92,9 @@ class OutputCollector:
                 deadline = rotation_deadline(time.monotonic(), task.started_at, self._timeouts[task.name])
                 root = self.acker.root(task, msg_id, deadline)
                 if not targets:
-                    if self.acker.complete_if_done(root) is not None:
-                        task.acked += 1
+                    done = self.acker.complete_if_done(root)
+                    if done is not None:
+                        task.tree_completed(done.emitted)
                         self.to_spout(task, "ack", msg_id)
                     return
                 roots = (root,)
@@ -167,7 +168,7 @@ class OutputCollector:
         entry = task.inflight.pop(tuple_id, None)
         if entry is not None:
             for rec in self.acker.ack(entry[0], entry[1]):
-                rec.spout.acked += 1
+                rec.spout.tree_completed(rec.emitted)
                 self.to_spout(rec.spout, "ack", rec.msg_id)
 
     def fail(self, task: TaskProcess, tuple_id: str) -> None:

@@ -11,9 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any
+
+from keysplit.latency import LatencyHistogram
 
 from .context import ComponentInfo
 from .protocol import MessageReader
@@ -68,6 +71,9 @@ class TaskProcess:
         self.per_next = 1.0  # emits per "next" call, measured over the last such period
         self.idle = False  # the last period emitted nothing
         self.last_sync = 0.0
+        self.complete_latency = LatencyHistogram()  # ms from a tree's emit to its ack (Storm's complete latency)
+        self.first_emit: float | None = None  # monotonic: the first acked tree's emit, and the last ack
+        self.last_ack: float | None = None
         self.stderr_path: Path | None = None
         self.log_file: Any = None
         for name in COUNTERS:
@@ -170,6 +176,14 @@ class TaskProcess:
             else:
                 self.wbuf = self.wbuf[n:]
                 return False
+
+    def tree_completed(self, emitted: float) -> None:
+        """A tree of this spout completed: count the ack and time it (emit to ack)."""
+        now = time.monotonic()
+        self.acked += 1
+        self.complete_latency.record((now - emitted) * 1000.0)
+        self.first_emit = emitted if self.first_emit is None else min(self.first_emit, emitted)
+        self.last_ack = now
 
     def counters(self) -> dict[str, int]:
         """This task's counters, plus its current pending trees (spouts) or queued tuples (bolts)."""

@@ -44,6 +44,7 @@ from keysplit.storm.settings import PASSWORD_ENV, split_password
 from keysplit.storm.window import DEFAULT_MAX_PENDING
 from keysplit.stream import source_of
 from keysplit.toolkit.contract import ROUTE_FIELD
+from keysplit.toolkit.ranking import top_results
 from keysplit.toolkit.specs import FeedSpoutSpec, KeyRouterSpec, MergeSpec, PartialSpec, check_topology
 
 log = logging.getLogger("keysplit.run")
@@ -129,6 +130,7 @@ def _import_as_sparse_does(path: Path, target: str) -> Any:
                             "only defines its class") from None
     except ValueError as exc:
         if "Could not find topology subclass" in str(exc):
+            _refuse_another_module(path, target)  # the module imported may not be this file at all
             raise KeysplitError(f"{target} defines no topology class (class MyTopology(Topology): ... with "
                                 "Topology from keysplit.toolkit or streamparse)") from None
         if "requires at least one Spout" in str(exc):  # streamparse's TopologyType, for a class with no spout spec
@@ -137,13 +139,20 @@ def _import_as_sparse_does(path: Path, target: str) -> Any:
         raise KeysplitError(f"cannot import {target}: ValueError: {exc}") from None
     except Exception as exc:  # the user's file: say what it raised and where, in one line
         raise KeysplitError(f"cannot import {target}: {type(exc).__name__}: {exc}") from None
+    _refuse_another_module(path, target)
+    return cls
+
+
+def _refuse_another_module(path: Path, target: str) -> None:
+    """The module streamparse imported for the file's stem must be the file: a package of the same name in the
+    project's src/ (which sparse puts first on the path), the standard library's or an installed one would be
+    imported instead, here and on the cluster."""
     module = sys.modules.get(path.stem)
     _TOPOLOGY_MODULES.add(path.stem)
     if module is None or Path(getattr(module, "__file__", "") or "/").resolve() != path:
         where = getattr(module, "__file__", None) or "a built-in module"
         raise KeysplitError(f"{target}: streamparse imports a topology by its file name, and {path.stem!r} is "
                             f"another module here ({where}); rename the file")
-    return cls
 
 
 def _refuse_what_sparse_would_deploy_otherwise(cls: Any, target: str) -> None:
@@ -182,6 +191,7 @@ class TopologyRunOptions:
     storm_env: str = "local"
     run_id: str | None = None
     options: dict[str, Any] = field(default_factory=dict)  # more -o style settings for every component
+    results_out: str | None = None  # write every merge's results here (write_results) once the run is done
 
 
 def check_options(loaded: LoadedTopology, opts: TopologyRunOptions, *, local: bool = True
@@ -283,7 +293,9 @@ def load_run(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.Redis
                              split=opts.split, with_frequencies=needs_pass, progress=load_progress, deadline=deadline)
         base = {"run_id": run_id, "topology": f"{loaded.path.name}:{loaded.name}", "topology_path": str(loaded.path),
                 "dataset":
-                opts.dataset.spec if opts.dataset else None, "rows": rows, "delivery": opts.delivery,
+                opts.dataset.spec if opts.dataset else None, "rows": rows,
+                # exactly-once needs the feed's record ids; a topology of its own spouts gets Storm's acking
+                "delivery": opts.delivery if feed is not None else "at-least-once",
                 "worker_processes": opts.worker_processes, "max_pending": opts.max_pending,
                 "message_timeout_secs": opts.message_timeout, "split": opts.split, "started": started,
                 "components": loaded.parallelism}
@@ -362,6 +374,7 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
                 cluster.run_until(lambda: sum(_loads(conn, keys, router.name)) >= rows, 5.0, poll=0.2)
             cluster.quiesce(timeout=5.0)
             run_summary = cluster.summary()
+            measured = cluster.spout_throughput(spouts) if feed is None else {}  # the feed's own are in Redis
             tuples = {name: {k: counters[k] for k in ("emitted", "executed", "acked", "failed", "timed_out")}
                       for name, counters in cluster.stats().items()}
             cluster.shutdown()
@@ -376,6 +389,7 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
     summary = {**base, **summarise(conn, keys, loaded, feed)}
     summary.update({k: run_summary[k] for k in ("worker_restarts", "task_deaths", "unacked_inputs",
                                                 "task_restarts")})
+    summary.update(measured)
     summary["tuples"] = tuples  # per component, as Storm's UI counts them (local/cluster.py LocalCluster.stats)
     summary["kills"] = injector.fired
     summary["log_dir"] = str(log_dir)
@@ -383,21 +397,32 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
     conn.set(keys.summary, json.dumps(summary))
     set_state(conn, keys, "finished", finished=time.time())
     conn.delete(keys.feed, keys.frequencies)
+    if opts.results_out:
+        _results_out(conn, keys, loaded, summary, opts.results_out)
     return summary
 
 
-def collect_run(loaded: LoadedTopology, conn: redis.Redis, run_id: str) -> dict[str, Any]:
-    """The summary of a run a Storm cluster ran (after ``--load-only`` and ``sparse submit``), from Redis alone."""
+def collect_run(loaded: LoadedTopology, conn: redis.Redis, run_id: str, *, results_out: str | None = None
+                ) -> dict[str, Any]:
+    """The summary of a run a Storm cluster ran (after ``--load-only`` and ``sparse submit``), from Redis alone;
+    ``results_out``: write every merge's results there too (:func:`write_results`)."""
     keys = RunKeys(run_id)
     raw = conn.get(keys.config)
     if raw is None:
         raise KeysplitError(f"no run {run_id!r} in this Redis (keysplit runs lists them)")
     base = json.loads(raw)
     feeds = loaded.specs_of(FeedSpoutSpec)
+    # keysplit's components count their own process starts (toolkit/runtime.py connect): the starts beyond one per
+    # task are restarts; which worker went down and which task died first are in Storm's UI and logs, not Redis
+    starts = {task: int(n) for task, n in conn.hgetall(keys.starts).items()}
     summary = {**base, **summarise(conn, keys, loaded, feeds[0] if feeds else None), "worker_restarts": None,
-               "task_deaths": None, "unacked_inputs": None, "task_restarts": None, "kills": [], "log_dir": None}
+               "task_deaths": None, "unacked_inputs": None, "kills": [], "log_dir": None,
+               "task_restarts": sum(n - 1 for n in starts.values()) if starts else None,
+               "restarting": {task: n for task, n in sorted(starts.items()) if n > 1}}
     if feeds and not feed_done(conn, keys):
         summary["incomplete"] = True
+    if results_out:
+        _results_out(conn, keys, loaded, summary, results_out)
     return summary
 
 
@@ -432,8 +457,8 @@ def summarise(conn: redis.Redis, keys: RunKeys, loaded: LoadedTopology, feed: Fe
     for spec in loaded.specs_of(MergeSpec):
         results = conn.hlen(keys.stage(spec.name, "results"))
         lists = [json.loads(v) for v in conn.hgetall(keys.stage(spec.name, "top")).values()]
-        top = sorted((tuple(item) for part in lists for item in part), key=lambda kv: (-kv[1], json.dumps(kv[0])))
-        out["merges"][spec.name] = {"keys": results, "top": [list(kv) for kv in top[:spec.top]]}
+        top = top_results((tuple(item) for part in lists for item in part), spec.top)
+        out["merges"][spec.name] = {"keys": results, "top": [list(kv) for kv in top]}
     if feed is not None:
         m = spout_metrics(conn, keys, feed.par)
         duration = max(m["last_ack"] - m["first_emit"], 1e-9)
@@ -442,6 +467,42 @@ def summarise(conn: redis.Redis, keys: RunKeys, loaded: LoadedTopology, feed: Fe
                     "rows_per_second": m["acked"] / duration if m["acked"] else 0.0,
                     "latency_ms": hist.summary()})
     return out
+
+
+def _results_out(conn: redis.Redis, keys: RunKeys, loaded: LoadedTopology, summary: dict[str, Any], path: str
+                 ) -> None:
+    """Write the results and name the file in the summary (stored too, for ``keysplit runs show``); a failure says
+    that the results are safe in Redis and how to write them again."""
+    try:
+        summary["results_out"] = write_results(conn, keys.run_id, loaded, path)
+    except KeysplitError as exc:
+        raise KeysplitError(f"{exc}; the run finished and its results are safe in Redis: write them with `keysplit "
+                            f"run {loaded.path} --collect {keys.run_id} --results-out FILE`") from None
+    if conn.exists(keys.summary):
+        conn.set(keys.summary, json.dumps(summary))
+
+
+def write_results(conn: redis.Redis, run_id: str, loaded: LoadedTopology, path: str) -> str:
+    """Every key's final result of every merge stage, as CSV (``key,result``; ``merge,key,result`` when there are
+    several merges), results computed with the topology's accumulator from the committed states; numbers and text
+    as they are, other results as JSON. Keys in the order of their JSON text. Written whole or not at all; returns
+    the file's absolute path."""
+    import csv
+
+    from keysplit.outputs import atomic_file
+
+    merges = loaded.specs_of(MergeSpec)
+    with atomic_file(path, "--results-out") as fh:
+        out = csv.writer(fh, lineterminator="\n")
+        out.writerow(["merge", "key", "result"] if len(merges) > 1 else ["key", "result"])
+        for spec in merges:
+            stored = conn.hgetall(RunKeys(run_id).stage(spec.name, "results"))
+            for text in sorted(stored):
+                result = spec.partial.accumulator.result(json.loads(stored[text]))
+                cell = result if isinstance(result, (int, float, str)) and not isinstance(result, bool) \
+                    else json.dumps(result)
+                out.writerow([*([spec.name] if len(merges) > 1 else []), json.loads(text), cell])
+    return os.path.abspath(path)
 
 
 def read_results(conn: redis.Redis, run_id: str, merge: str) -> dict[Any, Any]:

@@ -26,7 +26,6 @@ Delivery (docs/design/toolkit.md):
 
 from __future__ import annotations
 
-import heapq
 import json
 import time
 
@@ -50,6 +49,7 @@ from keysplit.toolkit.contract import (
     key_text,
     merge_index,
 )
+from keysplit.toolkit.ranking import top_results
 from keysplit.toolkit.runtime import ToolkitError, connect, fields_subscriber, input_fields, task_index
 
 quiet_exit.install()
@@ -114,7 +114,7 @@ class PartialAggregate(CoalescedWrites, Bolt):
     def initialize(self, conf, context):
         me = self.component_name
         cfg = _config(conf, PARTIAL_CONFIG, me)
-        settings, keys, self.conn = connect(conf)
+        settings, keys, self.conn = connect(conf, context, me, self.task_id)
         self.acc = load_accumulator(cfg["accumulator"])
         self.key_field = cfg["key"]
         self.period = float(cfg["period"])
@@ -228,7 +228,7 @@ class MergeAggregate(CoalescedWrites, Bolt):
     def initialize(self, conf, context):
         me = self.component_name
         cfg = _config(conf, MERGE_CONFIG, me)
-        self.settings, self.keys, self.conn = connect(conf)
+        self.settings, self.keys, self.conn = connect(conf, context, me, self.task_id)
         self.acc = load_accumulator(cfg["accumulator"])
         self.top = int(cfg.get("top") or 0)
         self.period = float(cfg["period"])
@@ -275,9 +275,8 @@ class MergeAggregate(CoalescedWrites, Bolt):
         for name in changed:
             self.emit([json.loads(name), self._result_text(name)], anchors=self.pending, need_task_ids=False)
         if self.conn is not None and self.top and changed:
-            best = heapq.nlargest(self.top, self.totals.items(), key=lambda kv: (self.acc.result(kv[1]), kv[0]))
-            self.conn.hset(self.top_key, str(self.index),
-                           json.dumps([[json.loads(k), self.acc.result(s)] for k, s in best]))
+            best = top_results(((json.loads(k), self.acc.result(s)) for k, s in self.totals.items()), self.top)
+            self.conn.hset(self.top_key, str(self.index), json.dumps([[k, r] for k, r in best]))
         for tup_id in self.pending:
             self.ack(tup_id)
         self.pending = []

@@ -73,7 +73,7 @@ class KeyRouter(CoalescedWrites, Bolt):
             raise ToolkitError(f"{self.component_name}: no {CONFIG_KEY} in its configuration; build it with "
                                "KeyRouter.spec(...)")
         me = self.component_name
-        self.settings, self.keys, conn = connect(conf)
+        self.settings, self.keys, conn = connect(conf, context, me, self.task_id)
         self.conn = conn
         index, sources = task_index(context, me, self.task_id)
         target = cfg.get("to") or fields_subscriber(context, "default", ROUTE_FIELD, me)

@@ -26,12 +26,18 @@ def run_settings(conf: Mapping[str, Any]) -> WordCountSettings:
     return WordCountSettings.from_conf(conf)
 
 
-def connect(conf: Mapping[str, Any]) -> tuple[WordCountSettings, RunKeys, Any]:
+def connect(conf: Mapping[str, Any], context: Mapping | None = None, component: str = "", task_id: Any = None
+            ) -> tuple[WordCountSettings, RunKeys, Any]:
     """The settings, the run's keys and a Redis client, or None when the topology has no ``keysplit.redis_url``
-    (then nothing is recorded, and what needs Redis is refused by the component that needs it)."""
+    (then nothing is recorded, and what needs Redis is refused by the component that needs it). Given the task's
+    ``context``, ``component`` and ``task_id``, this process start is counted (``RunKeys.starts``): on a cluster the
+    starts beyond one per task are the restarts ``--collect`` reports, the runner's own counters being absent."""
     settings = run_settings(conf)
     conn = client(settings.redis_connect_url()) if settings.redis_url else None
-    return settings, RunKeys(settings.run_id), conn
+    keys = RunKeys(settings.run_id)
+    if conn is not None and context is not None:
+        conn.hincrby(keys.starts, f"{component}:{task_index(context, component, task_id)[0]}", 1)
+    return settings, keys, conn
 
 
 def task_index(context: Mapping, component: str, task_id: Any) -> tuple[int, int]:

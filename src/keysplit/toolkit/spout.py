@@ -45,7 +45,7 @@ class FeedSpout(CoalescedWrites, Spout):
         if not isinstance(cfg, dict):
             raise ToolkitError(f"{self.component_name}: no {CONFIG_KEY} in its configuration; build it with "
                                "FeedSpout.spec(...)")
-        settings, keys, conn = connect(conf)
+        settings, keys, conn = connect(conf, context, self.component_name, self.task_id)
         if conn is None:
             raise ToolkitError(f"{self.component_name}: keysplit's feed is in Redis; set keysplit.redis_url "
                                "(keysplit run sets it)")
