@@ -139,7 +139,9 @@ def print_summary(s: dict) -> None:
         total = sum(r["loads"]) or 1
         out.write(f"\n{name}: grouping {r['grouping']} on {r['key']!r}, {r['sources']} source(s) -> {r['workers']} "
                   f"task(s) of {r['to']}; imbalance I(m)/m {r['imbalance_fraction']:.4f}"
-                  + (f"; {r['failed']} tuple(s) failed (no usable key)" if r["failed"] else "") + "\n")
+                  + (f"; {r['failed']} tuple(s) failed (no usable key)" if r["failed"] else "")
+                  + (f"; {r['unsynced']} tuple(s) decided without router 0's shared state for their period (the "
+                     "loads may differ from simulate's)" if r.get("unsynced") else "") + "\n")
         print_table([{"task": i, "load": n, "share": 100.0 * n / total} for i, n in enumerate(r["loads"])],
                     [("task", "task", str), ("tuples", "load", str), ("share %", "share", "{:.1f}".format)])
     restarted = bool(s.get("task_restarts") or s.get("restarts"))

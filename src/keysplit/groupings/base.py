@@ -18,11 +18,13 @@ a small protocol below that a host tests with ``isinstance`` (they are ``runtime
 - :class:`Resizable`, ``resize(workers)``: the worker count changed mid-stream;
 - :class:`Reporting`, ``stats()``: a dict of the grouping's own statistics (``grouping_stats`` in the simulator's
   and the topology's summaries);
-- :class:`SharedState`, ``set_role(role)``, ``state_version``, ``export_state()`` and ``import_state(state)``:
-  groupings whose sources share state in process (``build`` hands them one object) when the sources are separate
-  processes (the Storm routers): the ``"leader"`` (source 0) keeps the state up to date and exports it as JSON-able
-  data whenever ``state_version`` grows; a ``"follower"`` never changes it and routes with the last state it
-  imported.
+- :class:`SharedState`, ``set_role(role)``, ``state_version``, ``export_state()``, ``import_state(state)``,
+  ``epoch`` and ``epoch_of(now)``: groupings whose sources share state in process (``build`` hands them one object)
+  when the sources are separate processes (the Storm routers): the ``"leader"`` (source 0) keeps the state up to
+  date and exports it as JSON-able data whenever ``state_version`` grows, each state naming the first period of
+  event time it applies to (``since``), and its progress (``epoch``: the latest period it routed a message in);
+  a ``"follower"`` never changes it: its host installs, for a message of period ``epoch_of(now)`` = k, the latest
+  state with ``since`` <= k once the leader's ``epoch`` has reached k, so its decisions are the in-process ones.
 
 ``tests/groupings/test_grouping_battery.py`` runs every registered grouping through the protocol and the hooks it has.
 """
@@ -103,6 +105,11 @@ class SharedState(Protocol):
     def export_state(self) -> dict: ...
 
     def import_state(self, state: Mapping[str, Any]) -> None: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    def epoch_of(self, now: float) -> int: ...
 
 
 class BaseGrouping:

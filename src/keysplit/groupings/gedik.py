@@ -8,15 +8,23 @@ utility ``utility`` (§4.3). Each rebuild's migration is recorded (``history``, 
 ``migration_cost``). All sources of one grouping share one partitioner (one counter, one function), as the
 paper's single splitter does: separate functions per source would send a key to several workers.
 
+Only source 0 (the **leader**) counts: separate router processes cannot count one interleaved stream, so the
+simulator counts as they can. The leader's frequencies come from its own sub-stream; under shuffle grouping of
+lines to the routers that sub-stream is an unbiased 1/S sample of the whole stream, so the lossy counter's
+relative frequencies, the threshold delta (eq. 14-17) and the construction see the same distribution the single
+splitter would (the ``window`` then spans S times as many messages of the whole stream). The function rebuilt at
+the first period boundary the leader passes is made from the messages counted before it and applies from that
+boundary on (``since``); another source's message of period k uses the latest function with ``since`` <= k.
+In process (the simulator, the replay) the other sources pass the boundaries of the shared partitioner themselves
+(:meth:`AdaptivePartitioner.advance`): on a stream whose time never decreases the leader has counted all its
+messages before the boundary by then, so the function is the one the leader makes when it passes it.
+
 When the sources are separate processes (the Storm routers) they cannot share an object, so they take roles
-(``set_role``): the **leader** (source 0) counts, rebuilds every ``period`` as above and, after each rebuild,
-its ``export_state()`` (the explicit hash, the worker count and the ring's virtual nodes, which rebuild
-``lookup`` exactly, and a ``state_version``) is published; **followers** never count or rebuild, they route
-with the last state they ``import_state``-ed, so a key has one worker everywhere up to the followers' sync
-lag. The leader's frequencies come from its own sub-stream only; under shuffle grouping of lines to the
-routers that sub-stream is an unbiased 1/S sample of the whole stream, so the lossy counter's relative
-frequencies, the threshold delta (eq. 14-17) and the construction see the same distribution the single
-splitter would (the ``window`` then spans S times as many messages of the whole stream).
+(``set_role``): the leader counts, rebuilds as above and publishes each rebuild's ``export_state()`` (the
+explicit hash, the worker count and the ring's virtual nodes, which rebuild ``lookup`` exactly, its
+``state_version`` and ``since``) with its progress (``epoch``); **followers** never count or rebuild: for a
+message of period k the host waits until the leader's progress reaches k and installs the latest state with
+``since`` <= k (``keysplit.storm.router.Router.sync_at``), so every process makes the simulator's decisions.
 The logic lives in :mod:`keysplit.partitioning`; this class is the Grouping-protocol face of it.
 """
 
@@ -129,10 +137,14 @@ class GedikPartitioning(BaseGrouping):
         return instances
 
     def choose(self, key: str, now: float) -> int:
-        if self._follower:  # Alg. 1's lookup with the leader's function: no counting, never a rebuild
-            w = self.partitioner.function.lookup(key)  # type: ignore[union-attr]
-        else:
-            w = self.partitioner.route(key, now)  # type: ignore[union-attr]
+        p = self.partitioner
+        if self._follower:  # Alg. 1's lookup with the function the host installed for ``now``'s period
+            w = p.function.lookup(key)  # type: ignore[union-attr]
+        elif self.source == 0 or self.role == "leader":  # the leader: counts, and rebuilds at each boundary
+            w = p.route(key, now)  # type: ignore[union-attr]
+        else:  # another source in process: the leader's function for ``now``'s period, counting nothing
+            p.advance(now)  # type: ignore[union-attr]
+            w = p.function.lookup(key)  # type: ignore[union-attr]
         self.local_loads[w] += 1
         return w
 
@@ -160,11 +172,22 @@ class GedikPartitioning(BaseGrouping):
         """Grows by one with every rebuild of the function (the leader's; a follower's is the imported one)."""
         return self._version_base + self.rebuilds
 
+    def epoch_of(self, now: float) -> int:
+        """The period of event time ``now`` falls in (states apply from a period on: ``since``)."""
+        return self.partitioner.epoch_of(now)  # type: ignore[union-attr]
+
+    @property
+    def epoch(self) -> int:
+        """The leader's progress: the latest period it has routed a message in. Every state with ``since`` up to
+        it is final, so a follower with a message of that period or earlier may decide it."""
+        return self.partitioner.epoch  # type: ignore[union-attr]
+
     def export_state(self) -> dict:
-        """The function as JSON-able data: everything ``lookup`` depends on, and its version."""
+        """The function as JSON-able data: everything ``lookup`` depends on, its version and the first period it
+        applies to (``since``)."""
         f = self.function
         return {"version": self.state_version, "workers": f.workers, "vnodes": f.vnodes,
-                "explicit": dict(f.explicit_hash)}
+                "explicit": dict(f.explicit_hash), "since": self.partitioner.since}  # type: ignore[union-attr]
 
     def import_state(self, state: Mapping[str, Any]) -> None:
         """Install an exported function (the ring is rebuilt only when its shape differs)."""
@@ -174,6 +197,9 @@ class GedikPartitioning(BaseGrouping):
         self.partitioner.function = PartitioningFunction(  # type: ignore[union-attr]
             workers, {k: int(v) for k, v in state["explicit"].items()}, vnodes=vnodes, ring=ring)
         self._version_base = int(state["version"]) - self.rebuilds
+        since = int(state.get("since", 0))
+        self.partitioner.since = since  # type: ignore[union-attr]
+        self.partitioner.epoch = max(self.partitioner.epoch, since)  # type: ignore[union-attr]
         if workers > len(self.local_loads):
             self.local_loads.extend([0] * (workers - len(self.local_loads)))
         self.workers = workers

@@ -63,7 +63,12 @@ class AdaptivePartitioner:
         self._buckets: deque[dict[str, int]] = deque([{}], maxlen=counters)
         self._bucket_fill = 0
         self.now = 0.0
-        self.next_rebuild = period
+        #: the period reached: floor(now / period) of the latest ``now`` seen (never decreases)
+        self.epoch = 0
+        #: the first period the current function applies to (0: the initial function)
+        self.since = 0
+        #: a message was counted since the last period rebuild (at the start: rebuild at the first boundary)
+        self.dirty = True
         self.history: list[RebuildRecord] = []
 
     @property
@@ -76,12 +81,29 @@ class AdaptivePartitioner:
         delta = frequency_threshold(self.config.resources, max(2, workers), self.config.sigma, self.config.domain)
         return min(0.5, EPSILON_RATIO * delta)
 
+    def epoch_of(self, now: float) -> int:
+        """The period ``now`` falls in (the one formula every process uses, so all agree at a boundary)."""
+        return math.floor(now / self.period)
+
+    def advance(self, now: float) -> None:
+        """Pass the period boundaries up to ``now``: the first one passed rebuilds the function from what was
+        counted before it (the counter holds nothing later), unless nothing was counted since the last period
+        rebuild; the rebuilt function applies from that boundary on (``since``). One rebuild however many
+        boundaries are passed at once, as a splitter idle for several periods rebuilds once."""
+        epoch = self.epoch_of(now)
+        if epoch <= self.epoch:
+            return
+        if self.dirty:
+            self.rebuild(self.workers, (self.epoch + 1) * self.period, "period")
+            self.since = self.epoch + 1
+            self.dirty = False
+        self.epoch = epoch
+
     def route(self, key: str, now: float) -> int:
         """Count ``key`` and return its channel; rebuild first if a period boundary has passed."""
-        if now >= self.next_rebuild:
-            self.rebuild(self.workers, now, "period")
-            self.next_rebuild = self.period * (math.floor(now / self.period) + 1)  # the next boundary after now
+        self.advance(now)
         self.now = now
+        self.dirty = True
         self.counter.update(key)
         if self._bucket_fill == self._bucket_size:
             self._buckets.append({})  # the oldest bucket falls out of the window

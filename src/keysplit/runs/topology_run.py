@@ -445,9 +445,12 @@ def summarise(conn: redis.Redis, keys: RunKeys, loaded: LoadedTopology, feed: Fe
         meta = conn.hgetall(keys.stage(spec.name, "meta"))
         loads = _loads(conn, keys, spec.name)
         failed = sum(int(v) for v in conn.hgetall(keys.stage(spec.name, "failed")).values())
+        # rows a follower router decided without the leader's shared state for their period (0: simulate's loads)
+        unsynced = int(conn.get(keys.stage(spec.name, "grouping_unsynced")) or 0)
         out["routers"][spec.name] = {"grouping": meta.get("grouping", spec.grouping), "to": meta.get("to"),
                                      "key": spec.key, "sources": spec.par, "workers": len(loads), "loads": loads,
-                                     "imbalance_fraction": imbalance_fraction(loads), "failed": failed}
+                                     "imbalance_fraction": imbalance_fraction(loads), "failed": failed,
+                                     "unsynced": unsynced}
     for spec in loaded.specs_of(PartialSpec):
         tasks = conn.hgetall(keys.stage(spec.name, "tasks"))
         held = [json.loads(tasks[str(i)]) if str(i) in tasks else {"records": 0, "keys": 0} for i in range(spec.par)]

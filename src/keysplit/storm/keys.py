@@ -23,7 +23,10 @@ key                         content
 ``...:aggregator:{i}``      hash: aggregator ``i``'s ticks with partial counts: ``partials`` and ``busy_s``
 ``...:spout:{i}``           hash: emitted, acked, replayed, first_emit, last_ack, histogram (JSON)
 ``...:grouping_state``      string: JSON of the leader router's ``export_state()`` (groupings sharing state)
+``...:grouping_states``     hash: version -> JSON of every state the leader published (followers choose by period)
 ``...:grouping_version``    string: the ``version`` of ``grouping_state`` (what followers poll)
+``...:grouping_epoch``      string: the leader's progress, the latest period of event time it routed a message in
+``...:grouping_unsynced``   string: messages followers decided without the leader's state for their period
 ``...:grouping_stats``      string: JSON of the leader router's grouping ``stats()`` (summary's grouping_stats)
 ``...:starts``              hash: ``component:index`` -> process starts of that task (restarts = starts - 1)
 ``...:received``            string: JSON of the configuration the first task to start received (what ran)
@@ -66,6 +69,9 @@ class RunKeys:
         self.loads_once = p + "loads:once"
         self.grouping_state = p + "grouping_state"
         self.grouping_version = p + "grouping_version"
+        self.grouping_states = p + "grouping_states"
+        self.grouping_epoch = p + "grouping_epoch"
+        self.grouping_unsynced = p + "grouping_unsynced"
         self.grouping_stats = p + "grouping_stats"
         self.starts = p + "starts"
         self.received = p + "received"

@@ -20,11 +20,17 @@ of ~1.8e9 s would make them catch up through hundreds of millions of periods at 
 
 Groupings whose sources share state in process (Gedik's one partitioning function: the ``export_state`` hook
 of ``groupings/base.py``) cannot share an object across router processes; given a :class:`GroupingChannel`
-(Redis), router 0 is the **leader**: it alone updates the state and publishes it after every change, and the
-other routers are **followers** that poll the published version at most every ``poll_secs`` of wall clock and
-install a newer state, so a key has one worker at every router up to that lag. The leader also writes its
-grouping's ``stats()`` (rebuilds, migration) for the run's summary: after every state change and at most every
-``poll_secs`` otherwise.
+(Redis), router 0 is the **leader**: it alone updates the state and publishes every version of it, each naming
+the first period of event time it applies to (``since``), and its progress (``epoch``, the latest period it
+routed a message in) whenever that grows. The other routers are **followers**. With event time from the data
+(a toolkit router's ``time=`` field) a follower decides a message of period k only once the leader's progress
+has reached k, with the latest version whose ``since`` is at most k (:meth:`Router.sync_at`): the version the
+simulator's sources use for that message, whatever the routers' relative speeds, so the loads are the
+simulator's. It waits at most ``sync_wait`` seconds (the leader is down, or got no message of period k because
+the stream ended), then decides with what it has and counts the decision as ``unsynced``. With the wall clock
+as event time (the word count) there is nothing to agree on: followers poll the published version at most every
+``poll_secs`` and install a newer state (:meth:`Router.sync`). The leader also writes its grouping's ``stats()``
+(rebuilds, migration) for the run's summary: after every state change and at most every ``poll_secs`` otherwise.
 
 **Batches** (``keysplit.batch`` B > 1, ``keysplit.batch_ms`` T): the router still asks its grouping for every word, in
 stream order (the same decisions as without batches), but a :class:`Batcher` holds the words bound for one counter
@@ -66,11 +72,17 @@ class GroupingChannel:
         self.keys = keys
         self.poll_secs = poll_secs
 
-    def publish(self, state: dict, stats: dict | None = None) -> None:
-        """Store ``state`` (with its ``version``) and, atomically with it, the version followers poll."""
+    def publish(self, state: dict | None, stats: dict | None = None, epoch: int | None = None) -> None:
+        """Store ``state`` (with its ``version``: kept among every version, and as the latest) and, atomically with
+        it, the version followers poll and the leader's progress ``epoch``."""
         pipe = self.conn.pipeline(transaction=True)
-        pipe.set(self.keys.grouping_state, json.dumps(state))
-        pipe.set(self.keys.grouping_version, int(state["version"]))
+        if state is not None:
+            text = json.dumps(state)
+            pipe.hset(self.keys.grouping_states, str(int(state["version"])), text)
+            pipe.set(self.keys.grouping_state, text)
+            pipe.set(self.keys.grouping_version, int(state["version"]))
+        if epoch is not None:  # after the states: a follower that reads it finds every state up to it
+            pipe.set(self.keys.grouping_epoch, int(epoch))
         if stats is not None:
             pipe.set(self.keys.grouping_stats, json.dumps(stats))
         pipe.execute()
@@ -79,9 +91,25 @@ class GroupingChannel:
         """The published state's version (0 when nothing is published yet): one cheap GET."""
         return int(self.conn.get(self.keys.grouping_version) or 0)
 
+    def epoch(self) -> int:
+        """The leader's progress: the latest period it routed a message in (0 before it published one)."""
+        return int(self.conn.get(self.keys.grouping_epoch) or 0)
+
     def state(self) -> dict | None:
         raw = self.conn.get(self.keys.grouping_state)
         return json.loads(raw) if raw else None
+
+    def states(self, after: int = 0) -> list[dict]:
+        """Every published state with a version above ``after``, by version."""
+        stored = self.conn.hgetall(self.keys.grouping_states)
+        return sorted((json.loads(v) for k, v in stored.items() if int(k) > after), key=lambda st: st["version"])
+
+    def count_unsynced(self, n: int = 1) -> None:
+        """A follower decided ``n`` messages without the leader's state for their period (the summary says so)."""
+        self.conn.incrby(self.keys.grouping_unsynced, n)
+
+    def unsynced(self) -> int:
+        return int(self.conn.get(self.keys.grouping_unsynced) or 0)
 
     def write_stats(self, stats: dict) -> None:
         self.conn.set(self.keys.grouping_stats, json.dumps(stats))
@@ -107,6 +135,7 @@ class Router:
         frequencies: Callable[[], Counter] | None = None,
         channel: GroupingChannel | None = None,
         mode: str = "direct",
+        sync_wait: float = 5.0,
     ) -> None:
         if workers > len(counter_task_ids):
             raise KeysplitError(f"W={workers} workers is more than the {len(counter_task_ids)} counter tasks")
@@ -128,17 +157,32 @@ class Router:
         self.role: str | None = None
         self.shared: SharedState | None = None  # the grouping's shared state, when a channel carries it
         self.reporting: Reporting | None = None  # the grouping whose stats() this router writes (router 0)
+        # a follower's versions of the shared state: (since, version, state), by version; the one installed
+        self.versions: list[tuple[int, int, dict]] = []
+        self.installed = 0
+        self.known_epoch = 0  # the leader's progress as last read (a follower)
+        # a follower waiting for the leader answers no heartbeat meanwhile: ShellBolt kills a subprocess silent for
+        # topology.subprocess.timeout.secs, else supervisor.worker.timeout.secs, 30 s by default
+        # (storm-client/src/jvm/org/apache/storm/task/ShellBolt.java, ``workerTimeoutMills``): stay well below it
+        self.sync_wait = sync_wait
+        self.unsynced = 0  # decisions made without the leader's state for their period (sync_at timed out)
         if channel is not None and isinstance(g, SharedState):
             self.shared = g
             self.role = "leader" if source == 0 else "follower"
             g.set_role(self.role)
+            self.versions.append((0, g.state_version, g.export_state()))
             published = channel.state()
             if published is not None:  # a restarted router continues from the published state
                 g.import_state(published)
+                if self.role == "follower":
+                    self._learn(channel.states())
+                    self.known_epoch = channel.epoch()
+                    self.installed = g.state_version
         if channel is not None and source == 0 and isinstance(g, Reporting):
             self.reporting = g
         self.reports = self.reporting is not None
         self.version = self.shared.state_version if self.shared is not None else 0
+        self.epoch = self.shared.epoch if self.shared is not None else 0  # the leader's, as published
         self.next_sync = 0.0  # monotonic time of the next follower poll / periodic stats write
 
     def elapsed(self) -> float:
@@ -158,6 +202,20 @@ class Router:
             self.report()
         return out
 
+    def choose(self, key: str, now: float, *, event_time: bool) -> int:
+        """One message's worker index, as a toolkit router decides it: a follower first installs the leader's
+        state (for ``now``'s period when ``now`` is the data's own time, else the latest), the leader publishes
+        what changed after it."""
+        if self.role == "follower":
+            if event_time:
+                self.sync_at(now)
+            else:
+                self.sync()
+        worker = self.grouping.choose(key, now)
+        if self.reports:
+            self.report()
+        return worker
+
     def sync(self, force: bool = False) -> bool:
         """Follower: install the leader's state if a newer version is published (at most every
         ``poll_secs`` unless ``force``); True when it installed one."""
@@ -175,16 +233,62 @@ class Router:
         self.version = int(state["version"])
         return True
 
+    def sync_at(self, now: float) -> bool:
+        """Follower, with event time from the data: install the state the simulator's source uses for a message
+        at ``now`` (module docstring). Waits for the leader's progress to reach ``now``'s period, at most
+        ``sync_wait`` seconds; False when it gave up (the message is then decided with the latest state known)."""
+        channel, shared = self.channel, self.shared
+        if channel is None or shared is None:
+            return True
+        epoch = shared.epoch_of(now)
+        synced = True
+        if epoch > self.known_epoch:
+            deadline = None
+            pause = 0.0005
+            while (published := channel.epoch()) < epoch:
+                clock = time.monotonic()
+                deadline = clock + self.sync_wait if deadline is None else deadline
+                if clock >= deadline:
+                    synced = False
+                    break
+                time.sleep(min(pause, max(deadline - clock, 0.0)))
+                pause = min(pause * 2, 0.05)
+            self.known_epoch = max(self.known_epoch, published)
+            if channel.version() > self.versions[-1][1]:
+                self._learn(channel.states(after=self.versions[-1][1]))
+        if not synced:
+            self.unsynced += 1
+            channel.count_unsynced()
+        _, version, state = max((v for v in self.versions if v[0] <= epoch), key=lambda v: v[1])
+        if version != self.installed:
+            shared.import_state(state)
+            self.installed = version
+        self.version = self.versions[-1][1]
+        return synced
+
+    def _learn(self, states: Iterable[dict]) -> None:
+        """Keep the published ``states`` (a follower chooses among them by period)."""
+        known = {v for _, v, _ in self.versions}
+        for state in states:
+            if int(state["version"]) not in known:
+                self.versions.append((int(state.get("since", 0)), int(state["version"]), state))
+        self.versions.sort(key=lambda v: v[1])
+
     def report(self, force: bool = False) -> None:
-        """Leader: publish the state when its version grew (with the stats), else write the stats at most
-        every ``poll_secs`` unless ``force``."""
+        """Leader: publish the state when its version grew (with the stats) and its progress when that grew,
+        else write the stats at most every ``poll_secs`` unless ``force``."""
         channel, reporting, shared = self.channel, self.reporting, self.shared
         if channel is None or reporting is None:
             return
         clock = time.monotonic()
         if self.role == "leader" and shared is not None and shared.state_version != self.version:
-            channel.publish(shared.export_state(), reporting.stats())
+            channel.publish(shared.export_state(), reporting.stats(), shared.epoch)
             self.version = shared.state_version
+            self.epoch = shared.epoch
+        elif self.role == "leader" and shared is not None and shared.epoch != self.epoch:
+            channel.publish(None, epoch=shared.epoch)  # a period passed without a rebuild: followers may go on
+            self.epoch = shared.epoch
+            return
         elif force or clock >= self.next_sync:
             channel.write_stats(reporting.stats())
         else:

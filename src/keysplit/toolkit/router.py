@@ -13,7 +13,9 @@ anchored to the input and the input acked after it, so Storm's at-least-once del
 - **Event time** ``now`` is the tuple's ``time`` field when the spec names one (then a run decides exactly as
   ``keysplit simulate`` does on a dataset with that time column), else wall-clock seconds since this task started.
 - **Feedback**, through the run's Redis (``keysplit.redis_url``): PKG's probing reads the true loads (what every
-  router sent each worker), Gedik's routers share one partitioning function (router 0 leads, the others follow),
+  router sent each worker), Gedik's routers share one partitioning function (router 0 leads, the others follow;
+  with ``time`` a follower waits for the leader's function of each row's period, so the decisions stay the
+  simulator's: ``keysplit.storm.router``),
   offline groupings read the exact frequencies stored with keysplit's feed. FISH's capacities default to equal
   workers. Without Redis those groupings are refused when the task starts, in one line.
 - **Batches** (``batch`` N > 1, ``batch_ms`` T; only in front of an ``Aggregate.partial``): the grouping still
@@ -51,12 +53,12 @@ CONFIG_KEY = "keysplit.router"
 
 
 class _StageKeys:
-    """The three keys GroupingChannel uses, named for one router stage (a topology may have several)."""
+    """The keys GroupingChannel uses, named for one router stage (a topology may have several)."""
 
     def __init__(self, keys, component: str) -> None:
-        self.grouping_state = keys.stage(component, "grouping_state")
-        self.grouping_version = keys.stage(component, "grouping_version")
-        self.grouping_stats = keys.stage(component, "grouping_stats")
+        for name in ("grouping_state", "grouping_states", "grouping_version", "grouping_epoch", "grouping_stats",
+                     "grouping_unsynced"):
+            setattr(self, name, keys.stage(component, name))
 
 
 class KeyRouter(CoalescedWrites, Bolt):
@@ -145,11 +147,7 @@ class KeyRouter(CoalescedWrites, Bolt):
                 return self._refuse(tup, key_at, f"its time field {self.time_field!r} holds {values[time_at]!r}")
         else:
             now = router.elapsed()
-        if router.role == "follower":
-            router.sync()
-        worker = router.grouping.choose(text, now)
-        if router.reports:
-            router.report()
+        worker = router.choose(text, now, event_time=time_at is not None)
         out = list(values) if keep is None else [values[i] for i in keep]
         self.unreported[worker] += 1
         if self.batcher is not None:
