@@ -62,6 +62,9 @@ from keysplit.storm.streams import route_value
 
 #: How the router addresses the counter task it chose (see the module docstring); the first is the default.
 ROUTE_MODES = ("fields", "direct")
+#: Versions of a shared state kept in Redis and by each follower: a follower decides rows of the periods the leader
+#: is in or just passed, and a replayed row of an older period takes the oldest kept (replays change loads anyway).
+KEPT_VERSIONS = 256
 
 
 class GroupingChannel:
@@ -78,7 +81,10 @@ class GroupingChannel:
         pipe = self.conn.pipeline(transaction=True)
         if state is not None:
             text = json.dumps(state)
-            pipe.hset(self.keys.grouping_states, str(int(state["version"])), text)
+            version = int(state["version"])
+            pipe.hset(self.keys.grouping_states, str(version), text)
+            if version > KEPT_VERSIONS:  # bounded: a follower needs the versions of the periods it is in
+                pipe.hdel(self.keys.grouping_states, str(version - KEPT_VERSIONS))
             pipe.set(self.keys.grouping_state, text)
             pipe.set(self.keys.grouping_version, int(state["version"]))
         if epoch is not None:  # after the states: a follower that reads it finds every state up to it
@@ -99,10 +105,13 @@ class GroupingChannel:
         raw = self.conn.get(self.keys.grouping_state)
         return json.loads(raw) if raw else None
 
-    def states(self, after: int = 0) -> list[dict]:
-        """Every published state with a version above ``after``, by version."""
-        stored = self.conn.hgetall(self.keys.grouping_states)
-        return sorted((json.loads(v) for k, v in stored.items() if int(k) > after), key=lambda st: st["version"])
+    def states(self, after: int = 0, upto: int | None = None) -> list[dict]:
+        """The published states with versions in (``after``, ``upto``] (``upto``: the latest), by version; the
+        last :data:`KEPT_VERSIONS` at most."""
+        upto = self.version() if upto is None else upto
+        fields = [str(v) for v in range(max(after + 1, upto - KEPT_VERSIONS + 1, 1), upto + 1)]
+        stored = self.conn.hmget(self.keys.grouping_states, fields) if fields else []
+        return [json.loads(raw) for raw in stored if raw]
 
     def count_unsynced(self, n: int = 1) -> None:
         """A follower decided ``n`` messages without the leader's state for their period (the summary says so)."""
@@ -254,12 +263,13 @@ class Router:
                 time.sleep(min(pause, max(deadline - clock, 0.0)))
                 pause = min(pause * 2, 0.05)
             self.known_epoch = max(self.known_epoch, published)
-            if channel.version() > self.versions[-1][1]:
-                self._learn(channel.states(after=self.versions[-1][1]))
+            if (latest := channel.version()) > self.versions[-1][1]:
+                self._learn(channel.states(after=self.versions[-1][1], upto=latest))
         if not synced:
             self.unsynced += 1
             channel.count_unsynced()
-        _, version, state = max((v for v in self.versions if v[0] <= epoch), key=lambda v: v[1])
+        usable = [v for v in self.versions if v[0] <= epoch] or self.versions[:1]  # older than all kept: the oldest
+        _, version, state = max(usable, key=lambda v: v[1])
         if version != self.installed:
             shared.import_state(state)
             self.installed = version
@@ -273,6 +283,7 @@ class Router:
             if int(state["version"]) not in known:
                 self.versions.append((int(state.get("since", 0)), int(state["version"]), state))
         self.versions.sort(key=lambda v: v[1])
+        del self.versions[:-KEPT_VERSIONS]
 
     def report(self, force: bool = False) -> None:
         """Leader: publish the state when its version grew (with the stats) and its progress when that grew,
