@@ -18,6 +18,7 @@ import json
 import os
 import socket
 import threading
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -200,7 +201,7 @@ class PageBytes(Topology):
 '''
 
 
-def test_a_topology_files_run_is_submitted_from_its_project_and_runs_its_record(redis, tmp_path, capsys):
+def test_a_topology_files_run_is_submitted_from_its_project_and_runs_its_record(redis, tmp_path, capsys, monkeypatch):
     from keysplit.runs.topology_run import load_topology, read_results
 
     url, secret = redis
@@ -235,3 +236,12 @@ def test_a_topology_files_run_is_submitted_from_its_project_and_runs_its_record(
     for i in range(300):
         expected[f"/p{(i * i) % 13}"] = expected.get(f"/p{(i * i) % 13}", 0) + i % 97
     assert read_results(conn, run_id, "total") == expected
+    # the jar it uploads carries keysplit beside the project's (empty) src/: the supervisors' Python has only
+    # keysplit's dependencies (found on Storm 2.8.8: the jar held its manifest alone). No sparse on PATH here, so
+    # the submission stops right after writing the jar.
+    monkeypatch.setenv("PATH", str(tmp_path / "no-sparse"))
+    assert main(["submit", run_id, "-e", "local", *common, "--storm-version", "2.8.8"]) == 2
+    assert "sparse is not on PATH" in capsys.readouterr().err
+    with zipfile.ZipFile(project / "_build" / "pagebytes.jar") as jar:
+        names = set(jar.namelist())
+    assert {"resources/keysplit/toolkit/router.py", "resources/keysplit/groupings/gedik.py"} <= names

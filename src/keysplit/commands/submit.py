@@ -113,7 +113,9 @@ def run(args: argparse.Namespace) -> int:
     refuse_foreign_jar(jar, "--jar")
     os.makedirs(os.path.dirname(jar) or ".", exist_ok=True)  # _build/ on a fresh clone, as `sparse jar` makes it
     src = os.path.join(project, "src")
-    write_jar(jar, src if topology_run and os.path.isdir(src) else None)
+    # keysplit travels in the jar beside the project's src/ (the workers' Python has only its dependencies:
+    # virtualenvs/pageviews.txt); a src/ holding its own keysplit package keeps that one
+    write_jar(jar, src if topology_run and os.path.isdir(src) else None, with_keysplit=True)
     try:
         done = subprocess.run(command.argv, env={**os.environ, **command.env}, cwd=project)
     except FileNotFoundError:
