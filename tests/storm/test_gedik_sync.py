@@ -106,7 +106,13 @@ def test_a_follower_ahead_of_a_silent_leader_waits_at_most_sync_wait_and_counts_
     assert time.monotonic() - start >= 0.05
     assert before == after == ring.lookup("/page/0")
     assert follower.unsynced == 1 and channel.unsynced() == 1
+    # the period's next rows do not wait again (each would hold its tuple sync_wait, past the message timeout): with
+    # a wait of a minute now, a second wait would show as a minute
+    follower.sync_wait = 60.0
+    start = time.monotonic()
+    follower.choose("/page/2", 1.7, event_time=True)
+    assert time.monotonic() - start < 30.0 and follower.unsynced == 2
     # once the leader publishes its progress past period 1, the follower goes on without waiting
     channel.publish(None, epoch=2)
     follower.choose("/page/1", 1.6, event_time=True)
-    assert follower.unsynced == 1
+    assert follower.unsynced == 2

@@ -175,6 +175,7 @@ class Router:
         # (storm-client/src/jvm/org/apache/storm/task/ShellBolt.java, ``workerTimeoutMills``): stay well below it
         self.sync_wait = sync_wait
         self.unsynced = 0  # decisions made without the leader's state for their period (sync_at timed out)
+        self.gave_up = -1  # the latest period sync_at waited sync_wait for in vain
         if channel is not None and isinstance(g, SharedState):
             self.shared = g
             self.role = "leader" if source == 0 else "follower"
@@ -252,13 +253,16 @@ class Router:
         epoch = shared.epoch_of(now)
         synced = True
         if epoch > self.known_epoch:
-            deadline = None
+            # one wait per period: once it gave up on a period, later rows of it only look (one GET), so the rows
+            # behind a silent leader are not held sync_wait each, past Storm's message timeout
+            deadline = time.monotonic() if epoch <= self.gave_up else None
             pause = 0.0005
             while (published := channel.epoch()) < epoch:
                 clock = time.monotonic()
                 deadline = clock + self.sync_wait if deadline is None else deadline
                 if clock >= deadline:
                     synced = False
+                    self.gave_up = max(self.gave_up, epoch)
                     break
                 time.sleep(min(pause, max(deadline - clock, 0.0)))
                 pause = min(pause * 2, 0.05)
