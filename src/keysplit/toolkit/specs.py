@@ -39,6 +39,7 @@ from keysplit.toolkit.contract import (
     PARTIAL_FIELDS,
     PARTIALS_STREAM,
     RECORD_FIELD,
+    REPLAY_FIELD,
     RESERVED_FIELDS,
     ROUTE_FIELD,
     ROWS_FIELDS,
@@ -190,7 +191,7 @@ class FeedSpout:
             raise TopologyBuildError(f"{where}: fields {clash} are keysplit's own; rename those columns")
         return FeedSpoutSpec(Component, fields=list(fields), name=name, par=par,
                              config=_json_config(config, {CONFIG_KEY: {"fields": list(fields)}}),
-                             outputs=[Stream(fields=[*fields, RECORD_FIELD, ROUTE_FIELD])])
+                             outputs=[Stream(fields=[*fields, RECORD_FIELD, REPLAY_FIELD, ROUTE_FIELD])])
 
 
 class KeyRouter:
