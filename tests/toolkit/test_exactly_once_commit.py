@@ -64,7 +64,7 @@ def test_a_hot_key_split_over_partials_costs_the_merge_one_merge_per_partial_not
 
 
 def test_an_entry_sent_again_after_a_lost_reply_adds_nothing(run):
-    conn, keys, acc, task = run
+    conn, keys, _, task = run
     batch = {'"a"': [fold({0: 3, 1: 4})], '"b"': [fold({2: 5})]}
     merge = task()
     merge.commit(batch)
