@@ -44,7 +44,9 @@ from keysplit.storm.keys import RunKeys
 from keysplit.storm.settings import PASSWORD_ENV, split_password
 from keysplit.storm.window import DEFAULT_MAX_PENDING
 from keysplit.stream import source_of
+from keysplit.toolkit.accumulators import check_shipped
 from keysplit.toolkit.contract import ROUTE_FIELD
+from keysplit.toolkit.deadletter import read_dead_letters
 from keysplit.toolkit.specs import FeedSpoutSpec, KeyRouterSpec, MergeSpec, PartialSpec, check_topology
 
 log = logging.getLogger("keysplit.run")
@@ -113,6 +115,8 @@ def load_topology(target: str) -> LoadedTopology:
         name = next(iter(found))
     loaded = LoadedTopology(found[name], name, path, root)
     check_topology(loaded.cls)
+    for partial in loaded.specs_of(PartialSpec):  # an accumulator from the project but outside src/: not shipped
+        check_shipped(partial.accumulator, f"Aggregate.partial {partial.name}", root=root)
     if len(loaded.specs_of(FeedSpoutSpec)) > 1:
         raise KeysplitError(f"{where}: {name} has more than one FeedSpout; keysplit run loads one feed a run")
     return loaded
@@ -382,6 +386,7 @@ def summarise(conn: redis.Redis, keys: RunKeys, loaded: LoadedTopology, feed: Fe
         lists = [json.loads(v) for v in conn.hgetall(keys.stage(spec.name, "top")).values()]
         top = sorted((tuple(item) for part in lists for item in part), key=lambda kv: (-kv[1], json.dumps(kv[0])))
         out["merges"][spec.name] = {"keys": results, "top": [list(kv) for kv in top[:spec.top]]}
+    out["dead_letters"] = read_dead_letters(conn, keys)  # rows the user's code refused N times (toolkit/deadletter.py)
     if feed is not None:
         m = spout_metrics(conn, keys, feed.par)
         duration = max(m["last_ack"] - m["first_emit"], 1e-9)

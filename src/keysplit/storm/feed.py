@@ -449,7 +449,10 @@ def create_group(conn: redis.Redis, keys: RunKeys) -> None:
 
 
 def feed_done(conn: redis.Redis, keys: RunKeys) -> bool:
-    """True when every entry of the feed has been delivered and acknowledged."""
+    """True when every entry of the feed has been delivered and acknowledged (or the feed is gone: a finished run
+    deletes it, so ``--collect`` of a run finished here reads it as done rather than failing on a missing key)."""
+    if not conn.exists(keys.feed):
+        return True
     info = conn.xinfo_stream(keys.feed)
     last = info["last-generated-id"]
     for group in conn.xinfo_groups(keys.feed):

@@ -34,17 +34,17 @@ import time
 
 from streamparse import Bolt, Stream
 
-from keysplit.errors import KeysplitError
 from keysplit.storm import quiet_exit
 from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.streams import component_tasks, route_value
-from keysplit.toolkit.accumulators import AccumulatorError, load_accumulator
+from keysplit.toolkit.accumulators import load_accumulator
 from keysplit.toolkit.commit import Entry, ExactlyOnceCommit
 from keysplit.toolkit.contract import (
     PARTIAL_FIELDS,
     PARTIALS_STREAM,
     RECORD_FIELD,
     REPLAY_FIELD,
+    RESERVED_FIELDS,
     RESULT_FIELDS,
     ROUTE_FIELD,
     ROWS_STREAM,
@@ -54,6 +54,7 @@ from keysplit.toolkit.contract import (
     key_text,
     merge_index,
 )
+from keysplit.toolkit.deadletter import DeadLetters, attempts_setting, describe, identity
 from keysplit.toolkit.runtime import ToolkitError, connect, fields_subscriber, input_fields, task_index
 
 quiet_exit.install()
@@ -90,8 +91,11 @@ class PartialAggregate(CoalescedWrites, Bolt):
         self.batched = {(c, s) for c, s in declared if s == ROWS_STREAM}
         self.fields = {(c, s): ([f for f in declared.get((c, "default"), ()) if f != ROUTE_FIELD]
                                 if (c, s) in self.batched else fields) for (c, s), fields in declared.items()}
-        # exactly-once needs every row's identity, which only keysplit's feed gives
-        self.exactly_once = settings.exactly_once and all(RECORD_FIELD in f for f in self.fields.values())
+        # rows with an identity (keysplit's feed): entries carry the records they cover, first emissions folded and
+        # replays apart, whatever the delivery (a merge isolates a row its user's code refuses by them, deadletter.py)
+        self.tracked = all(RECORD_FIELD in f for f in self.fields.values())
+        self.dead = DeadLetters(self.conn, keys, me, self.index, attempts_setting(conf),
+                                settings.exactly_once and self.tracked)
         merge = fields_subscriber(context, PARTIALS_STREAM, ROUTE_FIELD, me)
         merges = len(component_tasks(context, merge))
         self.routes = [route_value(m, merges) for m in range(merges)]
@@ -120,9 +124,10 @@ class PartialAggregate(CoalescedWrites, Bolt):
         where = (tup.component, tup.stream)
         fields = self.fields.get(where, ())
         rows = decode_rows(tup.values[0]) if where in self.batched else [tup.values]
-        acc, states, exactly_once = self.acc, self.states, self.exactly_once
+        acc, states, tracked = self.acc, self.states, self.tracked
         # the tuple's rows, added to the states only once every row is accepted: per key [state, records, replays]
         staged: dict[str, list] = {}
+        accepted = 0
         for values in rows:
             record = dict(zip(fields, values))
             key = record.get(self.key_field)
@@ -130,17 +135,26 @@ class PartialAggregate(CoalescedWrites, Bolt):
                 return self._refuse(tup, f"its key {key!r} is not a JSON scalar")
             name = json.dumps(key)
             entry = staged.get(name)
-            if entry is None:
-                entry = staged[name] = [states.get(name, _EMPTY), [], []]
+            state = entry[0] if entry is not None else states.get(name, _EMPTY)
+            replay = tracked and record.get(REPLAY_FIELD) != 0  # may be committed already: kept apart
             try:
-                if exactly_once and record.get(REPLAY_FIELD) != 0:  # may be committed already: kept apart
-                    entry[2].append([acc.one(record), [record[RECORD_FIELD]]])
-                else:
-                    entry[0] = acc.add(acc.zero() if entry[0] is _EMPTY else entry[0], record)
-                    if exactly_once:
-                        entry[1].append(record[RECORD_FIELD])
-            except (AccumulatorError, KeysplitError, ValueError, TypeError) as exc:
-                return self._refuse(tup, str(exc))
+                value = acc.one(record) if replay else acc.add(acc.zero() if state is _EMPTY else state, record)
+            except Exception as exc:  # the user's code, whatever it raises: this task stays up (deadletter.py)
+                if self._set_aside(record, key, exc):
+                    continue  # the row is a dead letter: the tuple's other rows go on
+                return self._refuse(tup, describe(exc))
+            accepted += 1
+            if entry is None:
+                entry = staged[name] = [state, [], []]
+            if replay:
+                entry[2].append([value, [record[RECORD_FIELD]]])
+            else:
+                entry[0] = value
+                if tracked:
+                    entry[1].append(record[RECORD_FIELD])
+        if not staged:  # every row of it was set aside: nothing will carry it
+            self.ack(tup)
+            return
         for name, (state, records, replays) in staged.items():
             if state is not _EMPTY:
                 states[name] = state
@@ -153,10 +167,22 @@ class PartialAggregate(CoalescedWrites, Bolt):
                 owner = self.owner[name] = merge_index(name, len(self.routes))
                 self.seen.add(name)
             self.inputs[owner][tup.id] = None
-        self.records += len(rows)
+        self.records += accepted
         self.tuples += 1
         if time.monotonic() - self.flushed_at >= self.period:
             self.flush()
+
+    def _set_aside(self, record: dict, key, exc: Exception) -> bool:
+        """One more failed attempt of the row: True when it was its last and the row is now a dead letter."""
+        rid = record.get(RECORD_FIELD) if self.tracked else None
+        values = {f: v for f, v in record.items() if f not in RESERVED_FIELDS}
+        row = identity(rid, values)
+        if not self.dead.exhausted(row):
+            return False
+        self.dead.write(row, record=rid, key=key, values=values, error=describe(exc))
+        self.logger.warning("%s: row %s is a dead letter after %d attempts: %s", self.component_name,
+                            rid if rid is not None else values, self.dead.attempts, describe(exc))
+        return True
 
     def _refuse(self, tup, why: str) -> None:
         self.fail(tup)
@@ -176,7 +202,7 @@ class PartialAggregate(CoalescedWrites, Bolt):
             return
         by_merge: list[list] = [[] for _ in self.routes]
         for name, state in self.states.items():
-            by_merge[self.owner[name]].append([name, state, self.covers[name]] if self.exactly_once else [name, state])
+            by_merge[self.owner[name]].append([name, state, self.covers[name]] if self.tracked else [name, state])
         for name, replays in self.replays.items():
             by_merge[self.owner[name]].extend([name, contribution, records] for contribution, records in replays)
         self.entries += sum(map(len, by_merge))
@@ -217,11 +243,12 @@ class MergeAggregate(CoalescedWrites, Bolt):
         self.top_key = self.keys.stage(me, "top")
         self.tasks_key = self.keys.stage(me, "tasks")
         self.totals: dict[str, object] = {}  # key (JSON text) -> merged state of the keys this task owns
-        self.exactly = ExactlyOnceCommit(self.conn, self.keys, self.results_key, self.acc, me) \
+        self.dead = DeadLetters(self.conn, self.keys, me, self.index, attempts_setting(conf), False)
+        self.exactly = ExactlyOnceCommit(self.conn, self.keys, self.results_key, self.acc, me, refused=self._refused) \
             if self.conn is not None else None
         # what this task did, for the summary and benchmarks/merge_balance.py: commits, entries received, records
         # they covered, accumulator merges, tuples failed because a replay overtook their entry, CPU seconds
-        self.work = {"commits": 0, "entries": 0, "records": 0, "merges": 0, "split": 0, "busy_s": 0.0}
+        self.work = {"commits": 0, "entries": 0, "records": 0, "merges": 0, "split": 0, "aside": 0, "busy_s": 0.0}
         if self.conn is not None:  # a restarted task continues from its committed results (and its counts)
             mine = {name: text for name, text in self.conn.hgetall(self.results_key).items()
                     if merge_index(name, self.merges) == self.index}
@@ -231,19 +258,19 @@ class MergeAggregate(CoalescedWrites, Bolt):
             if before:
                 self.work.update(json.loads(before))
         self.pending: list = []
-        self.batch: dict[str, list] = {}  # key -> partial states (or Entry, exactly-once) since the commit
-        self.exact = False  # whether the partials carry record ids (exactly-once)
+        self.batch: dict[str, list[Entry]] = {}  # exactly-once: key -> entries since the commit
+        self.tuples: list[list[tuple[str, Entry]]] = []  # at-least-once: each partial tuple's entries, in order
         self.committed_at = time.monotonic()
 
     def process(self, tup):
         started = time.process_time()
         source = len(self.pending)
-        for entry in decode_partials(tup.values[0]):
-            if len(entry) == 3:
-                self.exact = True
-                self.batch.setdefault(entry[0], []).append(Entry(entry[1], entry[2], source))
-            else:
-                self.batch.setdefault(entry[0], []).append(entry[1])
+        entries = [(e[0], Entry(e[1], e[2] if len(e) == 3 else [], source)) for e in decode_partials(tup.values[0])]
+        if self.settings.exactly_once and entries and all(len(e.records) for _, e in entries):
+            for name, entry in entries:
+                self.batch.setdefault(name, []).append(entry)
+        else:  # at-least-once, or rows without identities (a user's spout): applied tuple by tuple
+            self.tuples.append(entries)
         self.pending.append(tup.id)
         self.work["busy_s"] += time.process_time() - started
         if time.monotonic() - self.committed_at >= self.period:
@@ -261,33 +288,35 @@ class MergeAggregate(CoalescedWrites, Bolt):
         if not self.pending:
             return
         started = time.process_time()
-        split: set = set()
-        if self.exact:
+        changed, split = self._commit_at_least_once() if self.tuples else ([], set())
+        if self.batch:
             self._claim_marks()
             outcome = self.exactly.commit(self.batch)  # type: ignore[union-attr]
-            changed, split = outcome.changed, outcome.split
-            for what in ("entries", "records", "merges"):
+            changed, split = changed + outcome.changed, split | outcome.split
+            for what in ("entries", "records", "merges", "aside"):
                 self.work[what] += getattr(outcome, what)
-            self.work["split"] += len(split)
-        else:
-            changed = self._commit_at_least_once()
-        for name in changed:
-            self.emit([json.loads(name), self._result_text(name)], anchors=self.pending, need_task_ids=False)
-        if self.conn is not None and self.top and changed:
-            best = heapq.nlargest(self.top, self.totals.items(), key=lambda kv: (self.acc.result(kv[1]), kv[0]))
-            self.conn.hset(self.top_key, str(self.index),
-                           json.dumps([[json.loads(k), self.acc.result(s)] for k, s in best]))
+        self.work["split"] += len(split)
+        try:  # result() is the user's code too
+            for name in changed:
+                self.emit([json.loads(name), self._result_text(name)], anchors=self.pending, need_task_ids=False)
+            if self.conn is not None and self.top and changed:
+                best = heapq.nlargest(self.top, self.totals.items(), key=lambda kv: (self.acc.result(kv[1]), kv[0]))
+                self.conn.hset(self.top_key, str(self.index),
+                               json.dumps([[json.loads(k), self.acc.result(s)] for k, s in best]))
+        except Exception as exc:
+            self.logger.warning("%s: the accumulator's result raised %s; the states are committed, the results not "
+                                "emitted", self.component_name, describe(exc))
         for i, tup_id in enumerate(self.pending):
             if i in split:
                 self.fail(tup_id)
             else:
                 self.ack(tup_id)
         if split:
-            self.logger.warning("%s: failed %d partial tuple(s) whose first-emission rows a replay overtook; their "
-                                "rows replay one by one", self.component_name, len(split))
+            self.logger.warning("%s: failed %d partial tuple(s) (an entry a replay overtook, or one the accumulator "
+                                "refused); their rows replay one by one", self.component_name, len(split))
         self.pending = []
         self.batch = {}
-        self.exact = False
+        self.tuples = []
         self.work["commits"] += 1
         self.work["busy_s"] += time.process_time() - started
         if self.conn is not None:
@@ -314,15 +343,47 @@ class MergeAggregate(CoalescedWrites, Bolt):
         result = self.acc.result(self.totals[name])
         return result if isinstance(result, (str, int)) and not isinstance(result, bool) else json.dumps(result)
 
-    def _commit_at_least_once(self) -> list[str]:
+    def _commit_at_least_once(self) -> tuple[list[str], set]:
+        """Merge each partial tuple's entries into the totals, a tuple whole or not at all (a tuple with an entry the
+        accumulator refuses is failed, and none of it applied: its rows replay, each once more); write the results."""
         acc, totals = self.acc, self.totals
-        for name, states in self.batch.items():
-            state = totals.get(name, acc.zero())
-            for partial in states:
-                state = acc.merge(state, partial)
-                self.work["merges"] += 1
-            totals[name] = state
-            self.work["entries"] += len(states)
-        if self.conn is not None:
-            self.conn.hset(self.results_key, mapping={name: json.dumps(totals[name]) for name in self.batch})
-        return list(self.batch)
+        changed: dict[str, None] = {}
+        split: set = set()
+        for entries in self.tuples:
+            source = entries[0][1].source if entries else None
+            trial: dict[str, object] = {}
+            for name, entry in entries:
+                self.work["entries"] += 1
+                self.work["records"] += len(entry.records)
+                try:  # the user's code: whatever it raises, this task stays up (toolkit/deadletter.py)
+                    base = trial[name] if name in trial else totals[name] if name in totals else acc.zero()
+                    trial[name] = acc.merge(base, entry.state)
+                    self.work["merges"] += 1
+                except Exception as exc:
+                    if self._refused(name, entry, exc):
+                        self.work["aside"] += 1
+                        continue
+                    split.add(source)
+                    break
+            if source not in split:
+                totals.update(trial)
+                changed.update(dict.fromkeys(trial))
+        if self.conn is not None and changed:
+            self.conn.hset(self.results_key, mapping={name: json.dumps(totals[name]) for name in changed})
+        return list(changed), split
+
+    def _refused(self, name: str, entry: Entry, exc: Exception) -> bool:
+        """The accumulator raised on ``entry``: True when it is a dead letter now (one row, out of attempts), False
+        when its tuple is to be failed (an entry of several rows: they replay alone, so the one at fault is found)."""
+        if len(entry.records) > 1:
+            return False
+        record = entry.records[0] if entry.records else None
+        row = identity(record, name)  # a row from a user's spout is known by its key here
+        if not self.dead.exhausted(row):
+            return False
+        self.dead.write(row, record=record, key=json.loads(name), values={"contribution": entry.state},
+                        error=describe(exc))
+        self.logger.warning("%s: %s is a dead letter after %d attempts: %s", self.component_name,
+                            f"record {record}" if record is not None else f"key {name}", self.dead.attempts,
+                            describe(exc))
+        return True

@@ -33,7 +33,7 @@ and the stored states only when the script refuses (after a replay, a restart, a
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +100,7 @@ class Outcome:
 
     changed: list[str] = field(default_factory=list)
     split: set = field(default_factory=set)
+    aside: int = 0  # entries set aside (dead letters: their records are marked, their states not applied)
     merges: int = 0  # accumulator.merge calls of the attempt that committed
     entries: int = 0
     records: int = 0  # records covered by the entries
@@ -112,8 +113,12 @@ class ExactlyOnceCommit:
     (module docstring). ``states`` and ``texts``: key (JSON text) -> state and its stored JSON text, as last committed
     or read."""
 
-    def __init__(self, conn, keys: RunKeys, results_key: str, accumulator: Accumulator, where: str = "merge") -> None:
+    def __init__(self, conn, keys: RunKeys, results_key: str, accumulator: Accumulator, where: str = "merge",
+                 refused: Callable[[str, Entry, Exception], bool] | None = None) -> None:
         self.conn, self.keys, self.results_key, self.acc, self.where = conn, keys, results_key, accumulator, where
+        # an entry the user's merge raised on: True sets it aside (a dead letter), False fails its tuple (default)
+        self.refused = refused or (lambda name, entry, exc: False)
+        self._verdicts: dict[int, bool] = {}  # per commit: an entry is judged once however often the plan is made
         self.states: dict[str, Any] = {}
         self.texts: dict[str, str] = {}
         self.floor = 0  # the floor as last read: records below it are complete
@@ -130,6 +135,7 @@ class ExactlyOnceCommit:
         committed and no marks, the next ones against what Redis holds."""
         names = list(batch)
         stored = [self.texts.get(name) for name in names]
+        self._verdicts = {}
         marked: set[int] = set()
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             out, updates, taken, new_states = self._plan(batch, names, stored, marked)
@@ -164,9 +170,20 @@ class ExactlyOnceCommit:
                 out.records += len(entry.records)
                 committed = [r < floor or r in marked or r in taken for r in entry.records]  # a bit a record
                 if not any(committed):
-                    if state is None:
-                        state = json.loads(old) if old is not None else acc.zero()
-                    state = acc.merge(state, entry.state)
+                    try:  # the user's code: whatever it raises, this task stays up (toolkit/deadletter.py)
+                        base = state if state is not None else json.loads(old) if old is not None else acc.zero()
+                        merged = acc.merge(base, entry.state)
+                    except Exception as exc:
+                        verdict = self._verdicts.get(id(entry))
+                        if verdict is None:
+                            verdict = self._verdicts[id(entry)] = self.refused(name, entry, exc)
+                        if verdict:  # a dead letter: marked as handled, not applied
+                            taken.update(entry.records)
+                            out.aside += 1
+                        else:
+                            out.split.add(entry.source)
+                        continue
+                    state = merged
                     out.merges += 1
                     taken.update(entry.records)
                 elif all(committed):
