@@ -82,12 +82,14 @@ class CostlyCount(Accumulator):
 '''
 
 
-def redis_cpu(conn) -> tuple[float, float, int]:
-    """Redis's CPU seconds (the server), and the seconds and calls of its command executions."""
+def redis_cpu(conn) -> tuple[float, float, int, dict[str, float]]:
+    """Redis's CPU seconds (the server), the seconds and calls of its command executions, and each command's
+    microseconds (a script's commands count both in the script's call and in their own)."""
     info = conn.info("cpu")
     stats = conn.info("commandstats")
     return (float(info["used_cpu_sys"]) + float(info["used_cpu_user"]),
-            sum(float(v["usec"]) for v in stats.values()) / 1e6, sum(int(v["calls"]) for v in stats.values()))
+            sum(float(v["usec"]) for v in stats.values()) / 1e6, sum(int(v["calls"]) for v in stats.values()),
+            {name.removeprefix("cmdstat_"): float(v["usec"]) for name, v in stats.items()})
 
 
 class Sampler(threading.Thread):
@@ -98,7 +100,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.conn, self.keys = conn, keys
         self.cpu: dict[int, float] = {}
-        self.redis_start: tuple[float, float, int] | None = None
+        self.redis_start: tuple[float, float, int, dict[str, float]] | None = None
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -175,7 +177,10 @@ def main() -> int:
                        "busiest_over_mean": round(cpu[0] / statistics.mean(cpu), 2) if cpu else None,
                        "redis_cpu_us_per_row": round(1e6 * (redis_end[0] - start[0]) / rows, 2),
                        "redis_command_us_per_row": round(1e6 * (redis_end[1] - start[1]) / rows, 2),
-                       "redis_commands_per_row": round((redis_end[2] - start[2]) / rows, 3)}
+                       "redis_commands_per_row": round((redis_end[2] - start[2]) / rows, 3),
+                       "redis_top_commands_us_per_row": dict(sorted(
+                           ((name, round((us - start[3].get(name, 0.0)) / rows, 2))
+                            for name, us in redis_end[3].items()), key=lambda kv: -kv[1])[:6])}
                 tasks = conn.hgetall(RunKeys(run_id).stage("total", "tasks"))
                 if tasks:  # the merge tasks' own account (this version and later)
                     work = {int(i): json.loads(t) for i, t in tasks.items()}
