@@ -24,6 +24,9 @@ Delivery (docs/design/toolkit.md):
   ``merge`` per entry, not per row. The marks are the word count's (``dedup:seen``, field ``"record:0"``), so the
   feed's completion of a row forgets them (storm/exactly_once.py COMPLETE) and their memory stays bounded by the
   window.
+
+Whatever the user's accumulator raises on a row, no task dies of it: the row's tuple is failed and replays, and at its
+last attempt the row is set aside as a dead letter that the run's summary names (:mod:`keysplit.toolkit.deadletter`).
 """
 
 from __future__ import annotations
@@ -101,7 +104,7 @@ class PartialAggregate(CoalescedWrites, Bolt):
         self.routes = [route_value(m, merges) for m in range(merges)]
         self.owner: dict[str, int] = {}  # key -> its merge task (memoised hash)
         self.states: dict[str, object] = {}  # key (JSON text) -> state of the rows since the flush
-        # exactly-once: key -> the records its state covers (first emissions), and its replayed rows, each alone
+        # rows from keysplit's feed: key -> the records its state covers (first emissions), and its replays, alone
         self.covers: dict[str, list[int]] = {}
         self.replays: dict[str, list[list]] = {}  # key -> [[contribution, [record]], ...]
         self.entries = 0  # entries flushed: (key, state) per flush, plus one per replayed row
