@@ -82,14 +82,15 @@ class CostlyCount(Accumulator):
 '''
 
 
-def redis_cpu(conn) -> tuple[float, float, int, dict[str, float]]:
+def redis_cpu(conn) -> tuple[float, float, int, dict[str, float], dict[str, int]]:
     """Redis's CPU seconds (the server), the seconds and calls of its command executions, and each command's
-    microseconds (a script's commands count both in the script's call and in their own)."""
+    microseconds and calls (a script's commands count both in the script's call and in their own)."""
     info = conn.info("cpu")
     stats = conn.info("commandstats")
     return (float(info["used_cpu_sys"]) + float(info["used_cpu_user"]),
             sum(float(v["usec"]) for v in stats.values()) / 1e6, sum(int(v["calls"]) for v in stats.values()),
-            {name.removeprefix("cmdstat_"): float(v["usec"]) for name, v in stats.items()})
+            {name.removeprefix("cmdstat_"): float(v["usec"]) for name, v in stats.items()},
+            {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
 
 
 class Sampler(threading.Thread):
@@ -100,7 +101,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.conn, self.keys = conn, keys
         self.cpu: dict[int, float] = {}
-        self.redis_start: tuple[float, float, int, dict[str, float]] | None = None
+        self.redis_start: tuple[float, float, int, dict[str, float], dict[str, int]] | None = None
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -192,7 +193,10 @@ def main() -> int:
                        "redis_commands_per_row": round((redis_end[2] - start[2]) / rows, 3),
                        "redis_top_commands_us_per_row": dict(sorted(
                            ((name, round((us - start[3].get(name, 0.0)) / rows, 2))
-                            for name, us in redis_end[3].items()), key=lambda kv: -kv[1])[:6])}
+                            for name, us in redis_end[3].items()), key=lambda kv: -kv[1])[:6]),
+                       "redis_top_calls_per_row": dict(sorted(
+                           ((name, round((n - start[4].get(name, 0)) / rows, 4))
+                            for name, n in redis_end[4].items()), key=lambda kv: -kv[1])[:8])}
                 tasks = conn.hgetall(RunKeys(run_id).stage("total", "tasks"))
                 if tasks:  # the merge tasks' own account (this version and later)
                     work = {int(i): json.loads(t) for i, t in tasks.items()}
