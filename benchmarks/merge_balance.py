@@ -205,7 +205,8 @@ def main() -> int:
                     row.update({"hot_key_owner": owner, "merge_busy_s": [round(b, 3) for b in busy],
                                 "owner_busy_over_mean": round(busy[owner] / statistics.mean(busy), 2),
                                 "merge_entries": [work.get(i, {}).get("entries", 0) for i in range(args.merges)],
-                                "merge_records": [work.get(i, {}).get("records", 0) for i in range(args.merges)]})
+                                "merge_records": [work.get(i, {}).get("records", 0) for i in range(args.merges)],
+                                "merge_commit_retries": sum(w.get("retries", 0) for w in work.values())})
                 out["runs"].append(row)
                 if not args.json:
                     print(json.dumps(row), flush=True)

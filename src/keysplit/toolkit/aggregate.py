@@ -249,9 +249,11 @@ class MergeAggregate(CoalescedWrites, Bolt):
         self.dead = DeadLetters(self.conn, self.keys, me, self.index, attempts_setting(conf), False)
         self.exactly = ExactlyOnceCommit(self.conn, self.keys, self.results_key, self.acc, me, refused=self._refused) \
             if self.conn is not None else None
-        # what this task did, for the summary and benchmarks/merge_balance.py: commits, entries received, records
-        # they covered, accumulator merges, tuples failed because a replay overtook their entry, CPU seconds
-        self.work = {"commits": 0, "entries": 0, "records": 0, "merges": 0, "split": 0, "aside": 0, "busy_s": 0.0}
+        # what this task did, for benchmarks/merge_balance.py: commits, entries received, records they covered,
+        # accumulator merges, tuples failed (an entry a replay overtook, or one refused), entries set aside, commits
+        # tried again, CPU seconds
+        self.work = {"commits": 0, "entries": 0, "records": 0, "merges": 0, "split": 0, "aside": 0, "retries": 0,
+                     "busy_s": 0.0}
         if self.conn is not None:  # a restarted task continues from its committed results (and its counts)
             mine = {name: text for name, text in self.conn.hgetall(self.results_key).items()
                     if merge_index(name, self.merges) == self.index}
@@ -298,6 +300,7 @@ class MergeAggregate(CoalescedWrites, Bolt):
             changed, split = changed + outcome.changed, split | outcome.split
             for what in ("entries", "records", "merges", "aside"):
                 self.work[what] += getattr(outcome, what)
+            self.work["retries"] += outcome.attempts - 1  # compare-and-sets lost: reads the first attempt spared
         self.work["split"] += len(split)
         try:  # result() is the user's code too
             for name in changed:
