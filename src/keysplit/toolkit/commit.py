@@ -18,7 +18,10 @@ committed):
 - **some committed**: a first-emission entry that a replay overtook (its row timed out, was sent again and committed
   while the entry was on its way). Its state cannot be split into rows, so it is not applied and the caller fails the
   tuple that carried it: the tuple tree's rows replay, each in a single entry, and those not committed are counted
-  then. Every fresh emission is in one entry, so a second round never meets the same mix.
+  then. Every fresh emission is in one entry, so a second round never meets the same mix;
+- **refused by the user's merge** (it raised): the caller's ``refused`` decides: an entry of one row at its last
+  attempt is set aside as a dead letter (its record marked, its state not applied: toolkit/deadletter.py), any other
+  splits as above, so that its rows come back alone.
 
 The merge's work per flush is one ``merge`` per entry (a key per partial task that sent it) and, per record, a test
 of a set and a bit of Redis: the rows a hot key gathers from every partial task are merged where the grouping spread
