@@ -106,3 +106,16 @@ def test_pkg_on_skewed_rows_costs_the_merge_one_merge_per_key_a_flush_not_one_pe
     assert calls["merge"] == flushed == sum(m["entries"] for m in merged) == sum(m["merges"] for m in merged)
     assert sum(m["records"] for m in merged) == rows
     assert calls["merge"] * 5 < rows, calls
+
+
+def test_redis_killed_and_restarted_mid_run_leaves_the_pre_merged_totals_exact(home, redis_url, tmp_path):
+    """Redis restarted from its append-only file holds a prefix of the commits, states and marks together: the
+    partial tuples whose commit it lost replay (each row alone) and nothing is counted twice."""
+    topology, data, _, total = write_project(tmp_path, rows=1500)
+    conn = redis_server.connect(redis_url)
+    summary = run_topology(load_topology(str(topology)),
+                           TopologyRunOptions(dataset=open_dataset(f"csv:{data},key=page"), worker_processes=2,
+                                              timeout=300, message_timeout=4, kills=("redis@0.5",)),
+                           conn, redis_url)
+    assert [k["target"] for k in summary["kills"]] == ["redis"]
+    assert read_results(redis_server.connect(redis_url), summary["run_id"], "total") == dict(total)
