@@ -1,7 +1,7 @@
 """Does the merge stage keep the balance the grouping made? A toolkit topology (keysplit's feed -> S routers -> W
 partial counts -> M merges committing exactly once) on a Zipf ``z=2`` feed under PKG, run once per ``--cost-us``: the
 accumulator (a count, in the project's src/) spends that much CPU in each ``add`` and each ``merge``, as a user's
-sketch or model would. For each run: the CPU each merge task process used, the busiest against the mean (issue 46:
+sketch or model would. For each run: the CPU each merge task process used, the busiest against the mean (the target:
 the task owning the hottest key no busier than twice the mean), and Redis per row, from the run's start (its feed
 loaded) to its end: ``INFO cpu`` (used_cpu_sys + used_cpu_user, the whole server) and ``INFO commandstats`` (the
 microseconds Redis spent executing commands, and the commands, over the rows).

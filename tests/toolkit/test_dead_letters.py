@@ -1,4 +1,4 @@
-"""A row the user's code refuses becomes a dead letter (issue 44, docs/design/faults.md): the run finishes, names
+"""A row the user's code refuses becomes a dead letter (docs/design/faults.md): the run finishes, names
 the row (its stage, record, key, values and error) in the summary and in ``--collect``, exits 1, and every other row's
 result is exact; no task dies. Each fault under exactly-once and at-least-once: a non-numeric value into ``Sum``, a
 ``ZeroDivisionError`` in a user's ``add``, a ``RuntimeError`` in a user's ``merge``. And what the workers could not

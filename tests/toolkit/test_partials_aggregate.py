@@ -1,4 +1,4 @@
-"""Partials that aggregate under exactly-once (issue 46, docs/design/exactly-once.md "Partials that aggregate"): with
+"""Partials that aggregate under exactly-once (docs/design/exactly-once.md "Partials that aggregate"): with
 PKG on skewed rows the merge calls the user's ``merge`` once per key a partial task flushed, not once per row, so the
 hot key PKG split over two partial tasks is not added again row by row where it is merged. The calls are counted by
 the user's own accumulator, in every task process, from the project's src/."""
