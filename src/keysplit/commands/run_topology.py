@@ -9,6 +9,7 @@ and the output options apply.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 
@@ -93,11 +94,13 @@ def run_file(args: argparse.Namespace, parser_defaults: dict, progress_bars: Cal
 
 
 def _report(args: argparse.Namespace, summary: dict) -> int:
+    """Print the summary; the exit status is 1 when rows were set aside as dead letters (the results leave them
+    out), else 0."""
     if args.json:
         print_json(summary)
     else:
         print_summary(summary)
-    return 0
+    return 1 if summary.get("dead_letters") else 0
 
 
 def _redis(args: argparse.Namespace) -> str | None:
@@ -154,9 +157,29 @@ def print_summary(s: dict) -> None:
         if m["top"]:
             print_table([{"rank": i + 1, "key": k, "result": v} for i, (k, v) in enumerate(m["top"])],
                         [("rank", "rank", str), ("key", "key", str), ("result", "result", str)])
+    if s.get("dead_letters"):
+        print_dead_letters(s["dead_letters"], s["run_id"])
     if s.get("kills"):
         out.write("\nkills: " + describe_kills(s["kills"], "rows") + "\n")
     if s.get("results_out"):
         out.write(f"\nevery key's result: {s['results_out']}\n")
     if s.get("log_dir"):
         out.write(f"\ntask logs: {s['log_dir']}\n")
+
+
+#: Dead letters a summary names one by one; the others are counted.
+DEAD_LETTERS_SHOWN = 10
+
+
+def print_dead_letters(letters: list[dict], run_id: str) -> None:
+    """The rows the user's code refused, each with its stage, record, key, values and error: the results leave them
+    out (keysplit.toolkit.deadletter)."""
+    out = sys.stdout
+    out.write(f"\ndead letters: {len(letters)} row(s) refused by the accumulator on every attempt, left out of the "
+              f"results (Redis keysplit:run:{run_id}:dead_letters):\n")
+    for d in letters[:DEAD_LETTERS_SHOWN]:
+        where = f"record {d['record']}" if d.get("record") is not None else "a row"
+        out.write(f"  {d['stage']}[{d['task']}]: {where}, key {json.dumps(d.get('key'))}, values "
+                  f"{json.dumps(d.get('values'), default=str)}: {d['error']} ({d['attempts']} attempts)\n")
+    if len(letters) > DEAD_LETTERS_SHOWN:
+        out.write(f"  ... and {len(letters) - DEAD_LETTERS_SHOWN} more\n")

@@ -43,7 +43,9 @@ from keysplit.storm.keys import RunKeys
 from keysplit.storm.settings import PASSWORD_ENV, split_password
 from keysplit.storm.window import DEFAULT_MAX_PENDING
 from keysplit.stream import source_of
+from keysplit.toolkit.accumulators import check_shipped
 from keysplit.toolkit.contract import ROUTE_FIELD
+from keysplit.toolkit.deadletter import read_dead_letters
 from keysplit.toolkit.ranking import top_results
 from keysplit.toolkit.specs import FeedSpoutSpec, KeyRouterSpec, MergeSpec, PartialSpec, check_topology
 
@@ -88,6 +90,8 @@ def load_topology(target: str) -> LoadedTopology:
     _refuse_what_sparse_would_deploy_otherwise(cls, target)
     loaded = LoadedTopology(cls, cls.__name__, path, root)
     check_topology(loaded.cls)
+    for partial in loaded.specs_of(PartialSpec):  # an accumulator from the project but outside src/: not shipped
+        check_shipped(partial.accumulator, f"Aggregate.partial {partial.name}", root=root)
     if len(loaded.specs_of(FeedSpoutSpec)) > 1:
         raise KeysplitError(f"{target}: {loaded.name} has more than one FeedSpout; keysplit run loads one feed a run")
     return loaded
@@ -462,6 +466,7 @@ def summarise(conn: redis.Redis, keys: RunKeys, loaded: LoadedTopology, feed: Fe
         lists = [json.loads(v) for v in conn.hgetall(keys.stage(spec.name, "top")).values()]
         top = top_results((tuple(item) for part in lists for item in part), spec.top)
         out["merges"][spec.name] = {"keys": results, "top": [list(kv) for kv in top]}
+    out["dead_letters"] = read_dead_letters(conn, keys)  # rows the user's code refused N times (toolkit/deadletter.py)
     if feed is not None:
         m = spout_metrics(conn, keys, feed.par)
         duration = max(m["last_ack"] - m["first_emit"], 1e-9)

@@ -152,6 +152,11 @@ class StreamFeed:
         self.sleep = sleep
         self.drained = False  # the last read of the feed found no entry
         self.rest_secs = 0.0  # the idle spout's last rest (0: it was not idle)
+        #: Whether the line :meth:`next` returned last may have been emitted before: a replay of a failed or timed-out
+        #: tree, or a line taken back from a pending list (after a restart, a lost reply, an orphan). False only for a
+        #: line's first emission, read from the group with ``>`` (each entry is delivered so once to the whole group):
+        #: the toolkit's partials fold such rows into one state (toolkit/aggregate.py) and keep the others apart.
+        self.replaying = False
 
     # -- reading ---------------------------------------------------------------------------------------
 
@@ -176,6 +181,7 @@ class StreamFeed:
             self.conn.xclaim(self.stream, FEED_GROUP, self.consumer, 0, [entry_id], justid=True)
             self.in_flight[entry_id] = (item[0], now, item[2], item[3])
             self.replayed += 1  # counted when sent again, not when failed: a late ack may cancel the replay
+            self.replaying = True
             return entry_id, item[0], item[2], item[3]
         if not self.buffer:
             self._fill(now)
@@ -192,6 +198,7 @@ class StreamFeed:
             # Lines re-read from a pending list count as replays when they are sent: the process that read
             # them first may have sent them (there is no telling which it had sent).
             self.replayed += replay
+            self.replaying = replay
             if not self.first_emit:
                 self.first_emit = now
             return entry_id, record, line, source
@@ -442,7 +449,10 @@ def create_group(conn: redis.Redis, keys: RunKeys) -> None:
 
 
 def feed_done(conn: redis.Redis, keys: RunKeys) -> bool:
-    """True when every entry of the feed has been delivered and acknowledged."""
+    """True when every entry of the feed has been delivered and acknowledged (or the feed is gone: a finished run
+    deletes it, so ``--collect`` of a run finished here reads it as done rather than failing on a missing key)."""
+    if not conn.exists(keys.feed):
+        return True
     info = conn.xinfo_stream(keys.feed)
     last = info["last-generated-id"]
     for group in conn.xinfo_groups(keys.feed):

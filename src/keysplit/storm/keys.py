@@ -80,6 +80,7 @@ class RunKeys:
         self.dedup_floor = p + "dedup:floor"
         self.dedup_dropped = p + "dedup:dropped"
         self.dedup_peak = p + "dedup:peak"
+        self.dead_letters = p + "dead_letters"  # rows a toolkit stage set aside (keysplit.toolkit.deadletter)
 
     def counter(self, index: int) -> str:
         return f"{self.prefix}counter:{index}"

@@ -257,3 +257,27 @@ def check_accumulator(accumulator: Any, where: str) -> Accumulator:
         raise AccumulatorError(f"{where}: {cls.__qualname__} does not keep its constructor arguments in "
                                "self.params (call super().__init__(**arguments)), so workers cannot rebuild it")
     return accumulator
+
+
+def check_shipped(accumulator: Accumulator, where: str, topology_module: str | None = None, root: Any = None) -> None:
+    """Refuse, in one line, an accumulator the workers cannot import although this process can: one defined in the
+    topology file itself (a worker imports the components from the project's ``src/``, never the topology file, so
+    every partial task would fail to start, over and over), or, given the project ``root``, in a module of the
+    project outside ``src/`` (which ``sparse jar`` and ``keysplit jar`` leave out)."""
+    import sys
+    from pathlib import Path
+
+    cls = type(accumulator)
+    if topology_module and cls.__module__ == topology_module:
+        raise AccumulatorError(f"{where}: {cls.__qualname__} is defined in the topology file, which the workers do not "
+                               "import: move it to a module of your project's src/ and import it from there")
+    if root is None:
+        return
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return
+    path, root = Path(path).resolve(), Path(root).resolve()
+    if path.is_relative_to(root) and not path.is_relative_to(root / "src"):
+        raise AccumulatorError(f"{where}: {cls.__qualname__} comes from {path.relative_to(root)}, outside the "
+                               "project's src/, which is all the workers get: move it into src/")

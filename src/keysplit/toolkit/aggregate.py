@@ -17,11 +17,16 @@ Delivery (docs/design/toolkit.md):
 - **at-least-once** (Storm's acking, any source): a row replayed after its contribution was committed is merged
   again. With the run's Redis the merge keeps its results there (and reloads them when it restarts); without it,
   its state lives in the process, and the stream of results downstream is the only output.
-- **exactly-once** (keysplit's feed as the source, ``keysplit.delivery=exactly-once``, Redis): partials carry each
-  row's contribution with its record id, and the merge commits with a compare-and-set that marks each record once
-  and writes the new states atomically (:data:`COMMIT`); a record already marked, or complete (below the feed's
-  floor), is dropped. The marks are the word count's (``dedup:seen``, field ``"record:0"``), so the feed's
-  completion of a row forgets them (storm/exactly_once.py COMPLETE) and their memory stays bounded by the window.
+- **exactly-once** (keysplit's feed as the source, ``keysplit.delivery=exactly-once``, Redis): partials fold the
+  rows of their first emission into one state per key and flush it with the record ids it covers; a replayed row
+  travels alone, as its contribution and its record. The merge applies each such entry whole or not at all with a
+  compare-and-set that marks its records and writes the new states atomically (:mod:`keysplit.toolkit.commit`): one
+  ``merge`` per entry, not per row. The marks are the word count's (``dedup:seen``, field ``"record:0"``), so the
+  feed's completion of a row forgets them (storm/exactly_once.py COMPLETE) and their memory stays bounded by the
+  window.
+
+Whatever the user's accumulator raises on a row, no task dies of it: the row's tuple is failed and replays, and at its
+last attempt the row is set aside as a dead letter that the run's summary names (:mod:`keysplit.toolkit.deadletter`).
 """
 
 from __future__ import annotations
@@ -31,15 +36,17 @@ import time
 
 from streamparse import Bolt, Stream
 
-from keysplit.errors import KeysplitError
 from keysplit.storm import quiet_exit
 from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.streams import component_tasks, route_value
-from keysplit.toolkit.accumulators import AccumulatorError, load_accumulator
+from keysplit.toolkit.accumulators import load_accumulator
+from keysplit.toolkit.commit import Entry, ExactlyOnceCommit
 from keysplit.toolkit.contract import (
     PARTIAL_FIELDS,
     PARTIALS_STREAM,
     RECORD_FIELD,
+    REPLAY_FIELD,
+    RESERVED_FIELDS,
     RESULT_FIELDS,
     ROUTE_FIELD,
     ROWS_STREAM,
@@ -49,52 +56,14 @@ from keysplit.toolkit.contract import (
     key_text,
     merge_index,
 )
+from keysplit.toolkit.deadletter import DeadLetters, attempts_setting, describe, identity
 from keysplit.toolkit.ranking import top_results
 from keysplit.toolkit.runtime import ToolkitError, connect, fields_subscriber, input_fields, task_index
 
 quiet_exit.install()
 
 PARTIAL_CONFIG, MERGE_CONFIG = "keysplit.partial", "keysplit.merge"
-#: Attempts of an exactly-once commit whose compare-and-set lost to a concurrent writer (a restarted task's
-#: predecessor still finishing its last commit).
-COMMIT_ATTEMPTS = 20
-
-# KEYS: seen (commit marks), floor (lowest incomplete record), results, dropped. ARGV[1]: JSON [record, ...] to mark;
-# ARGV[2]: JSON [[key, old state text or false, new state text], ...]; ARGV[3]: records dropped as committed before.
-# Returns 1, or 0 (nothing written) when a record is marked or complete, or a state changed, since the caller read
-# them: the caller reads again and retries.
-COMMIT = """
-local floor = tonumber(redis.call('GET', KEYS[2]) or '0')
-local records = cjson.decode(ARGV[1])
-local fields = {}
-for i = 1, #records do
-  local r = records[i]
-  if r < floor then return 0 end
-  fields[i] = string.format('%d:0', r)
-end
-for s = 1, #fields, 1000 do
-  local marks = redis.call('HMGET', KEYS[1], unpack(fields, s, math.min(s + 999, #fields)))
-  for k = 1, #marks do
-    if (tonumber(marks[k]) or 0) % 2 == 1 then return 0 end
-  end
-end
-local states = cjson.decode(ARGV[2])
-for i = 1, #states do
-  local current = redis.call('HGET', KEYS[3], states[i][1])
-  if current ~= states[i][2] then return 0 end
-end
-for s = 1, #fields, 1000 do
-  local out = {}
-  for k = s, math.min(s + 999, #fields) do
-    out[#out + 1] = fields[k]
-    out[#out + 1] = 1
-  end
-  redis.call('HSET', KEYS[1], unpack(out))
-end
-for i = 1, #states do redis.call('HSET', KEYS[3], states[i][1], states[i][3]) end
-if tonumber(ARGV[3]) > 0 then redis.call('INCRBY', KEYS[4], ARGV[3]) end
-return 1
-"""
+_EMPTY = object()  # no state yet for a key in this flush (zero() is the user's, and may be any value)
 
 
 def _config(conf, key: str, component: str) -> dict:
@@ -125,13 +94,20 @@ class PartialAggregate(CoalescedWrites, Bolt):
         self.batched = {(c, s) for c, s in declared if s == ROWS_STREAM}
         self.fields = {(c, s): ([f for f in declared.get((c, "default"), ()) if f != ROUTE_FIELD]
                                 if (c, s) in self.batched else fields) for (c, s), fields in declared.items()}
-        # exactly-once needs every row's identity, which only keysplit's feed gives
-        self.exactly_once = settings.exactly_once and all(RECORD_FIELD in f for f in self.fields.values())
+        # rows with an identity (keysplit's feed): entries carry the records they cover, first emissions folded and
+        # replays apart, whatever the delivery (a merge isolates a row its user's code refuses by them, deadletter.py)
+        self.tracked = all(RECORD_FIELD in f for f in self.fields.values())
+        self.dead = DeadLetters(self.conn, keys, me, self.index, attempts_setting(conf),
+                                settings.exactly_once and self.tracked)
         merge = fields_subscriber(context, PARTIALS_STREAM, ROUTE_FIELD, me)
         merges = len(component_tasks(context, merge))
         self.routes = [route_value(m, merges) for m in range(merges)]
         self.owner: dict[str, int] = {}  # key -> its merge task (memoised hash)
-        self.states: dict[str, object] = {}  # key (JSON text) -> state, or [[record, contribution], ...]
+        self.states: dict[str, object] = {}  # key (JSON text) -> state of the rows since the flush
+        # rows from keysplit's feed: key -> the records its state covers (first emissions), and its replays, alone
+        self.covers: dict[str, list[int]] = {}
+        self.replays: dict[str, list[list]] = {}  # key -> [[contribution, [record]], ...]
+        self.entries = 0  # entries flushed: (key, state) per flush, plus one per replayed row
         # per merge task, the inputs its partials cover (a batch may cover several merge tasks: acked once)
         self.inputs: list[dict] = [{} for _ in range(merges)]
         self.flushed_at = time.monotonic()
@@ -145,41 +121,71 @@ class PartialAggregate(CoalescedWrites, Bolt):
             if before:
                 stored = json.loads(before)
                 self.records, self.tuples = int(stored.get("records", 0)), int(stored.get("tuples", 0))
+                self.entries = int(stored.get("entries", 0))
 
     def process(self, tup):
         where = (tup.component, tup.stream)
         fields = self.fields.get(where, ())
         rows = decode_rows(tup.values[0]) if where in self.batched else [tup.values]
-        acc, states, exactly_once = self.acc, self.states, self.exactly_once
-        staged: dict[str, object] = {}  # the tuple's rows, added to the states only once every row is accepted
+        acc, states, tracked = self.acc, self.states, self.tracked
+        # the tuple's rows, added to the states only once every row is accepted: per key [state, records, replays]
+        staged: dict[str, list] = {}
+        accepted = 0
         for values in rows:
             record = dict(zip(fields, values))
             key = record.get(self.key_field)
             if key_text(key) is None:
                 return self._refuse(tup, f"its key {key!r} is not a JSON scalar")
             name = json.dumps(key)
+            entry = staged.get(name)
+            state = entry[0] if entry is not None else states.get(name, _EMPTY)
+            replay = tracked and record.get(REPLAY_FIELD) != 0  # may be committed already: kept apart
             try:
-                if exactly_once:
-                    staged.setdefault(name, []).append([record[RECORD_FIELD], acc.one(record)])  # type: ignore[union-attr]
-                else:
-                    state = staged[name] if name in staged else states.get(name)
-                    staged[name] = acc.add(acc.zero() if state is None else state, record)
-            except (AccumulatorError, KeysplitError, ValueError, TypeError) as exc:
-                return self._refuse(tup, str(exc))
-        for name, state in staged.items():
-            if exactly_once:
-                states.setdefault(name, []).extend(state)  # type: ignore[attr-defined]
+                value = acc.one(record) if replay else acc.add(acc.zero() if state is _EMPTY else state, record)
+            except Exception as exc:  # the user's code, whatever it raises: this task stays up (deadletter.py)
+                if self._set_aside(record, key, exc):
+                    continue  # the row is a dead letter: the tuple's other rows go on
+                return self._refuse(tup, describe(exc))
+            accepted += 1
+            if entry is None:
+                entry = staged[name] = [state, [], []]
+            if replay:
+                entry[2].append([value, [record[RECORD_FIELD]]])
             else:
+                entry[0] = value
+                if tracked:
+                    entry[1].append(record[RECORD_FIELD])
+        if not staged:  # every row of it was set aside: nothing will carry it
+            self.ack(tup)
+            return
+        for name, (state, records, replays) in staged.items():
+            if state is not _EMPTY:
                 states[name] = state
+            if records:
+                self.covers.setdefault(name, []).extend(records)
+            if replays:
+                self.replays.setdefault(name, []).extend(replays)
             owner = self.owner.get(name)
             if owner is None:
                 owner = self.owner[name] = merge_index(name, len(self.routes))
                 self.seen.add(name)
             self.inputs[owner][tup.id] = None
-        self.records += len(rows)
+        self.records += accepted
         self.tuples += 1
         if time.monotonic() - self.flushed_at >= self.period:
             self.flush()
+
+    def _set_aside(self, record: dict, key, exc: Exception) -> bool:
+        """One more failed attempt of the row: True when it was its last and the row is now a dead letter."""
+        rid = record.get(RECORD_FIELD) if self.tracked else None
+        values = {f: v for f, v in record.items() if f not in RESERVED_FIELDS}
+        row = identity(rid, values)
+        if not self.dead.exhausted(row):
+            return False
+        self.dead.write(row, record=rid, key=key, values=values, error=describe(exc))
+        self.logger.warning("%s: row %s is a dead letter after %d attempts: %s", self.component_name,
+                            rid if rid is not None else values, self.dead.attempts, describe(exc))
+        return True
 
     def _refuse(self, tup, why: str) -> None:
         self.fail(tup)
@@ -195,11 +201,14 @@ class PartialAggregate(CoalescedWrites, Bolt):
     def flush(self) -> None:
         """Send each merge task the partial states of its keys, anchored to the inputs they cover; ack those."""
         self.flushed_at = time.monotonic()
-        if not self.states:
+        if not self.states and not self.replays:
             return
         by_merge: list[list] = [[] for _ in self.routes]
         for name, state in self.states.items():
-            by_merge[self.owner[name]].append([name, None, state] if self.exactly_once else [name, state])
+            by_merge[self.owner[name]].append([name, state, self.covers[name]] if self.tracked else [name, state])
+        for name, replays in self.replays.items():
+            by_merge[self.owner[name]].extend([name, contribution, records] for contribution, records in replays)
+        self.entries += sum(map(len, by_merge))
         for m, entries in enumerate(by_merge):
             if entries:
                 self.emit([encode_partials(entries), self.routes[m]], stream=PARTIALS_STREAM,
@@ -211,11 +220,11 @@ class PartialAggregate(CoalescedWrites, Bolt):
                     acked.add(tup_id)
                     self.ack(tup_id)
             inputs.clear()
-        self.states = {}
+        self.states, self.covers, self.replays = {}, {}, {}
         if self.conn is not None:
             self.conn.hset(self.tasks_key, str(self.index),
                            json.dumps({"records": self.records, "tuples": self.tuples, "keys": len(self.seen),
-                                       "failed": self.failed}))
+                                       "entries": self.entries, "failed": self.failed}))
 
 
 class MergeAggregate(CoalescedWrites, Bolt):
@@ -235,25 +244,40 @@ class MergeAggregate(CoalescedWrites, Bolt):
         self.index, self.merges = task_index(context, me, self.task_id)
         self.results_key = self.keys.stage(me, "results")
         self.top_key = self.keys.stage(me, "top")
+        self.tasks_key = self.keys.stage(me, "tasks")
         self.totals: dict[str, object] = {}  # key (JSON text) -> merged state of the keys this task owns
-        if self.conn is not None:  # a restarted task continues from its committed results
-            for name, text in self.conn.hgetall(self.results_key).items():
-                if merge_index(name, self.merges) == self.index:
-                    self.totals[name] = json.loads(text)
-            self._commit = self.conn.register_script(COMMIT)
+        self.dead = DeadLetters(self.conn, self.keys, me, self.index, attempts_setting(conf), False)
+        self.exactly = ExactlyOnceCommit(self.conn, self.keys, self.results_key, self.acc, me, refused=self._refused) \
+            if self.conn is not None else None
+        # what this task did, for benchmarks/merge_balance.py: commits, entries received, records they covered,
+        # accumulator merges, tuples failed (an entry a replay overtook, or one refused), entries set aside, commits
+        # tried again, CPU seconds
+        self.work = {"commits": 0, "entries": 0, "records": 0, "merges": 0, "split": 0, "aside": 0, "retries": 0,
+                     "busy_s": 0.0}
+        if self.conn is not None:  # a restarted task continues from its committed results (and its counts)
+            mine = {name: text for name, text in self.conn.hgetall(self.results_key).items()
+                    if merge_index(name, self.merges) == self.index}
+            self.exactly.load(mine)  # type: ignore[union-attr]
+            self.totals = self.exactly.states  # type: ignore[union-attr]
+            before = self.conn.hget(self.tasks_key, str(self.index))
+            if before:
+                self.work.update(json.loads(before))
         self.pending: list = []
-        self.batch: dict[str, list] = {}  # key -> partial states (or [record, contribution] pairs) since the commit
-        self.exact = False  # whether the partials carry record ids (exactly-once)
+        self.batch: dict[str, list[Entry]] = {}  # exactly-once: key -> entries since the commit
+        self.tuples: list[list[tuple[str, Entry]]] = []  # at-least-once: each partial tuple's entries, in order
         self.committed_at = time.monotonic()
 
     def process(self, tup):
-        for entry in decode_partials(tup.values[0]):
-            if len(entry) == 3:
-                self.exact = True
-                self.batch.setdefault(entry[0], []).extend(entry[2])
-            else:
-                self.batch.setdefault(entry[0], []).append(entry[1])
+        started = time.process_time()
+        source = len(self.pending)
+        entries = [(e[0], Entry(e[1], e[2] if len(e) == 3 else [], source)) for e in decode_partials(tup.values[0])]
+        if self.settings.exactly_once and entries and all(len(e.records) for _, e in entries):
+            for name, entry in entries:
+                self.batch.setdefault(name, []).append(entry)
+        else:  # at-least-once, or rows without identities (a user's spout): applied tuple by tuple
+            self.tuples.append(entries)
         self.pending.append(tup.id)
+        self.work["busy_s"] += time.process_time() - started
         if time.monotonic() - self.committed_at >= self.period:
             self.commit()
 
@@ -263,25 +287,45 @@ class MergeAggregate(CoalescedWrites, Bolt):
             self.commit()
 
     def commit(self) -> None:
-        """Merge and commit the partials since the last commit, emit the changed results, ack the partials."""
+        """Merge and commit the partials since the last commit, emit the changed results, ack the partials (fail those
+        carrying an entry a replay overtook: their rows replay, toolkit/commit.py)."""
         self.committed_at = time.monotonic()
         if not self.pending:
             return
-        if self.exact:
+        started = time.process_time()
+        changed, split = self._commit_at_least_once() if self.tuples else ([], set())
+        if self.batch:
             self._claim_marks()
-            changed = self._commit_exactly_once()
-        else:
-            changed = self._commit_at_least_once()
-        for name in changed:
-            self.emit([json.loads(name), self._result_text(name)], anchors=self.pending, need_task_ids=False)
-        if self.conn is not None and self.top and changed:
-            best = top_results(((json.loads(k), self.acc.result(s)) for k, s in self.totals.items()), self.top)
-            self.conn.hset(self.top_key, str(self.index), json.dumps([[k, r] for k, r in best]))
-        for tup_id in self.pending:
-            self.ack(tup_id)
+            outcome = self.exactly.commit(self.batch)  # type: ignore[union-attr]
+            changed, split = changed + outcome.changed, split | outcome.split
+            for what in ("entries", "records", "merges", "aside"):
+                self.work[what] += getattr(outcome, what)
+            self.work["retries"] += outcome.attempts - 1  # compare-and-sets lost: reads the first attempt spared
+        self.work["split"] += len(split)
+        try:  # result() is the user's code too
+            for name in changed:
+                self.emit([json.loads(name), self._result_text(name)], anchors=self.pending, need_task_ids=False)
+            if self.conn is not None and self.top and changed:
+                best = top_results(((json.loads(k), self.acc.result(s)) for k, s in self.totals.items()), self.top)
+                self.conn.hset(self.top_key, str(self.index), json.dumps([[k, r] for k, r in best]))
+        except Exception as exc:
+            self.logger.warning("%s: the accumulator's result raised %s; the states are committed, the results not "
+                                "emitted", self.component_name, describe(exc))
+        for i, tup_id in enumerate(self.pending):
+            if i in split:
+                self.fail(tup_id)
+            else:
+                self.ack(tup_id)
+        if split:
+            self.logger.warning("%s: failed %d partial tuple(s) (an entry a replay overtook, or one the accumulator "
+                                "refused); their rows replay one by one", self.component_name, len(split))
         self.pending = []
         self.batch = {}
-        self.exact = False
+        self.tuples = []
+        self.work["commits"] += 1
+        self.work["busy_s"] += time.process_time() - started
+        if self.conn is not None:
+            self.conn.hset(self.tasks_key, str(self.index), json.dumps(self.work))
 
     def _claim_marks(self) -> None:
         """The feed's commit marks serve one merge stage: the first to commit exactly once owns them, and another
@@ -304,52 +348,47 @@ class MergeAggregate(CoalescedWrites, Bolt):
         result = self.acc.result(self.totals[name])
         return result if isinstance(result, (str, int)) and not isinstance(result, bool) else json.dumps(result)
 
-    def _commit_at_least_once(self) -> list[str]:
+    def _commit_at_least_once(self) -> tuple[list[str], set]:
+        """Merge each partial tuple's entries into the totals, a tuple whole or not at all (a tuple with an entry the
+        accumulator refuses is failed, and none of it applied: its rows replay, each once more); write the results."""
         acc, totals = self.acc, self.totals
-        for name, states in self.batch.items():
-            state = totals.get(name, acc.zero())
-            for partial in states:
-                state = acc.merge(state, partial)
-            totals[name] = state
-        if self.conn is not None:
-            self.conn.hset(self.results_key, mapping={name: json.dumps(totals[name]) for name in self.batch})
-        return list(self.batch)
-
-    def _commit_exactly_once(self) -> list[str]:
-        """Read the marks, the floor and the stored states; merge what is new; compare-and-set (:data:`COMMIT`)."""
-        acc, keys = self.acc, self.keys
-        names = list(self.batch)
-        records = [r for name in names for r, _ in self.batch[name]]
-        for _ in range(COMMIT_ATTEMPTS):
-            pipe = self.conn.pipeline(transaction=False)
-            pipe.get(keys.dedup_floor)
-            pipe.hmget(keys.dedup_seen, [f"{r}:0" for r in records]) if records else pipe.ping()
-            pipe.hmget(self.results_key, names)
-            floor_text, marks, stored = pipe.execute()
-            floor = int(floor_text or 0)
-            marked = {r for r, m in zip(records, marks) if m and int(float(m)) % 2} if records else set()
-            taken: set[int] = set()
-            updates, dropped, new_states = [], 0, {}
-            for name, old in zip(names, stored):
-                state = json.loads(old) if old is not None else acc.zero()
-                fresh = False
-                for record, contribution in self.batch[name]:
-                    if record < floor or record in marked or record in taken:
-                        dropped += 1
+        changed: dict[str, None] = {}
+        split: set = set()
+        for entries in self.tuples:
+            source = entries[0][1].source if entries else None
+            trial: dict[str, object] = {}
+            for name, entry in entries:
+                self.work["entries"] += 1
+                self.work["records"] += len(entry.records)
+                try:  # the user's code: whatever it raises, this task stays up (toolkit/deadletter.py)
+                    base = trial[name] if name in trial else totals[name] if name in totals else acc.zero()
+                    trial[name] = acc.merge(base, entry.state)
+                    self.work["merges"] += 1
+                except Exception as exc:
+                    if self._refused(name, entry, exc):
+                        self.work["aside"] += 1
                         continue
-                    taken.add(record)
-                    state = acc.merge(state, contribution)
-                    fresh = True
-                if fresh:
-                    text = json.dumps(state)
-                    updates.append([name, old if old is not None else False, text])
-                    new_states[name] = state
-                elif old is not None:
-                    new_states[name] = json.loads(old)
-            ok = self._commit(keys=[keys.dedup_seen, keys.dedup_floor, self.results_key, keys.dedup_dropped],
-                              args=[json.dumps(sorted(taken)), json.dumps(updates), dropped])
-            if int(ok) == 1:
-                self.totals.update(new_states)
-                return [u[0] for u in updates]
-        raise ToolkitError(f"{self.component_name}: {COMMIT_ATTEMPTS} exactly-once commits in a row lost their "
-                           "compare-and-set; another task is writing this merge's keys")
+                    split.add(source)
+                    break
+            if source not in split:
+                totals.update(trial)
+                changed.update(dict.fromkeys(trial))
+        if self.conn is not None and changed:
+            self.conn.hset(self.results_key, mapping={name: json.dumps(totals[name]) for name in changed})
+        return list(changed), split
+
+    def _refused(self, name: str, entry: Entry, exc: Exception) -> bool:
+        """The accumulator raised on ``entry``: True when it is a dead letter now (one row, out of attempts), False
+        when its tuple is to be failed (an entry of several rows: they replay alone, so the one at fault is found)."""
+        if len(entry.records) > 1:
+            return False
+        record = entry.records[0] if entry.records else None
+        row = identity(record, name)  # a row from a user's spout is known by its key here
+        if not self.dead.exhausted(row):
+            return False
+        self.dead.write(row, record=record, key=json.loads(name), values={"contribution": entry.state},
+                        error=describe(exc))
+        self.logger.warning("%s: %s is a dead letter after %d attempts: %s", self.component_name,
+                            f"record {record}" if record is not None else f"key {name}", self.dead.attempts,
+                            describe(exc))
+        return True

@@ -6,14 +6,18 @@ for the toolkit's components).
   appends :data:`ROUTE_FIELD`, the value that makes Storm's fields grouping deliver it to the task its grouping
   chose (:func:`keysplit.storm.router.route_value`, the route trick that works on every Storm release).
 - keysplit's feed spout (:class:`~keysplit.toolkit.spout.FeedSpout`) adds :data:`RECORD_FIELD`, the record's
-  sequence number in the feed: the identity exactly-once commits deduplicate by (storm/exactly_once.py), and
-  its own :data:`ROUTE_FIELD`, which deals records to the routers as the simulator deals them to sources.
+  sequence number in the feed: the identity exactly-once commits deduplicate by (storm/exactly_once.py),
+  :data:`REPLAY_FIELD`, 0 on a row's first emission (made once per row for the whole run) and 1 when it may have been
+  emitted before, and its own :data:`ROUTE_FIELD`, which deals records to the routers as the simulator deals them to
+  sources.
 - With ``batch`` > 1 a KeyRouter sends the rows bound for one downstream task together, as one tuple on
   :data:`ROWS_STREAM`: the JSON text of the list of the rows' value lists (:func:`encode_rows`) and the route value;
   only a partial aggregate subscribes to it (and unpacks it row by row).
 - A partial aggregate flushes, every period, one tuple per merge task on :data:`PARTIALS_STREAM`: the JSON text of
-  ``[[key, state], ...]`` (at-least-once) or ``[[key, [[record, contribution], ...]], ...]`` (exactly-once), and
-  the route value of the merge task that owns those keys (:func:`merge_index`).
+  ``[[key, state], ...]`` (at-least-once) or ``[[key, state, [record, ...]], ...]`` (exactly-once: per key one state
+  folding the rows of their first emission, with the records it covers, and one ``[key, one(row), [record]]`` per
+  replayed row; toolkit/commit.py), and the route value of the merge task that owns those keys
+  (:func:`merge_index`).
 - A merge emits ``(key, result)`` on the default stream after each commit, for a user's bolt downstream.
 
 Values are strings and integers only: what Storm's Kryo serialises between workers on every release (a list or
@@ -31,8 +35,11 @@ from keysplit.hashing import BASE_SEED, bucket
 ROUTE_FIELD = "keysplit_route"
 #: The feed spout's record identity (its sequence number in the feed).
 RECORD_FIELD = "keysplit_record"
+#: The feed spout's replay flag: 0 on a row's first emission, 1 when it may have been emitted before (storm/feed.py
+#: ``StreamFeed.replaying``); a partial folds only first emissions together (toolkit/commit.py).
+REPLAY_FIELD = "keysplit_replay"
 #: Fields no user stream may declare: keysplit adds them.
-RESERVED_FIELDS = (ROUTE_FIELD, RECORD_FIELD)
+RESERVED_FIELDS = (ROUTE_FIELD, RECORD_FIELD, REPLAY_FIELD)
 #: A batching KeyRouter's stream: many rows for one downstream task in one tuple.
 ROWS_STREAM = "batches"
 ROWS_FIELDS = ("rows", ROUTE_FIELD)

@@ -33,11 +33,12 @@ from keysplit.errors import KeysplitError
 from keysplit.groupings import build_grouping
 from keysplit.specs import parse_spec
 from keysplit.stream import DEFAULT_BATCH_MS
-from keysplit.toolkit.accumulators import Accumulator, check_accumulator
+from keysplit.toolkit.accumulators import Accumulator, check_accumulator, check_shipped
 from keysplit.toolkit.contract import (
     PARTIAL_FIELDS,
     PARTIALS_STREAM,
     RECORD_FIELD,
+    REPLAY_FIELD,
     RESERVED_FIELDS,
     ROUTE_FIELD,
     ROWS_FIELDS,
@@ -189,7 +190,7 @@ class FeedSpout:
             raise TopologyBuildError(f"{where}: fields {clash} are keysplit's own; rename those columns")
         return FeedSpoutSpec(Component, fields=list(fields), name=name, par=par,
                              config=_json_config(config, {CONFIG_KEY: {"fields": list(fields)}}),
-                             outputs=[Stream(fields=[*fields, RECORD_FIELD, ROUTE_FIELD])])
+                             outputs=[Stream(fields=[*fields, RECORD_FIELD, REPLAY_FIELD, ROUTE_FIELD])])
 
 
 class KeyRouter:
@@ -338,6 +339,10 @@ def check_topology(topology: Any) -> None:
             except KeysplitError as exc:
                 raise TopologyBuildError(f"{where} in front of {workers} tasks of {target!r}: {exc}") from None
         elif isinstance(spec, PartialSpec):
+            try:  # what the workers cannot import is refused now, not by every partial task at its start
+                check_shipped(spec.accumulator, f"Aggregate.partial {spec.name}", getattr(topology, "__module__", None))
+            except KeysplitError as exc:
+                raise TopologyBuildError(str(exc)) from None
             behind = routed(spec.name, PARTIALS_STREAM)
             if len(behind) != 1 or not isinstance(specs[behind[0]], MergeSpec):
                 raise TopologyBuildError(f"Aggregate.partial {spec.name}: needs exactly one Aggregate.merge behind it "

@@ -3,10 +3,13 @@
 ``keysplit run TOPOLOGY --dataset csv:views.csv,key=page`` loads the rows into the run's feed (a Redis stream);
 each FeedSpout task reads it as the word count's spout does (:class:`keysplit.storm.feed.StreamFeed`: a consumer
 group, every row at least once, replays of failed and timed-out rows, a restarted task's own pending rows, the
-adaptive window against timeout meltdown) and emits each row's declared fields, as text, plus two of keysplit's:
+adaptive window against timeout meltdown) and emits each row's declared fields, as text, plus three of keysplit's:
 
 - :data:`~keysplit.toolkit.contract.RECORD_FIELD`, the row's sequence number in the feed: the identity an
   exactly-once merge deduplicates by, so a replayed row adds nothing twice;
+- :data:`~keysplit.toolkit.contract.REPLAY_FIELD`, 0 on the row's first emission and 1 when it may have been emitted
+  before (:attr:`keysplit.storm.feed.StreamFeed.replaying`): an exactly-once partial folds first emissions into one
+  state per key and keeps replays apart (keysplit.toolkit.commit);
 - :data:`~keysplit.toolkit.contract.ROUTE_FIELD`, which deals rows to the router subscribed with a fields grouping
   on it (:meth:`keysplit.toolkit.KeyRouter.spec` subscribes so by itself) exactly as ``keysplit simulate`` deals
   records to its sources (``keysplit.stream.source_of``, stored with each row when the feed is loaded).
@@ -70,7 +73,8 @@ class FeedSpout(CoalescedWrites, Spout):
             entry_id, text, line, source = item
             row = json.loads(text)
             values = [row.get(f) for f in self.fields]
-            values += [line, routes[source if 0 <= source < len(routes) else line % len(routes)]]
+            route = routes[source if 0 <= source < len(routes) else line % len(routes)]
+            values += [line, int(self.feed.replaying), route]
             self.emit(values, tup_id=entry_id)
 
     def ack(self, tup_id):
