@@ -72,6 +72,9 @@ def test_a_killed_task_loses_nothing_and_counts_nothing_twice(home, redis_url, v
     assert len(summary["kills"]) == 1
     assert read_results(conn, summary["run_id"], "total") == dict(total_bytes)
     assert summary["task_restarts"] >= 1
+    # the summary checks it too: every row applied once, and the loads counted once add up to the rows
+    assert summary["totals"] == "exact" and summary["merges"]["total"]["committed"] == summary["rows"]
+    assert sum(summary["routers"]["route"]["loads_once"]) == summary["rows"] <= sum(summary["routers"]["route"]["loads"])
 
 
 def test_at_least_once_counts_every_row_at_least_once_through_a_kill(home, redis_url, views, tmp_path,
@@ -158,6 +161,10 @@ def test_load_submit_collect_the_cluster_workflow(home, redis_url, views, tmp_pa
     assert summary["run_id"] == run_id and summary["worker_restarts"] is None and "incomplete" not in summary
     assert sum(summary["routers"]["route"]["loads"]) == summary["rows"]
     assert read_results(conn, run_id, "total") == dict(total_bytes)
+    # what a local run's summary has, from Redis alone: totals checked, task restarts (their own start records)
+    assert summary["totals"] == "exact" and summary["routers"]["route"]["loads_once"] == summary["routers"]["route"][
+        "loads"]
+    assert summary["task_restarts"] == 0 and summary["restarting"] == {}
 
 
 def test_the_example_topology_counts_the_generated_page_views_exactly(home, redis_url, tmp_path, capsys):

@@ -117,6 +117,14 @@ def print_summary(s: dict) -> None:
     if s.get("delivery") == "at-least-once" and not s.get("dataset"):
         out.write("  your spouts' tuples: at-least-once (Storm's acking replays a failed tree; exactly-once totals "
                   "need keysplit's FeedSpout)\n")
+    if s.get("totals"):
+        committed = [m["committed"] for m in s["merges"].values() if "committed" in m]
+        said = {"exact": "exact", "mismatch": "MISMATCH (see the warning above)",
+                "at-least": "at least right (rows were replayed, and at-least-once may count a replay twice)"}
+        out.write(f"totals: {said.get(s['totals'], s['totals'])}"
+                  + (f" ({committed[0]:,} of {s['rows']:,} rows applied once"
+                     + (f", {len(s['dead_letters'])} dead letters" if s.get("dead_letters") else "") + ")"
+                     if committed else "") + "\n")
     if s.get("acked"):
         lat = s["latency_ms"]
         what = "rows" if s.get("dataset") else "spout tuples"
@@ -140,6 +148,9 @@ def print_summary(s: dict) -> None:
                      ("acked", "acked", str), ("failed", "failed", str), ("timed out", "timed_out", str)])
     for name, r in s["routers"].items():
         total = sum(r["loads"]) or 1
+        if r.get("loads_once") and r["loads_once"] != r["loads"]:
+            out.write(f"\n{name}: loads counted once {r['loads_once']} (the loads below include what replays sent "
+                      "again)")
         out.write(f"\n{name}: grouping {r['grouping']} on {r['key']!r}, {r['sources']} source(s) -> {r['workers']} "
                   f"task(s) of {r['to']}; imbalance I(m)/m {r['imbalance_fraction']:.4f}"
                   + (f"; {r['failed']} tuple(s) failed (no usable key)" if r["failed"] else "")

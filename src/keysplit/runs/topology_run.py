@@ -398,6 +398,7 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
     summary["kills"] = injector.fired
     summary["log_dir"] = str(log_dir)
     summary["wall_s"] = time.time() - base["started"]
+    mark_topology_totals(summary)
     conn.set(keys.summary, json.dumps(summary))
     set_state(conn, keys, "finished", finished=time.time())
     conn.delete(keys.feed, keys.frequencies)
@@ -425,6 +426,8 @@ def collect_run(loaded: LoadedTopology, conn: redis.Redis, run_id: str, *, resul
                "restarting": {task: n for task, n in sorted(starts.items()) if n > 1}}
     if feeds and not feed_done(conn, keys):
         summary["incomplete"] = True
+    else:
+        mark_topology_totals(summary)
     if results_out:
         _results_out(conn, keys, loaded, summary, results_out)
     return summary
@@ -467,6 +470,7 @@ def summarise(conn: redis.Redis, keys: RunKeys, loaded: LoadedTopology, feed: Fe
         top = top_results((tuple(item) for part in lists for item in part), spec.top)
         out["merges"][spec.name] = {"keys": results, "top": [list(kv) for kv in top]}
     out["dead_letters"] = read_dead_letters(conn, keys)  # rows the user's code refused N times (toolkit/deadletter.py)
+    _loads_once(conn, keys, loaded, out)
     if feed is not None:
         m = spout_metrics(conn, keys, feed.par)
         duration = max(m["last_ack"] - m["first_emit"], 1e-9)
@@ -475,6 +479,40 @@ def summarise(conn: redis.Redis, keys: RunKeys, loaded: LoadedTopology, feed: Fe
                     "rows_per_second": m["acked"] / duration if m["acked"] else 0.0,
                     "latency_ms": hist.summary()})
     return out
+
+
+def _loads_once(conn: redis.Redis, keys: RunKeys, loaded: LoadedTopology, out: dict[str, Any]) -> None:
+    """Under exactly-once, each merge counts the rows whose states it applied, by the partial task they came from
+    (toolkit/commit.py): a row once, however often a fault replayed it. Per router in front of such a partial
+    stage, ``loads_once`` is that count per task (what each task did for the result; ``loads`` also counts what
+    replays sent again), and per merge ``committed`` the rows applied."""
+    for merge in loaded.specs_of(MergeSpec):
+        stored = conn.hgetall(keys.stage(merge.name, "committed"))
+        if not stored:
+            continue
+        partial = merge.partial
+        once = [int(stored.get(str(i), 0)) for i in range(partial.par)]
+        out["merges"][merge.name]["committed"] = sum(once)
+        router = out["routers"].get(partial.router.name)
+        if router is not None and router["workers"] == partial.par:
+            router["loads_once"] = once
+
+
+def mark_topology_totals(summary: dict[str, Any]) -> None:
+    """Whether the results are exact. With keysplit's feed and exactly-once delivery each merge applies every row
+    once: its committed rows and the dead letters add up to the rows fed, else ``mismatch`` (with a warning). At
+    least once (a user's spouts, or ``keysplit.delivery=at-least-once``), a replay may count a row again, so after
+    any replay the results are only known to be at least right."""
+    if summary.get("delivery") == "exactly-once" and summary.get("dataset"):
+        letters = len(summary.get("dead_letters") or [])
+        counts = [m.get("committed", 0) for m in summary["merges"].values()]
+        exact = bool(counts) and all(n + letters == summary["rows"] for n in counts)
+        summary["totals"] = "exact" if exact else "mismatch"
+        if not exact:
+            log.warning("run %s: the merges applied %s rows (and %d dead letters), but the feed has %d",
+                        summary["run_id"], counts, letters, summary["rows"])
+    else:
+        summary["totals"] = "exact" if not summary.get("replayed") else "at-least"
 
 
 def _results_out(conn: redis.Redis, keys: RunKeys, loaded: LoadedTopology, summary: dict[str, Any], path: str

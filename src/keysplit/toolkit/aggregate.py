@@ -242,6 +242,8 @@ class MergeAggregate(CoalescedWrites, Bolt):
         self.top = int(cfg.get("top") or 0)
         self.period = float(cfg["period"])
         self.index, self.merges = task_index(context, me, self.task_id)
+        self.partial_index = {task: i for source, _ in input_fields(context)
+                              for i, task in enumerate(component_tasks(context, source))}
         self.results_key = self.keys.stage(me, "results")
         self.top_key = self.keys.stage(me, "top")
         self.tasks_key = self.keys.stage(me, "tasks")
@@ -270,7 +272,9 @@ class MergeAggregate(CoalescedWrites, Bolt):
     def process(self, tup):
         started = time.process_time()
         source = len(self.pending)
-        entries = [(e[0], Entry(e[1], e[2] if len(e) == 3 else [], source)) for e in decode_partials(tup.values[0])]
+        origin = self.partial_index.get(int(tup.task), -1)  # which partial task sent it: the loads counted once
+        entries = [(e[0], Entry(e[1], e[2] if len(e) == 3 else [], source, origin))
+                   for e in decode_partials(tup.values[0])]
         if self.settings.exactly_once and entries and all(len(e.records) for _, e in entries):
             for name, entry in entries:
                 self.batch.setdefault(name, []).append(entry)

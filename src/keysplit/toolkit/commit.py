@@ -48,8 +48,10 @@ from keysplit.toolkit.accumulators import Accumulator
 #: a state or a mark that the first, optimistic attempt did not read).
 COMMIT_ATTEMPTS = 20
 
-# KEYS: seen (commit marks), floor (lowest incomplete record), results, dropped. ARGV[1]: JSON [record, ...] to mark;
-# ARGV[2]: JSON [[key, old state text or false, new state text], ...]; ARGV[3]: records dropped as committed before.
+# KEYS: seen (commit marks), floor (lowest incomplete record), results, dropped, committed. ARGV[1]: JSON [record, ...]
+# to mark; ARGV[2]: JSON [[key, old state text or false, new state text], ...]; ARGV[3]: records dropped as committed
+# before; ARGV[4]: JSON {partial task index: records whose state this commit applies}, added to the committed hash
+# (each record's row counted once, at the partial task its commit came from: the loads counted once).
 # Returns 1, or 0 (nothing written) when a record is marked or complete, or a state changed, since the caller read
 # them: the caller reads again and retries. A record's mark is bit 0 of field "record:0", the field the feed's
 # completion deletes (storm/exactly_once.py COMPLETE_LINES, a row being a line of one word).
@@ -83,6 +85,7 @@ for s = 1, #fields, 1000 do
 end
 for i = 1, #states do redis.call('HSET', KEYS[3], states[i][1], states[i][3]) end
 if tonumber(ARGV[3]) > 0 then redis.call('INCRBY', KEYS[4], ARGV[3]) end
+for origin, n in pairs(cjson.decode(ARGV[4])) do redis.call('HINCRBY', KEYS[5], origin, n) end
 return 1
 """
 
@@ -94,6 +97,7 @@ class Entry:
     state: Any
     records: list[int]
     source: Hashable = None
+    origin: int = -1  # the index of the partial task that sent it (-1: unknown)
 
 
 @dataclass
@@ -109,6 +113,7 @@ class Outcome:
     records: int = 0  # records covered by the entries
     dropped: int = 0  # records dropped as committed before
     attempts: int = 0
+    applied: dict[int, int] = field(default_factory=dict)  # partial task index -> records whose states were applied
 
 
 class ExactlyOnceCommit:
@@ -117,8 +122,9 @@ class ExactlyOnceCommit:
     or read."""
 
     def __init__(self, conn, keys: RunKeys, results_key: str, accumulator: Accumulator, where: str = "merge",
-                 refused: Callable[[str, Entry, Exception], bool] | None = None) -> None:
+                 refused: Callable[[str, Entry, Exception], bool] | None = None, committed_key: str = "") -> None:
         self.conn, self.keys, self.results_key, self.acc, self.where = conn, keys, results_key, accumulator, where
+        self.committed_key = committed_key or keys.stage(where, "committed")
         # an entry the user's merge raised on: True sets it aside (a dead letter), False fails its tuple (default)
         self.refused = refused or (lambda name, entry, exc: False)
         self._verdicts: dict[int, bool] = {}  # per commit: an entry is judged once however often the plan is made
@@ -144,8 +150,9 @@ class ExactlyOnceCommit:
             out, updates, taken, new_states = self._plan(batch, names, stored, marked)
             new_texts = {u[0]: u[2] for u in updates}
             k = self.keys
-            ok = self._script(keys=[k.dedup_seen, k.dedup_floor, self.results_key, k.dedup_dropped],
-                              args=[json.dumps(sorted(taken)), json.dumps(updates), out.dropped])
+            ok = self._script(keys=[k.dedup_seen, k.dedup_floor, self.results_key, k.dedup_dropped, self.committed_key],
+                              args=[json.dumps(sorted(taken)), json.dumps(updates), out.dropped,
+                                    json.dumps({str(o): n for o, n in out.applied.items()} or {"-1": 0})])
             if int(ok) == 1:
                 out.attempts = attempt
                 for name, text in zip(names, stored):
@@ -189,6 +196,7 @@ class ExactlyOnceCommit:
                     state = merged
                     out.merges += 1
                     taken.update(entry.records)
+                    out.applied[entry.origin] = out.applied.get(entry.origin, 0) + len(entry.records)
                 elif all(committed):
                     out.dropped += len(entry.records)
                 else:
