@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from keysplit.cli import command_summary
-from keysplit.commands.common import cpu_delay, ensure_output_dir, positive_int
+from keysplit.commands.common import ExamplesHelpFormatter, cpu_delay, ensure_output_dir, positive_int
 from keysplit.errors import KeysplitError, SpecError
 from keysplit.groupings import available, check_grouping
 from keysplit.storm.cpu_delay import DEFAULT_CPU_DELAY_MS
@@ -35,6 +35,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Write a skewed Zipf corpus, simulate every grouping on it, run the word-count topology "
         "with KG, SG and PKG, replay the same file in Spark and compare the runs with the replay. "
         "Outputs go to DIR (default .keysplit/demo).",
+        epilog="examples:\n"
+        "  keysplit demo                      # what `make demo` runs (about 2 minutes)\n"
+        "  keysplit demo --simulate-only      # the dataset and the simulation alone, in seconds\n"
+        "  keysplit demo --out demo -W 16 -S 8 --cpu-delay 2",
+        formatter_class=ExamplesHelpFormatter,
     )
     p.add_argument("--out", default=".keysplit/demo", metavar="DIR", help="output directory")
     p.add_argument("--workers", "-W", type=positive_int, default=8, help="workers (default 8)")
