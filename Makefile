@@ -57,8 +57,10 @@ bench: $(BUILT)
 	$(BIN)/python benchmarks/routing_speed.py
 
 clean:
-	rm -rf $(VENV) .keysplit build src/*.egg-info src/keysplit/simulator/_kernels_aot*.so
+	rm -rf $(VENV) .keysplit build site *.egg-info src/*.egg-info src/keysplit/simulator/_kernels_aot*.so
 
 # The manual: mkdocs into site/, strict (a broken link, a missing page or a page left out of the nav fails).
 docs: $(BUILT)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	@echo "make docs: the site is in site/; its links name folders, so serve it to read it:" \
+		"python3 -m http.server -d site, then open http://localhost:8000"
