@@ -109,10 +109,10 @@ def test_a_task_that_hangs_at_start_up_ends_the_run_with_one_line_naming_it_and_
     (project / "topologies").mkdir()
     (project / "src" / "hang" / "__init__.py").write_text("")
     (project / "src" / "hang" / "spouts.py").write_text(HANG_SPOUT)
-    (project / "topologies" / "hang.py").write_text(HANG_TOPOLOGY)
+    (project / "topologies" / "stuck.py").write_text(HANG_TOPOLOGY)  # not named after src/hang
     home = tmp_path / "home"
     try:
-        result = keysplit("run", "topologies/hang.py", "--until-idle", "1", "--startup-timeout", "2", home=home,
+        result = keysplit("run", "topologies/stuck.py", "--until-idle", "1", "--startup-timeout", "2", home=home,
                           cwd=project)
     finally:
         redis_server.stop_server(home, force=True)
