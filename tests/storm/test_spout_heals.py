@@ -53,6 +53,11 @@ def restart_redis(home) -> None:
     redis_server.restart_server(server)
 
 
+def _major_version(conn) -> int:
+    """The major version of the server ``conn`` talks to (what a premise of one Redis version checks first)."""
+    return int(conn.info("server")["redis_version"].split(".")[0])
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -93,6 +98,7 @@ def test_lines_a_lost_read_left_pending_are_sent_while_the_window_holds_the_buff
     assert feed.floor == 4 and [feed.next()[2], feed.next()[2]] == [4, 5]
 
 
+@pytest.mark.every_redis
 def test_the_acknowledgement_runs_whole_again_on_a_restarted_server(conn, home):
     keys, clock = RunKeys("heal-ack-again"), Clock()
     _feed(conn, keys, 4)
@@ -107,8 +113,13 @@ def test_the_acknowledgement_runs_whole_again_on_a_restarted_server(conn, home):
     feed.ack_buffer, feed.completed = ids, completed
     feed.flush_acks()
     assert exactly_once.floor(conn, keys) == 2 and conn.xpending(keys.feed, FEED_GROUP)["pending"] == 2
-    restart_redis(home)  # an empty script cache: the client loads ACK again (NOSCRIPT)
-    assert not conn.script_exists(conn.register_script(ACK).sha)[0]
+    restart_redis(home)
+    # Redis 6 writes SCRIPT LOAD into its append-only file, so its restarted server still holds the script; Redis 7
+    # propagates scripts by their effects only, so its cache starts empty. keysplit must cope with both: empty the
+    # cache, so that the client loads ACK again (NOSCRIPT) on either
+    sha = conn.register_script(ACK).sha
+    assert conn.script_exists(sha)[0] == (_major_version(conn) < 7)
+    conn.script_flush()
     for item in sent[2:]:
         feed.ack(item[0])
     feed.flush_acks()

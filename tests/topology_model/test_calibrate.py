@@ -160,3 +160,21 @@ def test_the_fit_reproduces_model_made_runs_and_predicts_one_it_did_not_see(tmp_
         assert all(abs(v - 1) <= 0.04 for v in row["ratio"].values()), row
     held_out = ratios(predict(params_for(pkg, profile), pkga), observed(pkg))
     assert all(abs(v - 1) <= 0.05 for v in held_out.values()), held_out
+
+
+def test_a_run_started_at_the_projects_root_is_read_from_a_subfolder(tmp_path, monkeypatch):
+    # `make demo` records text:.keysplit/demo/zipf.txt, relative to the project's root; calibrate may run below it
+    from keysplit.topology_model.profile import dataset_here
+
+    monkeypatch.delenv("KEYSPLIT_HOME", raising=False)
+    (tmp_path / ".keysplit" / "demo").mkdir(parents=True)
+    (tmp_path / ".keysplit" / "demo" / "zipf.txt").write_text("a b\n")
+    (tmp_path / "views.csv").write_text("page\nx\n")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert dataset_here("text:.keysplit/demo/zipf.txt") == f"text:{tmp_path}/.keysplit/demo/zipf.txt"
+    assert dataset_here("csv:views.csv,key=page") == f"csv:{tmp_path}/views.csv,key=page"
+    for kept in ("text:nowhere.txt", "zipf:keys=10,messages=100", f"text:{tmp_path}/views.csv"):
+        assert dataset_here(kept) == kept
+    monkeypatch.chdir(tmp_path)
+    assert dataset_here("text:.keysplit/demo/zipf.txt") == "text:.keysplit/demo/zipf.txt"  # found from here

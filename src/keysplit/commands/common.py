@@ -118,6 +118,16 @@ def print_json(obj: Any) -> None:
     sys.stdout.write(json_text(obj, "the --json output") + "\n")
 
 
+class ExamplesHelpFormatter(argparse.HelpFormatter):
+    """A description wrapped to the terminal as usual, and an epilog of examples (``examples:`` then one command
+    a line, pasted as they are) kept line for line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 #: Seconds of work before a progress bar appears (tqdm's ``delay``): shorter commands never import tqdm.
 PROGRESS_DELAY = 1.0
 

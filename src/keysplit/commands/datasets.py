@@ -42,7 +42,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         NAME, help=HELP,
                        description="Generate dataset files and print dataset statistics.",
-                       epilog=dataset_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog="examples:\n"
+                       "  keysplit datasets generate zipf:z=1.1,keys=5000,messages=30000,seed=42 --out zipf.txt "
+                       "--words-per-line 10\n"
+                       "  keysplit datasets stats text:zipf.txt\n"
+                       "  keysplit datasets stats zipf:z=1.2,keys=1000,messages=20000,seed=1 --json\n\n"
+                       + dataset_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     dsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     g = dsub.add_parser("generate", help="write a generated dataset as a CSV file the readers read back",
                         description="Write a dataset as CSV (one key a row), or with --words-per-line as a text "
@@ -60,7 +65,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="write a text corpus instead, N keys a line (one line = one spout tuple in the topology)")
     g.add_argument("--force", action="store_true", help="replace --out if it exists")
     g.set_defaults(func=generate)
-    s = dsub.add_parser("stats", help="messages, distinct keys and p1 of a dataset")
+    s = dsub.add_parser("stats", help="messages, distinct keys and p1 of a dataset",
+                        epilog="examples:\n  keysplit datasets stats text:zipf.txt\n"
+                        "  keysplit datasets stats csv:views.csv,key=page --json\n\n" + dataset_help(),
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("spec", metavar="SPEC", help="any dataset spec")
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=stats)

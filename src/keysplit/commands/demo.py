@@ -11,12 +11,13 @@ replay. Everything lands under ``.keysplit/demo/``.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import time
 from pathlib import Path
 
 from keysplit.cli import command_summary
-from keysplit.commands.common import cpu_delay, ensure_output_dir, positive_int
+from keysplit.commands.common import ExamplesHelpFormatter, cpu_delay, ensure_output_dir, positive_int
 from keysplit.errors import KeysplitError, SpecError
 from keysplit.groupings import available, check_grouping
 from keysplit.storm.cpu_delay import DEFAULT_CPU_DELAY_MS
@@ -35,6 +36,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Write a skewed Zipf corpus, simulate every grouping on it, run the word-count topology "
         "with KG, SG and PKG, replay the same file in Spark and compare the runs with the replay. "
         "Outputs go to DIR (default .keysplit/demo).",
+        epilog="examples:\n"
+        "  keysplit demo                      # what `make demo` runs (about 2 minutes)\n"
+        "  keysplit demo --simulate-only      # the dataset and the simulation alone, in seconds\n"
+        "  keysplit demo --out demo -W 16 -S 8 --cpu-delay 2",
+        formatter_class=ExamplesHelpFormatter,
     )
     p.add_argument("--out", default=".keysplit/demo", metavar="DIR", help="output directory")
     p.add_argument("--workers", "-W", type=positive_int, default=8, help="workers (default 8)")
@@ -79,9 +85,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     runs = [f"demo-{stamp}-{g}" for g in TOPOLOGY_GROUPINGS]
+    loads = [_load_average()]  # how busy the machine was around the runs the model is judged on
     for letter, grouping, run_id in zip("abc", TOPOLOGY_GROUPINGS, runs):
         step(f"3{letter}. the word-count topology with {grouping.upper()} (real multi-lang subprocesses, Redis feed)",
              "run", "wordcount", "--grouping", grouping, "--dataset", dataset, *shape, *knobs, "--run-id", run_id)
+        loads.append(_load_average())
     # the model's costs from two of the runs just measured (kg's hot counter saturates, sg's load is even): pkg,
     # which the fit does not see, is the prediction the comparison checks
     step("4. the model calibrated on this machine from the kg and sg runs (pkg is held out)",
@@ -91,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
          "--calibration", CALIBRATION, "--out", str(out / "replay"))
     step("6. measured runs next to the replay",
          "compare", "--run", ",".join(runs), "--replay", str(out / "replay"), "--out", str(out / "compare"))
-    print_agreement(out / "compare" / "comparison.json")
+    print_agreement(out / "compare" / "comparison.json", max(loads))
     print(f"\nplots: {out / 'simulate.png'} and {out / 'compare'}/*.png")
     return 0
 
@@ -100,12 +108,25 @@ def run(args: argparse.Namespace) -> int:
 TARGETS = {"throughput": ("words/s", 0.15), "latency_p50_ms": ("p50", 0.25), "latency_p99_ms": ("p99", 0.25)}
 
 
-def print_agreement(comparison: Path) -> None:
+#: A 1-minute load average above this many times the cores while the runs ran: too busy to judge the model by them.
+BUSY_LOAD = 1.5
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on every platform
+        return None
+
+
+def print_agreement(comparison: Path, load: float | None = None, cores: int | None = None) -> None:
     """One line a grouping: the model's estimate over the measured value, and whether it is within its target.
 
     How close the model comes depends on how busy the machine was while the runs ran (the calibration sees kg
     and sg; a load that changes between them and pkg's run moves pkg's ratio), so the demo reports the
-    agreement and never fails on it; benchmarks/agreement.py measures it over more cells.
+    agreement and never fails on it; benchmarks/agreement.py measures it over more cells. ``load``, the highest
+    1-minute load average seen around the runs: above :data:`BUSY_LOAD` x ``cores``, a last line says the
+    machine was too busy to judge the model by this demo.
     """
     import json
 
@@ -119,3 +140,8 @@ def print_agreement(comparison: Path) -> None:
             cells.append(f"{label} {verdict}")
         held_out = "" if row["grouping"] in TOPOLOGY_GROUPINGS[:2] else " (held out of the calibration)"
         print(f"{row['grouping']:>4}: " + ", ".join(cells) + held_out)
+    cores = cores or os.cpu_count() or 1
+    if load is not None and load > BUSY_LOAD * cores:
+        print(f"note: the machine was too busy to judge the model by these runs (load average up to {load:.1f} on "
+              f"{cores} cores while they ran: other work shared the cores, and unevenly between the runs); run the "
+              "demo again when the machine is quieter (benchmarks/agreement.py measures the model over more cells)")

@@ -7,7 +7,15 @@ from __future__ import annotations
 import argparse
 
 from keysplit.cli import command_summary
-from keysplit.commands.common import int_list, positive_float, positive_int, print_json, print_table, spec_list
+from keysplit.commands.common import (
+    ExamplesHelpFormatter,
+    int_list,
+    positive_float,
+    positive_int,
+    print_json,
+    print_table,
+    spec_list,
+)
 from keysplit.datasets import open_dataset, require_records
 from keysplit.groupings import check_grouping
 from keysplit.stream import DEFAULT_RATE, SPLITS
@@ -26,6 +34,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "99th-percentile latency. This is the FISH paper's simulation metric; with half the workers twice as "
         "fast (the default, its Fig. 16) it shows what balancing waiting times gains over balancing counts. "
         "Also runnable as `python -m keysplit.execution`.",
+        epilog="examples:\n"
+        "  keysplit execution --dataset drift:z=1.0,keys=10000,messages=200000,seed=1 -W 16,32,64,128 "
+        "-g fish,fish:assign=load,dchoices,wchoices,pkg,sg\n"
+        "  keysplit execution --dataset text:zipf.txt -W 8 -g kg,pkg,fish --capacities 1000,1000,2000,2000,"
+        "1000,1000,2000,2000",
+        formatter_class=ExamplesHelpFormatter,
     )
     p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec, e.g. drift:keys=10000,"
                    "messages=200000")

@@ -11,6 +11,7 @@ import argparse
 
 from keysplit.cli import command_summary
 from keysplit.commands.common import (
+    ExamplesHelpFormatter,
     comma_list,
     finite_float,
     non_negative_float,
@@ -49,6 +50,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Grow a parallel region from 1 to N channels, one channel per adaptation period, on Zipf "
         "keys; print the relative load imbalance b (eq. 11) and relative migration cost m (eq. 12, the "
         "migration from N-1 to N over the ideal) of each approach. Defaults are the paper's Table 1.",
+        epilog="examples:\n"
+        "  keysplit partition-experiment --plot partition.png\n"
+        "  keysplit partition-experiment --z 1.2 --max-workers 16 --approaches uniform,consistent,scan --json",
+        formatter_class=ExamplesHelpFormatter,
     )
     p.add_argument("--domain", type=positive_int, default=10**6, metavar="D", help="domain size |D| (default 10^6)")
     p.add_argument("--z", type=non_negative_float, default=1.0, help="Zipf skew (default 1.0)")

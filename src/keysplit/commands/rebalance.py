@@ -7,7 +7,14 @@ from __future__ import annotations
 import argparse
 
 from keysplit.cli import command_summary
-from keysplit.commands.common import positive_float, positive_int, print_json, print_table, spec_list
+from keysplit.commands.common import (
+    ExamplesHelpFormatter,
+    positive_float,
+    positive_int,
+    print_json,
+    print_table,
+    spec_list,
+)
 from keysplit.datasets import open_dataset, require_records
 from keysplit.errors import SpecError
 from keysplit.groupings import check_grouping
@@ -29,6 +36,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "Also prints the share of keys whose owner changes on a consistent-hash ring versus hash mod W. "
         "Groupings with a resize hook (fish) are resized in place; others are re-prepared with W' workers, "
         "as Storm does on a rebalance. fish:placement=mod is FISH without consistent hashing.",
+        epilog="examples:\n"
+        "  keysplit rebalance --dataset drift:z=1.0,keys=10000,messages=1000000,seed=1 --workers 10 --to 11\n"
+        "  keysplit rebalance --dataset text:zipf.txt -W 8 --to 6 --at 10000 -g fish,fish:placement=mod,pkg",
+        formatter_class=ExamplesHelpFormatter,
     )
     p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec, e.g. drift:keys=10000,"
                    "messages=200000")

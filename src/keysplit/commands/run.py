@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from keysplit.cli import command_summary
 from keysplit.commands.common import (
@@ -21,11 +21,11 @@ from keysplit.commands.common import (
     positive_int,
     print_json,
     print_table,
-    progress_bar,
     redis_url,
     stop_on_signals,
 )
 from keysplit.commands.knobs import add_shared_knobs, rate
+from keysplit.commands.run_status import RunStatus
 from keysplit.commands.run_topology import run_seconds
 from keysplit.commands.simulate import GROUPINGS_EPILOG, GroupingsHelpFormatter
 from keysplit.datasets import open_dataset
@@ -35,7 +35,7 @@ from keysplit.outputs import refuse_inputs, refuse_state
 from keysplit.redis_client import redact
 from keysplit.runs.collect import collect_run, read_counts, stored_run, write_counts
 from keysplit.runs.faults import describe_kills
-from keysplit.runs.prepare import RunOptions, prepare_run
+from keysplit.runs.prepare import DEFAULT_STARTUP_TIMEOUT, RunOptions, prepare_run
 from keysplit.runs.records import check_run_id
 from keysplit.runs.redis_server import session
 from keysplit.runs.wordcount import resume_run, run_wordcount, start_run
@@ -98,6 +98,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=positive_float, default=600.0, metavar="SECS",
                    help="give up when the run has not finished after this long, loading the feed and starting "
                    "the tasks included; the run is then interrupted and can be resumed (default 600)")
+    p.add_argument("--startup-timeout", type=positive_float, default=DEFAULT_STARTUP_TIMEOUT, metavar="SECS",
+                   help="a task that has not answered its multi-lang handshake and shows no sign of life (no CPU "
+                   "time, nothing on stderr) for this long hangs, and the run stops naming it; a start that is slow "
+                   "but busy (a loaded machine) is waited for, within --timeout (keysplit.local.startup.timeout."
+                   f"secs; default {DEFAULT_STARTUP_TIMEOUT:g}, as Storm's supervisor.worker.start.timeout.secs)")
     p.add_argument("--results-out", "--counts-out", dest="counts_out", metavar="FILE",
                    help="also write every key's final result: the word count's totals as word<TAB>count lines, most "
                    "frequent first; a topology file's merge results as CSV rows key,result (a merge column first "
@@ -186,8 +191,9 @@ def _run(args: argparse.Namespace) -> int:
                 _check_counts_out(args.counts_out, _stored_dataset(conn, args.collect or args.resume))
             if args.collect:
                 return report(args, conn, collect_run(conn, args.collect))
-            with _progress() as progress:
-                summary = resume_run(conn, args.resume, url, timeout=args.timeout, progress=progress)
+            with _progress(not args.json) as progress:
+                summary = resume_run(conn, args.resume, url, timeout=args.timeout, progress=progress,
+                                     startup_timeout=args.startup_timeout)
             return report(args, conn, summary)
     missing = [f"--{name}" for name in ("grouping", "dataset") if not getattr(args, name)]
     if missing:
@@ -200,6 +206,7 @@ def _run(args: argparse.Namespace) -> int:
         kills=tuple(args.kill), delivery=args.delivery, route=args.route, storm_env=args.env,
         worker_processes=args.worker_processes, rate=args.rate, split=args.split, batch=args.batch,
         batch_ms=args.batch_ms, aimd=(args.aimd_increase, args.aimd_decrease, args.aimd_min),
+        startup_timeout=args.startup_timeout,
     )
     prepared = prepare_run(opts)  # every check that needs no server, before anything starts
     if args.counts_out:
@@ -215,7 +222,7 @@ def _run(args: argparse.Namespace) -> int:
             return 0
         args.resume = prepared.settings.run_id  # what the interruption message names
         try:
-            with _progress() as progress:
+            with _progress(not args.json) as progress:
                 summary = run_wordcount(prepared, conn, url, progress=progress)
         except (Stopped, KeyboardInterrupt):
             args.feed_loaded = _feed_loaded(conn, RunKeys(args.resume))
@@ -236,24 +243,10 @@ def _feed_loaded(conn, keys: RunKeys) -> bool | None:
 
 
 @contextlib.contextmanager
-def _progress() -> Iterator[Callable[[str, int, int], None]]:
-    """Progress bars on a terminal: loading the feed, then acked lines."""
-    bars: dict = {}
-
-    def progress(phase: str, done: int, total: int) -> None:
-        bar = bars.get(phase)
-        if bar is None:
-            for other in bars.values():
-                other.close()
-            bar = bars[phase] = progress_bar(total or None, "loading feed" if phase == "load" else "acked lines",
-                                               unit="line")
-        bar.update(done - bar.n)
-
-    try:
-        yield progress
-    finally:
-        for bar in bars.values():
-            bar.close()
+def _progress(enabled: bool = True, unit: str = "line") -> Iterator[RunStatus]:
+    """The run's status line on a terminal (commands/run_status.py): loading, tasks starting, acked and rate."""
+    with RunStatus(unit, enabled) as status:
+        yield status
 
 
 def report(args: argparse.Namespace, conn, summary: dict) -> int:

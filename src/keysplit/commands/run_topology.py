@@ -41,7 +41,7 @@ def run_seconds(text: str) -> float:
 
 
 def run_file(args: argparse.Namespace, parser_defaults: dict, progress_bars: Callable) -> int:
-    """``keysplit run FILE``; ``progress_bars`` is `keysplit run`'s context manager of progress bars."""
+    """``keysplit run FILE``; ``progress_bars(enabled, unit)`` is `keysplit run`'s status line (a context)."""
     from keysplit.runs.topology_run import TopologyRunOptions, load_topology, run_topology
 
     given = [f"--{name.replace('_', '-')}" for name in WORDCOUNT_ONLY
@@ -72,7 +72,7 @@ def run_file(args: argparse.Namespace, parser_defaults: dict, progress_bars: Cal
         until_idle=args.until_idle,
         max_pending=args.max_pending, message_timeout=args.message_timeout, worker_processes=args.worker_processes,
         delivery=args.delivery, timeout=args.timeout, kills=tuple(args.kill), storm_env=args.env, run_id=args.run_id,
-        results_out=args.counts_out)
+        results_out=args.counts_out, startup_timeout=args.startup_timeout)
     from keysplit.runs.topology_run import check_options
 
     check_options(loaded, opts, local=not args.load_only)  # before any server starts
@@ -88,7 +88,7 @@ def run_file(args: argparse.Namespace, parser_defaults: dict, progress_bars: Cal
         else:
             print(keys.run_id)
         return 0
-    with session(_redis(args)) as (conn, url), progress_bars() as progress:
+    with session(_redis(args)) as (conn, url), progress_bars(not args.json, "row") as progress:
         summary = run_topology(loaded, opts, conn, url, progress=progress)
     return _report(args, summary)
 

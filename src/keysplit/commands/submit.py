@@ -83,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
     if split_password(used)[1] is not None and not (password_file or args.workers_password_env):
         raise KeysplitError("the run's Redis has a password: say where the workers read it, "
                             "--workers-password-file PATH or --workers-password-env VAR")
-    refuse_loopback_for_a_cluster(workers_url, env_config, args.env)
+    warning = refuse_loopback_for_a_cluster(workers_url, env_config, args.env)
+    if warning:
+        print(f"keysplit: warning: {warning}", file=sys.stderr)
     storm = args.storm_version or _nimbus_version(env_config)
     stem = os.path.splitext(os.path.basename(config.get("topology_path", "")))[0]
     jar = args.jar or (os.path.join(project, "_build", f"{stem}.jar") if topology_run else DEFAULT_JAR)
@@ -187,19 +189,30 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def refuse_loopback_for_a_cluster(workers_url: str, env_config: dict, env_name: str) -> None:
+def refuse_loopback_for_a_cluster(workers_url: str, env_config: dict, env_name: str) -> str | None:
     """A one-line KeysplitError when the workers would be told to reach Redis at a loopback address (the
-    managed server, or ``--redis redis://127.0.0.1...``) while the env's Nimbus or workers are other hosts:
-    a remote worker's loopback is itself, so the topology would never read its feed."""
+    managed server, or ``--redis redis://127.0.0.1...``) or through a Unix socket while the env's Nimbus or
+    workers are other hosts: a remote worker's loopback is itself, and a socket is a file of this machine, so the
+    topology would never read its feed. For a socket and a cluster on this machine: a warning to print (only a
+    supervisor here, running as a user who may open the socket, reaches it; the managed server's is in a 0700
+    folder)."""
     from urllib.parse import urlsplit
 
-    redis_host = urlsplit(workers_url).hostname or ""
-    if urlsplit(workers_url).scheme == "unix" or not is_loopback(redis_host):
-        return
+    parts = urlsplit(workers_url)
+    socket = parts.scheme == "unix"
+    redis_host = parts.hostname or ""
+    if not socket and not is_loopback(redis_host):
+        return None
     nimbus = os.environ.get("STREAMPARSE_NIMBUS") or str(env_config.get("nimbus") or "")
     remote = [h for h in [nimbus, *map(str, env_config.get("workers") or [])] if not is_loopback(_host(h))]
+    where = f"through the Unix socket {parts.path}, a file" if socket else \
+        f"at {redis_host} ({workers_url}), a loopback address"
+    fix = ("load the run into a Redis the cluster reaches (--redis redis://HOST:6379/0) or name it as the workers "
+           "reach it (--workers-redis URL)")
     if remote:
-        raise KeysplitError(f"the workers would reach Redis at {redis_host} ({workers_url}), a loopback address "
-                            f"of this machine, but env {env_name!r} runs on {', '.join(sorted(set(remote)))}; "
-                            "load the run into a Redis the cluster reaches (--redis redis://HOST:6379/0) or name "
-                            "it as the workers reach it (--workers-redis URL)")
+        raise KeysplitError(f"the workers would reach Redis {where} of this machine, but env {env_name!r} runs on "
+                            f"{', '.join(sorted(set(remote)))}; {fix}")
+    if socket:
+        return (f"the workers will reach Redis through the Unix socket {parts.path}: only a Storm supervisor on this "
+                f"machine, running as a user who may open it, can; else {fix}")
+    return None

@@ -65,8 +65,10 @@ RUNNER_DEFAULTS: dict[str, Any] = {
     "keysplit.local.heartbeat.secs": 1.0,
     # seconds a crashed worker stays down before the supervisor restarts it (with all its tasks)
     "keysplit.local.restart.delay.secs": 0.5,
-    # seconds a task may take to answer the handshake
-    "keysplit.local.startup.timeout.secs": 60.0,
+    # seconds a task that has not answered its handshake may show no sign of life (no CPU time, nothing on stderr)
+    # before it counts as hung; a slow start that is busy is waited for (liveness.py). Storm's supervisor gives a
+    # worker supervisor.worker.start.timeout.secs = 120 to show its first heartbeat (conf/defaults.yaml)
+    "keysplit.local.startup.timeout.secs": 120.0,
     # starts a worker gets while the topology starts (a task of it dying before its handshake relaunches it)
     "keysplit.local.startup.attempts": 3,
     # back-pressure: spouts get no "next" while some bolt task has more queued input tuples than this

@@ -18,6 +18,10 @@ worker does not come up within the first-heartbeat timeout is killed and relaunc
 worker gets ``keysplit.local.startup.attempts`` starts, then the run fails with one line naming the task and its
 last stderr line (:class:`TopologyError`), so a component that cannot start at all (a missing module) is still
 reported in seconds. A task that keeps dying after ``keysplit.local.max.restarts`` restarts is a crash loop.
+
+A task that is alive but slow to answer its handshake (a busy machine, every task importing at once) is waited for,
+as Storm waits for a slow-loading ShellBolt; one that shows no sign of life (no CPU time, nothing on stderr) for
+``keysplit.local.startup.timeout.secs`` hangs, and the run fails with one line naming it (:mod:`.liveness`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import contextlib
 import logging
 import os
 import selectors
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -74,7 +79,6 @@ class Supervisor:
         """Run the loop (``step(max_wait)``, one turn) until every spawned task has answered its handshake, calling
         ``on_starting`` between turns; :class:`TopologyError` if a task fails to start or is too slow."""
         c = self.state
-        deadline = now + float(c.conf["keysplit.local.startup.timeout.secs"])
         relaunch: dict[int, float] = {}  # worker -> when it starts again (a task of it died during start-up)
         attempts: dict[int, int] = {}  # worker -> its starts that a task of it died in before its handshake
         # a task that answered the handshake and then died has started (Storm's ShellBolt.prepare returned):
@@ -96,11 +100,31 @@ class Supervisor:
                         self.spawn(task, now)
             if on_starting is not None:
                 on_starting()
-            if now > deadline:
-                slow = [f"{t.name}[{t.index}]" for t in c.tasks.values() if not t.ready]
-                raise TopologyError(f"tasks {slow} did not answer the multi-lang handshake within "
-                                    f"{c.conf['keysplit.local.startup.timeout.secs']} s")
+            # slow is fine (a busy machine: every task importing at once); silent is hung (liveness.py)
+            hung = next((t for t in c.tasks.values() if self.hung(t, now)), None)
+            if hung is not None:
+                raise self.hung_failure(hung)
             step(0.05)
+
+    def hung(self, task: TaskProcess, now: float) -> bool:
+        """Whether ``task``, running and not yet past its handshake, has shown no sign of life (CPU time, stderr)
+        for ``keysplit.local.startup.timeout.secs``."""
+        limit = float(self.state.conf["keysplit.local.startup.timeout.secs"])
+        return (task.running and not task.ready and task.liveness is not None
+                and task.liveness.silent_for(now) > limit)
+
+    def hung_failure(self, task: TaskProcess) -> TopologyError:
+        """The one line for a task that hangs before its handshake: which, what was seen, and what to do."""
+        limit = self.state.conf["keysplit.local.startup.timeout.secs"]
+        tail = task.stderr_tail()
+        last = tail.strip().splitlines()[-1] if tail.strip() else "none"
+        seen, state = task.liveness.describe() if task.liveness else ("showed no sign of life", "")
+        return TopologyError(
+            f"task {task.name}[{task.index}] ({task.component.class_path}, pid {task.pid}) did not answer the "
+            f"multi-lang handshake and {seen} for {limit:g} s (keysplit.local.startup.timeout.secs"
+            f"{'; its process is ' + state if state else ''}): it hangs before its component starts; last stderr "
+            f"line: {last}{self.stderr_note(task)}; if it is only slow, raise that limit (keysplit run "
+            "--startup-timeout)", tail)
 
     def startup_down(self, task: TaskProcess) -> float:
         """``task`` died before its handshake while the topology starts: take its worker down (the others of it
@@ -154,6 +178,9 @@ class Supervisor:
         else:
             log.error("task %s[%d] failed to start and wrote nothing on stderr", task.name, task.index)
         tries = f" ({attempts} starts, keysplit.local.startup.attempts)" if attempts > 1 else ""
+        if isinstance(code, int) and code < 0:  # killed: by whom is for the user to find (the OOM killer? dmesg)
+            with contextlib.suppress(ValueError):
+                code = f"{code} (killed by {signal.Signals(-code).name})"
         return TopologyError(f"component {task.name!r} ({task.component.class_path}) task {task.task_id} exited "
                              f"during startup with code {code}{tries}: {last}{self.stderr_note(task)}", tail)
 
@@ -232,8 +259,8 @@ class Supervisor:
                     self.spawn(task, now)
                 else:
                     wake = min(wake, task.restart_at)
-            elif task.alive and now - task.started_at > float(c.conf["keysplit.local.startup.timeout.secs"]):
-                log.error("task %s[%d] did not answer the handshake; killing it", task.name, task.index)
+            elif self.hung(task, now):  # restarted, and hangs before its handshake: a death like any other
+                log.error("%s; killing it", self.hung_failure(task))
                 self.on_death(task, now)
             else:
                 wake = min(wake, now + 0.05)

@@ -19,6 +19,7 @@ from typing import Any
 from keysplit.latency import LatencyHistogram
 
 from .context import ComponentInfo
+from .liveness import Liveness
 from .protocol import MessageReader
 
 #: Messages joined into one write.
@@ -75,6 +76,7 @@ class TaskProcess:
         self.first_emit: float | None = None  # monotonic: the first acked tree's emit, and the last ack
         self.last_ack: float | None = None
         self.stderr_path: Path | None = None
+        self.liveness: Liveness | None = None  # signs of life until the handshake is answered (liveness.py)
         self.log_file: Any = None
         for name in COUNTERS:
             setattr(self, name, 0)
@@ -87,6 +89,7 @@ class TaskProcess:
             self.proc = subprocess.Popen(self.component.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=err, cwd=cwd, env=env, bufsize=0, close_fds=True)
         self.pid = self.proc.pid
+        self.liveness = Liveness(self.pid, stderr_path, now)
         self.rfd = self.proc.stdout.fileno()  # type: ignore[union-attr]
         self.wfd = self.proc.stdin.fileno()  # type: ignore[union-attr]
         os.set_blocking(self.rfd, False)

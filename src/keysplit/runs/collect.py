@@ -112,6 +112,8 @@ BUSY = 0.85
 #: A run at max pending whose rate reached this share of what Little's law lets max pending lines carry was bound by
 #: them (a run far below it kept fewer lines out on average: its window was not what held it back).
 LITTLE = 0.7
+#: Lines timed out, and the message timeout this share of the run or more: the run waited for it (its counters idle).
+TIMEOUT_SHARE = 0.2
 
 
 def what_bound(s: dict[str, Any], busy: list[float], spouts: int = 1) -> dict[str, Any]:
@@ -119,7 +121,8 @@ def what_bound(s: dict[str, Any], busy: list[float], spouts: int = 1) -> dict[st
     counters were busy: W / D, or ``hot counter`` when one had more words than the rest), ``in-flight cap`` (the
     spouts' window reached max pending, and the run reached :data:`LITTLE` of the rate Little's law lets that many
     lines carry, lines in flight x words a line / latency: short of it, the window did not hold it back),
-    ``flush latency``
+    ``message timeout`` (lines timed out, and the timeout is a good share of the run: they were replayed only then,
+    while the counters waited), ``flush latency``
     (the run took the workers' time and one line's latency, the counters' flush: a longer run amortises it), else
     ``cpu``
     (nothing of the topology bound while the counters waited: the machine's cores, shared by every process).
@@ -138,6 +141,11 @@ def what_bound(s: dict[str, Any], busy: list[float], spouts: int = 1) -> dict[st
         return {"bound_by": "workers", "bound": f"the workers: W / D = {len(loads) * 1000.0 / delay:,.0f} words/s "
                 f"(the busiest counter {hot:.0%} of the run)" if delay else
                 f"the workers (the busiest counter {hot:.0%} of the run)"}
+    timeout, timed_out = s.get("message_timeout_secs") or 0, s.get("timed_out_lines") or 0
+    if timed_out and timeout >= TIMEOUT_SHARE * duration:  # e.g. lines lost with a killed task: replayed only then
+        return {"bound_by": "message timeout", "bound": f"the message timeout: {timed_out:,} line(s) were replayed "
+                f"only once topology.message.timeout.secs = {timeout:g} s had passed (lost with a killed task, or "
+                f"held too long), {min(timeout / duration, 1.0):.0%} of the run's {duration:.1f} s"}
     cap, window = (s.get("max_pending") or 0) * spouts, s.get("window")
     per_line = words / max(s["lines"], 1)
     if cap and window is not None and window >= cap and s["words_per_second"] >= LITTLE * cap * per_line / latency_s:

@@ -37,6 +37,11 @@ class RunTimeout(KeysplitError):
     """``--timeout`` passed (set-up included); the message says how far the run got."""
 
 
+#: ``keysplit run --startup-timeout``: seconds a starting task may show no sign of life (no CPU time, nothing on
+#: stderr) before it counts as hung (local/liveness.py); Storm's supervisor.worker.start.timeout.secs.
+DEFAULT_STARTUP_TIMEOUT = 120.0
+
+
 
 #: Resident memory of one task process (a Python interpreter with streamparse and redis loaded), measured
 #: at 25-35 MB; the size check counts this much per task.
@@ -75,6 +80,7 @@ class RunOptions:
     batch: int = DEFAULT_BATCH  # words a router sends a counter in one tuple at most (1: one a word)
     batch_ms: float = DEFAULT_BATCH_MS  # ... or after this long (storm/router.py)
     aimd: tuple[float, float, int] = (1.0, 0.5, 1)  # the spouts' adaptive window: increase, decrease, min
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT  # a starting task silent this long hangs (local/liveness.py)
 
 
 @dataclass

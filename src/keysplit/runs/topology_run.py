@@ -34,7 +34,8 @@ from keysplit.home import keysplit_home, private_dir
 from keysplit.metrics import imbalance_fraction
 from keysplit.runs.collect import spout_metrics
 from keysplit.runs.faults import Injector, check_kills, parse_kill
-from keysplit.runs.prepare import RunTimeout, fill_feed
+from keysplit.runs.prepare import DEFAULT_STARTUP_TIMEOUT, RunTimeout, fill_feed
+from keysplit.runs.progress import RunProgress, report_run, startup_conf, watch_start
 from keysplit.runs.records import mark_interrupted, reserve, set_state
 from keysplit.runs.redis_server import managed_server
 from keysplit.specs import parse_spec
@@ -196,6 +197,7 @@ class TopologyRunOptions:
     run_id: str | None = None
     options: dict[str, Any] = field(default_factory=dict)  # more -o style settings for every component
     results_out: str | None = None  # write every merge's results here (write_results) once the run is done
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT  # a starting task silent this long hangs (local/liveness.py)
 
 
 def check_options(loaded: LoadedTopology, opts: TopologyRunOptions, *, local: bool = True
@@ -271,7 +273,7 @@ def new_run_id(name: str) -> str:
 
 
 def load_run(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.Redis, *,
-             progress: Callable[[str, int, int], None] | None = None,
+             progress: RunProgress | None = None,
              deadline: float | None = None, local: bool = True) -> tuple[RunKeys, dict[str, Any]]:
     """Reserve a run id, load the feed (if the topology reads one) and record the run: what ``--load-only`` does
     before ``sparse submit`` (``local`` False). Returns the run's keys and the summary fields known before it runs."""
@@ -312,7 +314,7 @@ def load_run(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.Redis
 
 
 def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.Redis, redis_url: str, *,
-                 progress: Callable[[str, int, int], None] | None = None, log_dir: str | os.PathLike | None = None,
+                 progress: RunProgress | None = None, log_dir: str | os.PathLike | None = None,
                  python: str = sys.executable) -> dict[str, Any]:
     """Load the feed (if the topology reads one), run the topology until it is done, store and return the summary."""
     from keysplit.local import LocalCluster
@@ -326,14 +328,13 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
     url, password = split_password(redis_url)
     env_config = read_env(loaded.root / "config.json", opts.storm_env) if (loaded.root / "config.json").exists() \
         else None
-    remaining = deadline - time.monotonic()
     # the conf `sparse submit -e ENV -o ...` would send
     conf = submit_conf(loaded.cls, loaded.name, {
         **opts.options,
         "topology.max.spout.pending": opts.max_pending, "topology.message.timeout.secs": opts.message_timeout,
         "topology.workers": opts.worker_processes, "keysplit.run_id": run_id, "keysplit.redis_url": url,
         "keysplit.redis_password_env": PASSWORD_ENV if password else "", "keysplit.delivery": opts.delivery,
-        "keysplit.local.startup.timeout.secs": max(1.0, min(60.0, remaining))}, env_config=env_config)
+        **startup_conf(opts.startup_timeout)}, env_config=env_config)
     log_dir = Path(log_dir) if log_dir else private_dir(keysplit_home() / "logs") / run_id
     set_state(conn, keys, "running")
     end = None if feed is not None or not opts.duration else time.monotonic() + opts.duration
@@ -354,12 +355,11 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
             return False
         if feed is None:
             return time.monotonic() >= end if end is not None else idle()
-        acked = spout_metrics(conn, keys, feed.par)["acked"]
-        injector.fire_due(cluster, acked, rows)
+        metrics = spout_metrics(conn, keys, feed.par)
+        injector.fire_due(cluster, metrics["acked"], rows)
         if injector.recovering(cluster):
             return False
-        if progress is not None:
-            progress("run", acked, rows)
+        report_run(progress, metrics, rows)
         return feed_done(conn, keys)
 
     old_umask = os.umask(0o077)  # task logs hold the dataset's rows: 0600
@@ -370,8 +370,7 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
                              env={PASSWORD_ENV: password} if password else {},
                              resources=str(build_resources(os.path.join(tmp, "resources"),
                                                            src if src.is_dir() else None)),
-                             on_starting=injector.fire_at_start) as cluster:
-            cluster.start()
+                             on_starting=watch_start(deadline, progress, injector.fire_at_start)) as cluster:
             if not cluster.run_until(finished, max(0.0, deadline - time.monotonic()), poll=0.2):
                 raise RunTimeout(f"{spout_metrics(conn, keys, feed.par)['acked'] if feed else 0} of {rows} rows acked")
             if router is not None:  # the routers report what they sent at their next tick

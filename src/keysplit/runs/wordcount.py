@@ -16,7 +16,6 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from keysplit.redis_client import client, fresh_connections
 from keysplit.runs.collect import collect, mark_totals, spout_metrics, stored_run
 from keysplit.runs.faults import Injector, parse_kill
 from keysplit.runs.prepare import Prepared, RunTimeout, load_feed
+from keysplit.runs.progress import DEFAULT_STARTUP_TIMEOUT, RunProgress, report_run, startup_conf, watch_start
 from keysplit.runs.records import claim, mark_interrupted, reserve, set_state
 from keysplit.runs.redis_server import managed_server, persistence_problem
 from keysplit.specs import parse_spec
@@ -47,7 +47,7 @@ log = logging.getLogger("keysplit.run")
 
 def start_run(
     conn: redis.Redis, prepared: Prepared, redis_url: str, *,
-    progress: Callable[[str, int, int], None] | None = None, deadline: float | None = None,
+    progress: RunProgress | None = None, deadline: float | None = None,
 ) -> tuple[WordCountSettings, RunKeys, dict[str, Any]]:
     """Reserve the run id, load the feed and register the run in Redis (its record and config); returns the
     settings the topology must be given, the run's keys and the summary fields known before it runs."""
@@ -117,13 +117,13 @@ def run_wordcount(
     conn: redis.Redis,
     redis_url: str,
     *,
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: RunProgress | None = None,
     log_dir: str | os.PathLike | None = None,
     python: str = sys.executable,
 ) -> dict[str, Any]:
     """Run the topology on the local runner until every line is acked; store and return the summary.
 
-    ``progress(phase, done, total)`` is called while loading ("load") and while running ("run").
+    ``progress(phase, done, total, **detail)`` is called while loading, starting and running (runs/progress.py).
     ``--timeout`` counts from here: loading the feed and starting the tasks are part of it.
     """
     opts = prepared.options
@@ -148,12 +148,13 @@ def run_wordcount(
     return drive(conn, settings, keys, base, DriveOptions(
         deadline, opts.max_pending, opts.message_timeout, storm_env=opts.storm_env,
         worker_processes=opts.worker_processes, password=split_password(redis_url)[1], injector=injector,
-        progress=progress, log_dir=log_dir, python=python))
+        progress=progress, log_dir=log_dir, python=python, startup_timeout=opts.startup_timeout))
 
 
 def resume_run(
     conn: redis.Redis, run_id: str, redis_url: str, *, timeout: float,
-    progress: Callable[[str, int, int], None] | None = None, python: str = sys.executable,
+    progress: RunProgress | None = None, python: str = sys.executable,
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
 ) -> dict[str, Any]:
     """Continue an interrupted (or only loaded) run with the settings it was started with: the spouts
     re-read their pending lines (delivered, never acked) and go on with the rest of the feed."""
@@ -180,7 +181,7 @@ def resume_run(
     return drive(conn, settings, keys, base, DriveOptions(
         time.monotonic() + timeout, int(config["max_pending"]), int(config["message_timeout_secs"]),
         storm_env=config.get("storm_env", "local"), worker_processes=int(config.get("worker_processes", 1)),
-        password=password, progress=progress, python=python, resumes=resumes))
+        password=password, progress=progress, python=python, resumes=resumes, startup_timeout=startup_timeout))
 
 
 def _data_folder(conn: redis.Redis, url: str) -> str | None:
@@ -231,10 +232,11 @@ class DriveOptions:
     worker_processes: int = 1
     password: str = ""  # the Redis password: the tasks get it through their environment
     injector: Injector | None = None
-    progress: Callable[[str, int, int], None] | None = None
+    progress: RunProgress | None = None
     log_dir: str | os.PathLike | None = None
     python: str = sys.executable
     resumes: int = 0  # this is the run's n-th --resume
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT  # a starting task silent this long hangs (local/liveness.py)
 
 
 @dataclass(frozen=True)
@@ -251,6 +253,8 @@ class _Stop:
 def _stop(exc: BaseException, run_id: str, log_dir: Path, watch: _QuietWhenRedisIsGone, url: str) -> _Stop:
     """The run's one error policy: what ``exc`` makes of it (see :class:`_Stop`). Lost Redis connections and a
     server that refuses writes (a full disk) are told apart by asking the server (``watch.conn``, at ``url``)."""
+    from keysplit.local import TopologyError
+
     quick = watch.conn
     resume = f"continue it with `keysplit run wordcount --resume {run_id}`"
     if isinstance(exc, RunTimeout):
@@ -258,6 +262,8 @@ def _stop(exc: BaseException, run_id: str, log_dir: Path, watch: _QuietWhenRedis
                      f"{resume}", fresh=False)
     if isinstance(exc, CannotPersist):  # refused too, most likely: then the record reads interrupted once we exit
         return _Stop(str(exc), f"{exc}; run {run_id} stopped: then {resume}")
+    if isinstance(exc, TopologyError):  # a task that cannot start, hangs or keeps dying: it says what to fix
+        return _Stop(_reason(exc, "while running"), f"{exc}; run {run_id} stopped: then {resume}")
     if isinstance(exc, redis.RedisError):
         problem = persistence_problem(exc, _data_folder(quick, url), url) or _write_refusal(quick, url)
         if problem:
@@ -273,16 +279,14 @@ def _stop(exc: BaseException, run_id: str, log_dir: Path, watch: _QuietWhenRedis
     return _Stop(_reason(exc, "while running"))
 
 
-def _storm_conf(topology: Any, options: DriveOptions, remaining: float) -> dict[str, Any]:
+def _storm_conf(topology: Any, options: DriveOptions) -> dict[str, Any]:
     """The conf `sparse submit -e ENV -o ...` would send (config.json in the working directory, when there is one)."""
     from keysplit.local.submission import read_env, submit_conf
 
     env_config = read_env("config.json", options.storm_env) if os.path.exists("config.json") else None
     return submit_conf(topology, "wordcount", {
         "topology.max.spout.pending": options.max_pending, "topology.message.timeout.secs": options.message_timeout,
-        "topology.workers": options.worker_processes,
-        # the tasks' start-up counts against --timeout too
-        "keysplit.local.startup.timeout.secs": max(1.0, min(60.0, remaining))}, env_config=env_config)
+        "topology.workers": options.worker_processes, **startup_conf(options.startup_timeout)}, env_config=env_config)
 
 
 def drive(conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: dict[str, Any],
@@ -295,7 +299,7 @@ def drive(conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: d
     started = time.time()
     topology = wordcount_topology(settings)
     remaining = options.deadline - time.monotonic()
-    conf = _storm_conf(topology, options, remaining)
+    conf = _storm_conf(topology, options)
     password, progress, resumes = options.password, options.progress, options.resumes
     worker_env = {PASSWORD_ENV: password} if password else {}
     log_dir = Path(options.log_dir) if options.log_dir else private_dir(keysplit_home() / "logs") / settings.run_id
@@ -319,7 +323,8 @@ def drive(conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: d
             problem = _write_refusal(quick, full_url)
             if problem:
                 raise CannotPersist(problem)
-        acked = spout_metrics(conn, keys, settings.spouts)["acked"]
+        metrics = spout_metrics(conn, keys, settings.spouts)
+        acked = metrics["acked"]
         injector.fire_due(cluster, acked, lines)  # before the end check: a kill due with the last lines fires
         if injector.recovering(cluster):
             return False
@@ -332,8 +337,7 @@ def drive(conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: d
                         "and are replayed%s: raise --message-timeout or lower --max-pending", settings.run_id,
                         options.message_timeout, " (the totals stay exact; the run is slower)" if exactly else
                         ", so the totals will be at least, not exact")
-        if progress is not None:
-            progress("run", acked, lines)
+        report_run(progress, metrics, lines)
         if exactly:
             dedup_peak[0] = max(dedup_peak[0], exactly_once.memory(conn, keys)[0])
         return False
@@ -350,8 +354,7 @@ def drive(conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: d
         with tempfile.TemporaryDirectory(prefix=f"keysplit-resources-{os.getpid()}-") as tmp, \
                 LocalCluster(topology, conf, cwd=os.getcwd(), python=options.python, log_dir=str(log_dir),
                              env=worker_env, resources=str(build_resources(os.path.join(tmp, "resources"))),
-                             on_starting=injector.fire_at_start) as cluster:
-            cluster.start()
+                             on_starting=watch_start(options.deadline, progress, injector.fire_at_start)) as cluster:
             if not cluster.run_until(finished, max(0.0, options.deadline - time.monotonic()), poll=0.2):
                 acked = spout_metrics(conn, keys, settings.spouts)["acked"]
                 raise RunTimeout(f"{acked} of {lines} lines acked")

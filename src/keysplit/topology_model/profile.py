@@ -197,6 +197,26 @@ def run_record(run: dict) -> dict:
     return {k: run.get(k) for k in RUN_FIELDS} | {"terms": ClusterTerms.of_run(run).as_dict()}
 
 
+def dataset_here(spec: str) -> str:
+    """``spec`` as this folder reads it: a file path that is relative, not found from here but found from the
+    project's root (the folder of its ``.keysplit/``, where ``make demo`` and most runs start) is read from there,
+    so ``calibrate`` works from a subfolder as ``keysplit runs`` does. Anything else is left as it is."""
+    import os
+
+    from keysplit.datasets.readers import READERS
+    from keysplit.home import keysplit_home
+
+    kind, sep, rest = spec.partition(":")
+    path, comma, options = rest.partition(",")
+    if not sep or kind.strip().lower() not in READERS or not path.strip():
+        return spec
+    path = path.strip()
+    if os.path.isabs(os.path.expanduser(path)) or os.path.exists(os.path.expanduser(path)):
+        return spec
+    candidate = keysplit_home().parent / path
+    return f"{kind}:{candidate}{comma}{options}" if candidate.exists() else spec
+
+
 def arrays_of_run(run: dict) -> tuple:
     """The model's input for a stored run: its dataset routed as its routers route it (FISH with the capacities
     the topology's router gives it, 1000 / D per counter); a one-line KeysplitError when the dataset cannot be
@@ -209,6 +229,7 @@ def arrays_of_run(run: dict) -> tuple:
     spec = run.get("dataset")
     if not spec:
         raise KeysplitError(f"run {run.get('run_id')} does not record its dataset; it cannot calibrate the model")
+    spec = dataset_here(spec)
     try:
         return route_dataset(spec, run["grouping"], workers, int(run.get("sources") or 1),
                              int(run.get("aggregators") or 2), rate=run.get("rate") or None, capacities=caps,
