@@ -115,7 +115,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="fault injection, repeatable: kill -9 a task (feed, router, counter, aggregator, topk; task "
                    "INDEX, default 0), a worker process (worker:INDEX) or the managed Redis server (redis; restarted "
                    "a second later from its append-only file) once FRACTION of the lines is acked, or a task or "
-                   "worker during start-up with @start (its worker is relaunched), "
+                   "worker during start-up with @start (its worker is relaunched); @N, a whole number: once N "
+                   "lines are acked (a topology file without keysplit's feed: N of its spouts' tuple trees), "
                    "e.g. --kill counter@0.3 --kill redis@0.6 --kill router@start")
     p.add_argument("--delivery", choices=DELIVERIES, default=DELIVERIES[0],
                    help="exactly-once (default): every word counted once whatever crashes, timeouts or replays "
