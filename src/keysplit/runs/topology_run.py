@@ -231,8 +231,11 @@ def check_options(loaded: LoadedTopology, opts: TopologyRunOptions, *, local: bo
                             f"{router.key!r}: give key={router.key} so the dataset's records are the router's keys")
     kinds = tuple(loaded.parallelism)
     kills = [parse_kill(k, kinds) for k in opts.kills]
-    if kills and feed is None:
-        raise KeysplitError("--kill fires when a share of the feed's rows is acked; this topology reads no feed")
+    fraction = next((k for k in kills if feed is None and 0 <= k.fraction < 1), None)
+    if fraction is not None:
+        raise KeysplitError(f"--kill {fraction.target}@{fraction.fraction:g}: {loaded.name} reads no feed, so no "
+                            "total of rows to take a share of; give @N, a number of tuple trees its spouts had "
+                            f"acked (e.g. {fraction.target}@100), or @start")
     check_kills(kills, loaded.parallelism, opts.worker_processes)
     return feed, router
 
@@ -342,18 +345,25 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
     quiet = {"emitted": -1, "since": time.monotonic()}
 
     def idle() -> bool:
-        """Every spout tree complete, and no spout emitted for --until-idle seconds (since the last change)."""
+        """Every spout task up, every spout tree complete, and no spout emitted for --until-idle seconds: since its
+        last emit, and since the last spout came up. A spout whose worker is restarting, or whose initialize()
+        has not returned, has not had the period to emit in: a run never ends "idle" while one is down."""
+        up = cluster.spouts_up_since()
         stats = cluster.stats()
         emitted = sum(stats[s]["emitted"] for s in spouts)
-        if emitted != quiet["emitted"] or any(stats[s]["pending"] for s in spouts):
+        if up is None or emitted != quiet["emitted"] or any(stats[s]["pending"] for s in spouts):
             quiet.update(emitted=emitted, since=time.monotonic())
             return False
-        return emitted > 0 and time.monotonic() - quiet["since"] >= opts.until_idle  # type: ignore[operator]
+        since = max(quiet["since"], up)
+        return emitted > 0 and time.monotonic() - since >= opts.until_idle  # type: ignore[operator]
 
     def finished() -> bool:
         if injector.restart_redis_if_due():
             return False
-        if feed is None:
+        if feed is None:  # kills fire at a count of the spouts' trees acked (check_options refuses fractions)
+            injector.fire_due(cluster, sum(cluster.stats()[s]["acked"] for s in spouts), None)
+            if injector.recovering(cluster):
+                return False
             return time.monotonic() >= end if end is not None else idle()
         metrics = spout_metrics(conn, keys, feed.par)
         injector.fire_due(cluster, metrics["acked"], rows)
@@ -378,8 +388,10 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
             cluster.quiesce(timeout=5.0)
             run_summary = cluster.summary()
             measured = cluster.spout_throughput(spouts) if feed is None else {}  # the feed's own are in Redis
+            stats = cluster.stats()
             tuples = {name: {k: counters[k] for k in ("emitted", "executed", "acked", "failed", "timed_out")}
-                      for name, counters in cluster.stats().items()}
+                      for name, counters in stats.items()}
+            forgotten = {name: counters["forgotten"] for name, counters in stats.items()}
             cluster.shutdown()
     except RunTimeout as exc:
         mark_interrupted(conn, keys, f"--timeout: {exc}")
@@ -394,6 +406,11 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
                                                 "task_restarts")})
     summary.update(measured)
     summary["tuples"] = tuples  # per component, as Storm's UI counts them (local/cluster.py LocalCluster.stats)
+    # a user's spout that died with trees pending: no ack or fail reaches it for them, and whether it emits their
+    # tuples again is up to its source (keysplit's feed does: it takes them back from Redis, so it is left out)
+    feeds = {f.name for f in loaded.specs_of(FeedSpoutSpec)}
+    summary["forgotten_trees"] = {name: forgotten[name] for name in spouts
+                                  if name not in feeds and forgotten.get(name)}
     summary["kills"] = injector.fired
     summary["log_dir"] = str(log_dir)
     summary["wall_s"] = time.time() - base["started"]
