@@ -122,9 +122,11 @@ def _final_mode(path: str) -> int:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike, option: str = "output", mode: str = "w") -> Iterator[IO]:
+def atomic_file(path: str | os.PathLike, option: str = "output", mode: str = "w",
+                permissions: int | None = None) -> Iterator[IO]:
     """Open a temporary file beside ``path``; on success it replaces ``path``, on any failure it is removed.
-    OSErrors become one-line KeysplitErrors naming ``option``."""
+    OSErrors become one-line KeysplitErrors naming ``option``. ``permissions``: the file's mode (else an existing
+    file's, or 0666 & ~umask)."""
     path = os.fspath(path)
     refuse_foreign_links(option, path)
     folder = os.path.dirname(os.path.abspath(path))
@@ -135,7 +137,7 @@ def atomic_file(path: str | os.PathLike, option: str = "output", mode: str = "w"
     try:
         with open(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
             yield fh
-        os.chmod(tmp, _final_mode(path))
+        os.chmod(tmp, _final_mode(path) if permissions is None else permissions)
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):

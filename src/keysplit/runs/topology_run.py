@@ -375,12 +375,16 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
     old_umask = os.umask(0o077)  # task logs hold the dataset's rows: 0600
     try:
         src = loaded.root / "src"
+        left_out: list[tuple[str, str]] = []
         with tempfile.TemporaryDirectory(prefix=f"keysplit-resources-{os.getpid()}-") as tmp, \
                 LocalCluster(loaded.cls, conf, cwd=str(loaded.root), python=python, log_dir=str(log_dir),
                              env={PASSWORD_ENV: password} if password else {},
                              resources=str(build_resources(os.path.join(tmp, "resources"),
-                                                           src if src.is_dir() else None)),
+                                                           src if src.is_dir() else None, left_out=left_out)),
                              on_starting=watch_start(deadline, progress, injector.fire_at_start)) as cluster:
+            for path, why in left_out:  # what the jar would leave out too (local/source_tree.py); dotfiles unsaid
+                if not why.startswith("a hidden"):
+                    log.warning("%s is not in the workers' copy of src/: %s", src / path, why)
             if not cluster.run_until(finished, max(0.0, deadline - time.monotonic()), poll=0.2):
                 raise RunTimeout(f"{spout_metrics(conn, keys, feed.par)['acked'] if feed else 0} of {rows} rows acked")
             if router is not None:  # the routers report what they sent at their next tick
