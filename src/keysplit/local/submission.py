@@ -37,7 +37,7 @@ from .source_tree import read_source_tree
 #: alone under ``python -S``, so a module missing here fails there.
 JAR_CONTENTS = (
     "__init__.py", "errors.py", "specs.py", "hashing.py", "javahash.py", "fingerprint.py", "stream.py",
-    "redis_client.py", "latency.py",
+    "redis_client.py", "latency.py", "sizes.py",
     "datasets/*.py", "groupings/*.py", "sketches/*.py", "storm/*.py", "toolkit/*.py",
     "partitioning/__init__.py", "partitioning/adaptive.py", "partitioning/construct.py", "partitioning/function.py",
     "partitioning/penalties.py", "partitioning/readj.py", "partitioning/redist.py", "partitioning/resources.py",

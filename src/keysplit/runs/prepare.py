@@ -179,6 +179,20 @@ def check_task_count(tasks: int) -> None:
                             "--counter-tasks, -A or --spouts")
 
 
+def check_topology_tasks(parallelism: dict[str, int]) -> None:
+    """Refuse a topology file's sizes this machine cannot start (``par=1000`` began 1,000 processes of 50 MB on a
+    23 GB machine), naming its biggest component, before anything is loaded or spawned: the word count's check
+    (:func:`check_task_count`) for any topology."""
+    tasks = sum(parallelism.values())
+    limit, why = machine_task_limit()
+    if tasks > limit:
+        biggest = sorted(parallelism.items(), key=lambda kv: -kv[1])
+        shares = ", ".join(f"{name} x{n:,}" for name, n in biggest[:3]) + (", ..." if len(biggest) > 3 else "")
+        raise KeysplitError(f"this topology needs {tasks:,} task processes ({shares}); this machine can start about "
+                            f"{max(limit, 0):,} ({why}): lower the par of {biggest[0][0]!r}"
+                            + (" or raise that limit" if limit < MIN_TASKS else ""))
+
+
 def load_feed(
     conn: redis.Redis, keys: RunKeys, dataset: Dataset, *, with_frequencies: bool = False,
     progress: Callable[[int], None] | None = None, deadline: float | None = None,

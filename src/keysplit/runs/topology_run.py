@@ -34,7 +34,7 @@ from keysplit.home import keysplit_home, private_dir
 from keysplit.metrics import imbalance_fraction
 from keysplit.runs.collect import spout_metrics
 from keysplit.runs.faults import Injector, check_kills, parse_kill
-from keysplit.runs.prepare import DEFAULT_STARTUP_TIMEOUT, RunTimeout, fill_feed
+from keysplit.runs.prepare import DEFAULT_STARTUP_TIMEOUT, RunTimeout, check_topology_tasks, fill_feed
 from keysplit.runs.progress import RunProgress, report_run, startup_conf, watch_start
 from keysplit.runs.records import mark_interrupted, reserve, set_state
 from keysplit.runs.redis_server import managed_server
@@ -229,6 +229,7 @@ def check_options(loaded: LoadedTopology, opts: TopologyRunOptions, *, local: bo
     if router is not None and opts.dataset is not None and router.key != opts.dataset.key_column:
         raise KeysplitError(f"--dataset keys records by {opts.dataset.key_column!r} but {router.name} routes by "
                             f"{router.key!r}: give key={router.key} so the dataset's records are the router's keys")
+    check_topology_tasks(loaded.parallelism)  # what this machine can start: before any server or process
     kinds = tuple(loaded.parallelism)
     kills = [parse_kill(k, kinds) for k in opts.kills]
     fraction = next((k for k in kills if feed is None and 0 <= k.fraction < 1), None)
