@@ -87,6 +87,21 @@ def test_invalid_utf8_is_replaced_counted_and_reported(tmp_path, caplog):
     assert "2 line(s) were not valid UTF-8" in caplog.text
 
 
+def test_a_csv_key_whose_tab_becomes_a_space_is_said_once_with_where_and_what(tmp_path, caplog):
+    """Records separate keys by tabs and lines, so a key's tab is read as a space and "a\tb" merges with "a b":
+    keysplit says so (once, however often the file is read), naming the first such key and its line."""
+    path = tmp_path / "keys.csv"
+    path.write_text('page,n\n"a b",1\n"a\tb",2\n" edge\t",3\n"c\t\td",4\n')
+    ds = open_dataset(f"csv:{path},key=page")
+    with caplog.at_level(logging.WARNING, logger="keysplit"):
+        assert keys_of(f"csv:{path},key=page") == ["a b", "a b", "edge", "c  d"]
+        list(ds.records())
+        list(ds.records())
+    said = [r.getMessage() for r in caplog.records if "tab or line break" in r.getMessage()]
+    assert len(said) == 2  # one per dataset object (two here), not one per pass
+    assert "2 key(s) of column 'page'" in said[0] and "(the first at line 3): 'a\\tb' is counted as 'a b'" in said[0]
+
+
 def test_edge_list_key_is_the_destination_and_comments_are_skipped(tmp_path):
     path = tmp_path / "g.txt"
     path.write_text("# FromNodeId\tToNodeId\n1\t2\n1 3\nmalformed\n4\t2\n")
