@@ -23,13 +23,14 @@ from typing import Any
 import redis
 
 from keysplit.errors import KeysplitError
+from keysplit.fingerprint import StreamFingerprint
 from keysplit.groupings import grouping_class
 from keysplit.home import keysplit_home, private_dir
 from keysplit.outputs import remove_stale
 from keysplit.redis_client import client, fresh_connections
 from keysplit.runs.collect import collect, mark_totals, spout_metrics, stored_run
 from keysplit.runs.faults import Injector, parse_kill
-from keysplit.runs.prepare import Prepared, RunTimeout, load_feed
+from keysplit.runs.prepare import Prepared, RunTimeout, file_state, load_feed
 from keysplit.runs.progress import DEFAULT_STARTUP_TIMEOUT, RunProgress, report_run, startup_conf, watch_start
 from keysplit.runs.records import claim, mark_interrupted, reserve, set_state
 from keysplit.runs.redis_server import managed_server, persistence_problem
@@ -71,14 +72,20 @@ def start_run(
         def deal(index: int, first_key: str) -> int:
             return source_of(index, first_key, settings.sources, settings.split)
 
+        fingerprint = StreamFingerprint()  # of the records loaded: a file changed since cannot lend its own
+        before = file_state(prepared.dataset)
         lines, words = load_feed(conn, keys, prepared.dataset, with_frequencies=needs_pass, progress=load_progress,
-                                 deadline=deadline, deal=deal)
+                                 deadline=deadline, deal=deal, fingerprint=fingerprint)
+        if file_state(prepared.dataset) != before:
+            log.warning("%s changed while run %s loaded it: the run counts the %d lines it read, and records their "
+                        "fingerprint (a replay of the file as it is now will not compare with it)",
+                        getattr(prepared.dataset, "path", prepared.dataset.spec), settings.run_id, lines)
         base = {
             "run_id": settings.run_id,
             "topology": "wordcount",
             "grouping": prepared.grouping,
             "dataset": prepared.dataset.spec,
-            "dataset_sha256": prepared.dataset.sha256(),
+            "dataset_sha256": fingerprint.hexdigest(),
             "messages": words,
             "lines": lines,
             "workers": settings.workers,
