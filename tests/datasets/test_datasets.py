@@ -341,9 +341,10 @@ def test_generate_refuses_more_messages_than_its_bound_before_writing(tmp_path, 
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_killed_generate_leaves_nothing_under_the_final_name(tmp_path):
+def test_a_killed_generate_leaves_nothing_under_the_final_name_and_the_next_one_clears_it(tmp_path):
     """The file is written under a hidden temporary name and renamed when complete: ``kill -9`` half-way leaves
-    no truncated file that a later command would read as the dataset."""
+    no truncated file that a later command would read as the dataset; the hidden file it leaves (named with its
+    pid) is removed by the next generate of that file, and a live writer's is left alone."""
     import os
     import signal
     import subprocess
@@ -363,6 +364,12 @@ def test_a_killed_generate_leaves_nothing_under_the_final_name(tmp_path):
         proc.kill()
         proc.wait()
     assert not out.exists()
+    left = list(tmp_path.glob(f".big.csv.{proc.pid}-*.tmp"))
+    assert len(left) == 1 and left[0].stat().st_size > 0
+    live = tmp_path / f".big.csv.{os.getpid()}-x.tmp"  # this process: alive
+    live.write_text("")
+    assert main(["datasets", "generate", "zipf:messages=100", "--out", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, live.name])
 
 
 @pytest.mark.parametrize("kind", ["text", "csv", "edges"])
