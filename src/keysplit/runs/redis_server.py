@@ -398,10 +398,10 @@ def socket_path(directory: Path) -> Path:
         private = private_dir(fallback)
     except KeysplitError as exc:  # another user made it first (or a link there): a shorter home is what helps
         room = SOCKET_PATH_MAX - len(os.fsencode(path)) + len(os.fsencode(directory.parent))
-        raise KeysplitError(f"{exc.args[0].split(':')[0]} is not yours to use ({fallback} holds the Redis socket "
-                            f"of a state folder too deep for a socket path: {path} is {len(os.fsencode(path))} "
-                            f"bytes, at most {SOCKET_PATH_MAX}): set KEYSPLIT_HOME to a path of at most {room} "
-                            "bytes (e.g. ~/.keysplit), whose socket is then inside it") from None
+        raise KeysplitError(f"{exc.args[0].split(': ')[0]}; keysplit puts the Redis socket there because "
+                            f"{path} is too long for a socket path ({len(os.fsencode(path))} bytes, at most "
+                            f"{SOCKET_PATH_MAX}): set KEYSPLIT_HOME to a path of at most {room} bytes (e.g. "
+                            "~/.keysplit), whose socket is then inside it") from None
     return private / f"{hashlib.sha256(os.fsencode(directory)).hexdigest()[:20]}.sock"
 
 
