@@ -116,7 +116,7 @@ def test_the_jar_is_written_whole_never_through_a_symlink_and_makes_a_missing_fo
     capsys.readouterr()
     assert victim.read_text() == "not yours\n"
     assert not (tmp_path / "out.jar").is_symlink() and zipfile.is_zipfile(tmp_path / "out.jar")
-    assert main(["jar", "--out", "no/such/dir/x.jar"]) == 0  # as `sparse jar` makes _build/ (issue 43)
+    assert main(["jar", "--out", "no/such/dir/x.jar"]) == 0  # made, as `sparse jar` makes _build/
     assert "created no/such/dir/" in capsys.readouterr().out and zipfile.is_zipfile(tmp_path / "no/such/dir/x.jar")
     (tmp_path / "file").write_text("")
     assert "cannot create its folder file/sub" in one_line(capsys, ["jar", "--out", "file/sub/x.jar"])
