@@ -1,6 +1,7 @@
-"""Sizes a topology file asks for are checked before any process starts, naming the component: when the class is
-built (more tasks than keysplit starts or submits, a router's grouping state beyond memory) and when a run loads it
-(more task processes than this machine can start, as the word count refuses them)."""
+"""Sizes a topology file asks for are checked before any process starts, naming the component: by check_topology,
+which keysplit runs when it loads a topology file (more tasks than keysplit starts or submits, a router's grouping
+state beyond memory), and when a run loads it (more task processes than this machine can start, as the word count
+refuses them)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,19 @@ import pytest
 from cli_process import keysplit
 
 from keysplit.sizes import available_bytes
-from keysplit.toolkit import Aggregate, FeedSpout, KeyRouter, Sum, Topology, TopologyBuildError
+from keysplit.toolkit import Aggregate, FeedSpout, KeyRouter, Sum, Topology, TopologyBuildError, check_topology
 
 
-def test_a_partial_of_100000_tasks_is_refused_when_the_class_is_built():
+def test_a_partial_of_100000_tasks_is_refused_when_the_topology_is_checked():
+    class Pages(Topology):
+        views = FeedSpout.spec(fields=["page", "bytes"])
+        route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg", par=2)
+        partial = Aggregate.partial(inputs=route, accumulator=Sum("bytes"), par=100000)
+        total = Aggregate.merge(inputs=partial, par=2)
+
     started = time.process_time()
     with pytest.raises(TopologyBuildError) as refused:
-        class Pages(Topology):
-            views = FeedSpout.spec(fields=["page", "bytes"])
-            route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg", par=2)
-            partial = Aggregate.partial(inputs=route, accumulator=Sum("bytes"), par=100000)
-            total = Aggregate.merge(inputs=partial, par=2)
+        check_topology(Pages)
     message = str(refused.value)
     assert message.startswith("component 'partial': par=100,000 makes 100,005 tasks") and "lower its par" in message
     assert "\n" not in message and time.process_time() - started < 5  # refused before any work, not after
@@ -29,13 +32,15 @@ def test_a_partial_of_100000_tasks_is_refused_when_the_class_is_built():
 
 def test_a_routers_grouping_state_beyond_memory_is_refused_naming_it():
     assert available_bytes() is not None and available_bytes() < 100 << 30  # gedik: 9,000 x 900 x 16 KB = 132 GB
+    class Pages(Topology):
+        views = FeedSpout.spec(fields=["page", "bytes"])
+        route = KeyRouter.spec(inputs=[views], key="page", grouping="gedik", par=900)
+        partial = Aggregate.partial(inputs=route, accumulator=Sum("bytes"), par=9000)
+        total = Aggregate.merge(inputs=partial, par=1)
+
     with pytest.raises(TopologyBuildError, match=r"^KeyRouter route: gedik in front of 9,000 tasks from 900 sources "
                                                  r"needs about .* GB of memory, more than"):
-        class Pages(Topology):
-            views = FeedSpout.spec(fields=["page", "bytes"])
-            route = KeyRouter.spec(inputs=[views], key="page", grouping="gedik", par=900)
-            partial = Aggregate.partial(inputs=route, accumulator=Sum("bytes"), par=9000)
-            total = Aggregate.merge(inputs=partial, par=1)
+        check_topology(Pages)  # before build_grouping would allocate it
 
 
 TOPOLOGY = '''
