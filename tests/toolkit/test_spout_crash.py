@@ -72,10 +72,10 @@ def test_a_spout_killed_under_until_idle_is_waited_for_and_its_forgotten_trees_f
     out.mkdir()
     (project / "src" / "clicks" / "__init__.py").write_text("")
     (project / "src" / "clicks" / "spouts.py").write_text(SPOUT)
-    (project / "topologies" / "clicks.py").write_text(TOPOLOGY.format(n=N, out=str(out), relaunch=3.0))
+    (project / "topologies" / "clicking.py").write_text(TOPOLOGY.format(n=N, out=str(out), relaunch=3.0))
     monkeypatch.setenv("KEYSPLIT_HOME", str(tmp_path / "home"))
     try:
-        status = main(["run", str(project / "topologies" / "clicks.py"), "--until-idle", "1", "--worker-processes",
+        status = main(["run", str(project / "topologies" / "clicking.py"), "--until-idle", "1", "--worker-processes",
                        "2", "--delivery", "at-least-once", "--kill", "clicks@100", "--json"])
         captured = capsys.readouterr()
         summary = json.loads(captured.out)
@@ -103,8 +103,8 @@ def test_a_kill_by_share_is_refused_for_a_topology_without_a_feed(tmp_path, caps
     (project / "topologies").mkdir()
     (project / "src" / "clicks" / "__init__.py").write_text("")
     (project / "src" / "clicks" / "spouts.py").write_text(SPOUT)
-    (project / "topologies" / "clicks.py").write_text(TOPOLOGY.format(n=N, out=str(tmp_path), relaunch=0))
-    assert main(["run", str(project / "topologies" / "clicks.py"), "--until-idle", "1", "--kill",
+    (project / "topologies" / "clicking.py").write_text(TOPOLOGY.format(n=N, out=str(tmp_path), relaunch=0))
+    assert main(["run", str(project / "topologies" / "clicking.py"), "--until-idle", "1", "--kill",
                  "clicks@0.5"]) == 2
     err = capsys.readouterr().err
     assert "reads no feed" in err and "give @N" in err and err.count("\n") == 1
