@@ -383,6 +383,9 @@ def drive(conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: d
         os.umask(old_umask)
         for handler in handlers:
             handler.removeFilter(quiet)
+    emptied = _restarted_empty(conn, settings.run_id, full_url)
+    if emptied:  # the feed looked done because it was gone with everything else: no summary of nothing
+        raise KeysplitError(f"run {settings.run_id} stopped: {emptied} (task logs in {log_dir})")
     summary = collect(conn, keys, settings, base)
     spout_stats = stats.get(SPOUT, {}) if isinstance(stats, dict) else {}
     mark_totals(summary, timed_out=int(spout_stats.get("timed_out", 0)))
