@@ -127,23 +127,38 @@ class RecordColumns:
             self.any_ts = True
 
 
-def dataset_sha256(records: Iterable[tuple[Optional[float], list[str]]]) -> str:  # noqa: UP045
-    """The fingerprint of a record stream in order (``keysplit run``'s feed, ``Dataset.sha256``)."""
-    fp = Fingerprint()
-    cols = RecordColumns()
+class StreamFingerprint:
+    """The fingerprint of a record stream fed one record at a time (:meth:`add`), for a reader that does something
+    else with the records in the same pass: ``keysplit run`` fingerprints the records it loads into its feed, so a
+    file that changes afterwards (or while it is read) cannot give the run another file's fingerprint."""
 
-    def flush() -> None:
+    def __init__(self) -> None:
+        self.fp = Fingerprint()
+        self.cols = RecordColumns()
+
+    def add(self, ts: Optional[float], keys: list[str]) -> None:  # noqa: UP045
+        self.cols.add(ts, keys)
+        if len(self.cols.ids) >= BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        cols, fp = self.cols, self.fp
         if not cols.lengths:
             return
         lanes = chunk_lanes(key_hashes(cols.vocab), np.asarray(cols.ids, dtype=np.int64),
                             np.asarray(cols.lengths, dtype=np.int64), fp.messages, fp.records,
                             np.asarray(cols.times, dtype=np.float64), np.asarray(cols.timed, dtype=bool))
         fp.add(len(cols.lengths), len(cols.ids), lanes)
+        self.cols = RecordColumns()
 
+    def hexdigest(self) -> str:
+        self._flush()
+        return self.fp.hexdigest()
+
+
+def dataset_sha256(records: Iterable[tuple[Optional[float], list[str]]]) -> str:  # noqa: UP045
+    """The fingerprint of a record stream in order (``keysplit run``'s feed, ``Dataset.sha256``)."""
+    stream = StreamFingerprint()
     for ts, keys in records:
-        cols.add(ts, keys)
-        if len(cols.ids) >= BATCH:
-            flush()
-            cols = RecordColumns()
-    flush()
-    return fp.hexdigest()
+        stream.add(ts, keys)
+    return stream.hexdigest()

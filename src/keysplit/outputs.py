@@ -43,12 +43,19 @@ def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
 STATE_FOLDERS = ("redis", "logs", "spark")
 
 
-def foreign_link(path: str | os.PathLike) -> tuple[str, int] | None:
-    """The first symlink on ``path`` (any of its folders, or itself) that lies in a sticky world-writable folder
-    (``/tmp``) and is owned by neither this user nor that folder's owner, with its owner's uid; None if there is
-    none. Linux refuses to follow such a link when ``fs.protected_symlinks`` is set (``may_follow_link`` in
-    ``fs/namei.c``): another user can plant it there to turn a write into one of this user's files; keysplit
-    applies the same rule whatever the setting."""
+def foreign_link(path: str | os.PathLike) -> tuple[str, int, str] | None:
+    """The first symlink on ``path`` (any of its folders, or itself) that another user controls, with their uid and
+    where it is; None if there is none:
+
+    - a link in a sticky world-writable folder (``/tmp``) owned by neither this user nor that folder's owner: Linux
+      refuses to follow it when ``fs.protected_symlinks`` is set (``may_follow_link`` in ``fs/namei.c``), and
+      keysplit applies the same rule whatever the setting;
+    - any link in a folder that another user (not root) owns, such as ``/tmp/theirs/``: whoever owns the folder
+      can put a link there, or replace one, whoever owns the link, and the kernel's rule does not reach one
+      level below the sticky folder.
+
+    Either can turn a write into one of this user's files."""
+    me = os.geteuid()
     parts = os.path.abspath(os.fspath(path)).split(os.sep)
     folder = os.sep
     for name in parts[1:]:
@@ -62,23 +69,24 @@ def foreign_link(path: str | os.PathLike) -> tuple[str, int] | None:
             return None  # nothing beyond a missing entry: no link to follow
         if stat.S_ISLNK(st.st_mode):
             sticky_shared = parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH
-            if sticky_shared and st.st_uid not in (os.geteuid(), parent.st_uid):
-                return entry, st.st_uid
+            if sticky_shared and st.st_uid not in (me, parent.st_uid):
+                return entry, st.st_uid, "owns in a shared sticky folder"
+            if parent.st_uid not in (me, 0):
+                return entry, parent.st_uid, "controls: it is in their folder"
             entry = os.path.realpath(entry)  # an allowed link: the rest of the path is under its target
         folder = entry
     return None
 
 
 def refuse_foreign_links(option: str, output: str | os.PathLike) -> None:
-    """A one-line KeysplitError when ``output``'s path goes through a symlink another user planted in a sticky
-    world-writable folder (:func:`foreign_link`). Every writer calls it, through :func:`refuse_state` before
-    any work and :func:`atomic_file` at the write."""
+    """A one-line KeysplitError when ``output``'s path goes through a symlink another user controls
+    (:func:`foreign_link`). Every writer calls it, through :func:`refuse_state` before any work and
+    :func:`atomic_file` at the write."""
     found = foreign_link(output)
     if found is not None:
-        link, uid = found
+        link, uid, where = found
         raise KeysplitError(f"{option} {os.fspath(output)} goes through {link}, a symlink that another user (uid "
-                            f"{uid}) owns in a shared sticky folder; keysplit does not follow it: choose another "
-                            "output path")
+                            f"{uid}) {where}; keysplit does not follow it: choose another output path")
 
 
 def refuse_state(option: str, output: str | os.PathLike) -> None:
@@ -122,9 +130,11 @@ def _final_mode(path: str) -> int:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike, option: str = "output", mode: str = "w") -> Iterator[IO]:
+def atomic_file(path: str | os.PathLike, option: str = "output", mode: str = "w",
+                permissions: int | None = None) -> Iterator[IO]:
     """Open a temporary file beside ``path``; on success it replaces ``path``, on any failure it is removed.
-    OSErrors become one-line KeysplitErrors naming ``option``."""
+    OSErrors become one-line KeysplitErrors naming ``option``. ``permissions``: the file's mode (else an existing
+    file's, or 0666 & ~umask)."""
     path = os.fspath(path)
     refuse_foreign_links(option, path)
     folder = os.path.dirname(os.path.abspath(path))
@@ -135,7 +145,7 @@ def atomic_file(path: str | os.PathLike, option: str = "output", mode: str = "w"
     try:
         with open(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
             yield fh
-        os.chmod(tmp, _final_mode(path))
+        os.chmod(tmp, _final_mode(path) if permissions is None else permissions)
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):

@@ -106,7 +106,7 @@ def test_a_state_folder_planted_by_another_user_is_never_followed_nor_touched(tm
     assert stat.S_IMODE(shared.stat().st_mode) == 0o1777 and sorted(p.name for p in shared.iterdir()) == [".keysplit"]
 
 
-def test_the_jar_is_written_whole_never_through_a_symlink_nor_into_a_missing_folder(tmp_path, monkeypatch, capsys):
+def test_the_jar_is_written_whole_never_through_a_symlink_and_makes_a_missing_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     victim = tmp_path / "victim.txt"
     victim.write_text("not yours\n")
@@ -116,10 +116,12 @@ def test_the_jar_is_written_whole_never_through_a_symlink_nor_into_a_missing_fol
     capsys.readouterr()
     assert victim.read_text() == "not yours\n"
     assert not (tmp_path / "out.jar").is_symlink() and zipfile.is_zipfile(tmp_path / "out.jar")
-    assert "does not exist" in one_line(capsys, ["jar", "--out", "no/such/dir/x.jar"])
-    assert not (tmp_path / "no").exists()
+    assert main(["jar", "--out", "no/such/dir/x.jar"]) == 0  # made, as `sparse jar` makes _build/
+    assert "created no/such/dir/" in capsys.readouterr().out and zipfile.is_zipfile(tmp_path / "no/such/dir/x.jar")
+    (tmp_path / "file").write_text("")
+    assert "cannot create its folder file/sub" in one_line(capsys, ["jar", "--out", "file/sub/x.jar"])
     assert main(["jar"]) == 0 and zipfile.is_zipfile(tmp_path / "_build" / "wordcount.jar")  # the default's folder
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["_build", "out.jar", "victim.txt"]  # no temporary left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["_build", "file", "no", "out.jar", "victim.txt"]  # no temp
 
 
 def test_absurd_sizes_are_refused_before_any_memory_is_taken(capsys):

@@ -87,6 +87,21 @@ def test_invalid_utf8_is_replaced_counted_and_reported(tmp_path, caplog):
     assert "2 line(s) were not valid UTF-8" in caplog.text
 
 
+def test_a_csv_key_whose_tab_becomes_a_space_is_said_once_with_where_and_what(tmp_path, caplog):
+    """Records separate keys by tabs and lines, so a key's tab is read as a space and "a\tb" merges with "a b":
+    keysplit says so (once, however often the file is read), naming the first such key and its line."""
+    path = tmp_path / "keys.csv"
+    path.write_text('page,n\n"a b",1\n"a\tb",2\n" edge\t",3\n"c\t\td",4\n')
+    ds = open_dataset(f"csv:{path},key=page")
+    with caplog.at_level(logging.WARNING, logger="keysplit"):
+        assert keys_of(f"csv:{path},key=page") == ["a b", "a b", "edge", "c  d"]
+        list(ds.records())
+        list(ds.records())
+    said = [r.getMessage() for r in caplog.records if "tab or line break" in r.getMessage()]
+    assert len(said) == 2  # one per dataset object (two here), not one per pass
+    assert "2 key(s) of column 'page'" in said[0] and "(the first at line 3): 'a\\tb' is counted as 'a b'" in said[0]
+
+
 def test_edge_list_key_is_the_destination_and_comments_are_skipped(tmp_path):
     path = tmp_path / "g.txt"
     path.write_text("# FromNodeId\tToNodeId\n1\t2\n1 3\nmalformed\n4\t2\n")
@@ -326,9 +341,10 @@ def test_generate_refuses_more_messages_than_its_bound_before_writing(tmp_path, 
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_killed_generate_leaves_nothing_under_the_final_name(tmp_path):
+def test_a_killed_generate_leaves_nothing_under_the_final_name_and_the_next_one_clears_it(tmp_path):
     """The file is written under a hidden temporary name and renamed when complete: ``kill -9`` half-way leaves
-    no truncated file that a later command would read as the dataset."""
+    no truncated file that a later command would read as the dataset; the hidden file it leaves (named with its
+    pid) is removed by the next generate of that file, and a live writer's is left alone."""
     import os
     import signal
     import subprocess
@@ -348,6 +364,12 @@ def test_a_killed_generate_leaves_nothing_under_the_final_name(tmp_path):
         proc.kill()
         proc.wait()
     assert not out.exists()
+    left = list(tmp_path.glob(f".big.csv.{proc.pid}-*.tmp"))
+    assert len(left) == 1 and left[0].stat().st_size > 0
+    live = tmp_path / f".big.csv.{os.getpid()}-x.tmp"  # this process: alive
+    live.write_text("")
+    assert main(["datasets", "generate", "zipf:messages=100", "--out", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, live.name])
 
 
 @pytest.mark.parametrize("kind", ["text", "csv", "edges"])

@@ -85,7 +85,7 @@ def planted(tmp_path):
 
 def test_outputs_never_follow_a_link_another_user_planted_in_a_sticky_folder(planted, tmp_path, capsys):
     link, victim = planted
-    assert foreign_link(link / "replay") == (str(link), 65534)
+    assert foreign_link(link / "replay")[:2] == (str(link), 65534)
     with pytest.raises(KeysplitError, match=f"^--counts-out {link}/c.tsv goes through {link}, a symlink that "
                        "another user \\(uid 65534\\) owns in a shared sticky folder"):
         refuse_foreign_links("--counts-out", link / "c.tsv")
@@ -105,6 +105,33 @@ def test_outputs_never_follow_a_link_another_user_planted_in_a_sticky_folder(pla
     mine.symlink_to(victim, target_is_directory=True)
     os.lchown(mine, 65534, 65534)
     assert foreign_link(mine / "x") is None
+
+
+def test_outputs_never_follow_a_link_in_a_folder_another_user_owns_below_a_sticky_one(tmp_path, capsys):
+    """One level below the sticky folder the kernel's rule no longer applies: /tmp/theirs/out, a link of theirs
+    (or of this user's: they own the folder and can replace it) to this user's folder, is not followed."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder another owner needs root")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    theirs = shared / "theirs"
+    theirs.mkdir()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    link = theirs / "out"
+    link.symlink_to(victim, target_is_directory=True)
+    os.chown(theirs, 65534, 65534)
+    assert foreign_link(link / "c.tsv")[:2] == (str(link), 65534)
+    for owner in (65534, os.geteuid()):
+        os.lchown(link, owner, owner)
+        assert cli_main(["jar", "--out", str(link / "t.jar")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"goes through {link}, a symlink that another user (uid 65534) controls: " \
+            "it is in their folder" in err, err
+    assert os.listdir(victim) == []
+    os.chown(theirs, os.geteuid(), os.getegid())  # the folder is this user's again: the link is theirs to follow
+    assert foreign_link(link / "c.tsv") is None
 
 
 def test_a_line_longer_than_runs_bound_is_one_line_before_spark(tmp_path, capsys):

@@ -147,3 +147,54 @@ def test_invalid_utf8_is_warned_about_once(tmp_path):
     path.write_bytes(b"hello w\xffrld\nfoo bar\n")
     result = keysplit("simulate", "--dataset", f"text:{path}", home=tmp_path / "home", cwd=tmp_path)
     assert result.returncode == 0 and result.stderr.count("not valid UTF-8") == 1, result.stderr
+
+
+def _plain_redis(folder: Path) -> list[str]:
+    """A user's redis-server that keeps nothing on disk, on a Unix socket in ``folder`` (started, daemonised)."""
+    argv = [redis_server.find_server_binary(), "--port", "0", "--unixsocket", str(folder / "redis.sock"), "--save",
+            "", "--appendonly", "no", "--dir", str(folder), "--daemonize", "yes", "--pidfile",
+            str(folder / "redis.pid")]
+    subprocess.run(argv, check=True, timeout=30)
+    deadline = time.monotonic() + 10
+    while not (folder / "redis.sock").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return argv
+
+
+def test_a_redis_that_keeps_nothing_on_disk_is_warned_of_and_its_empty_restart_named(tmp_path):
+    """A user's Redis with no persistence: a warning at the start (as the eviction policy is checked), and when it
+    restarts empty in the middle of the run, the one line names that, not the symptom ("no such key")."""
+    from cli_process import start
+
+    folder = Path(tempfile.mkdtemp(prefix="ks-plain-"))  # a short path for the socket
+    argv = _plain_redis(folder)
+    url = f"unix://{folder / 'redis.sock'}"
+    proc = None
+    try:
+        shown = keysplit("runs", "--redis", url, home=tmp_path / "home", cwd=tmp_path)
+        assert shown.returncode == 0 and 'keeps nothing on disk (appendonly no, save "")' in shown.stderr
+        assert "CONFIG SET appendonly yes" in shown.stderr
+        proc = start("run", "wordcount", "-g", "pkg", "--dataset", "zipf:messages=60000,keys=500", "--cpu-delay",
+                     "1", "-S", "1", "-W", "2", "-A", "1", "--run-id", "emptied", "--redis", url,
+                     home=tmp_path / "home", cwd=tmp_path)
+        conn = redis_server.client(url, reconnect=False)
+        deadline = time.monotonic() + 300
+        while int(conn.hget(RunKeys("emptied").spout(0), "acked") or 0) == 0:  # running, lines acked
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        with open(folder / "redis.pid") as fh:
+            os.kill(int(fh.read()), 9)
+        (folder / "redis.sock").unlink(missing_ok=True)
+        subprocess.run(argv, check=True, timeout=30)  # back at once, empty
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        with open(folder / "redis.pid") as fh:
+            os.kill(int(fh.read()), 9)
+        shutil.rmtree(folder, ignore_errors=True)
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 2, err
+    assert last.startswith("keysplit: error: run emptied stopped: Redis at unix://") and "Traceback" not in err
+    assert "no longer holds the run's keys: it restarted empty or was flushed (up " in last
+    assert 'and keeps nothing on disk (appendonly no, save "")' in last and "no such key" not in last

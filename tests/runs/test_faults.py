@@ -264,3 +264,39 @@ def test_a_machine_where_no_topology_can_start_is_told_to_raise_its_limit_not_to
     assert "ulimit -n 64" in result.stderr and "raise that limit" in result.stderr
     assert "lower -S" not in result.stderr
     assert not (tmp_path / "home").exists()  # refused before anything started
+
+
+def test_counts_out_on_a_full_disk_after_a_finished_run_says_the_counts_are_safe_in_redis(disk, home, tmp_path):
+    """The run finished and its counts are in Redis; only the file cannot be written: the summary is printed, and
+    the one line names the cause, where the counts are and the command that writes them."""
+    text = tmp_path / "t.txt"
+    lines = [[f"word{i}", f"word{i // 2}", "common"] for i in range(8000)]
+    text.write_text("".join(" ".join(words) + "\n" for words in lines))  # counts: ~100 KB
+    exact: dict = {}
+    for words in lines:
+        for word in words:
+            exact[word] = exact.get(word, 0) + 1
+    disk.prepare(home)  # fsize: the server runs on its own, out of reach of the limit put on the command below
+    done = keysplit("run", "wordcount", "-g", "kg", "--dataset", f"text:{text}", "-S", "1", "-W", "2", "-A", "1",
+                    "--run-id", "full", home=home, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    counts = disk.root / "counts.tsv"
+    extra: dict = {}
+    if disk.kind == "tmpfs":
+        disk.fill(home, room=0)
+    else:  # a file size limit on this command (SIGXFSZ ignored, so the write fails as on a full disk)
+        def limit() -> None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, resource.RLIM_INFINITY))  # its state files fit
+        extra = {"preexec_fn": limit, "restore_signals": False}
+    done = keysplit("run", "wordcount", "--collect", "full", "--counts-out", str(counts), home=home, cwd=tmp_path,
+                    **extra)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"keysplit: error: cannot write --counts-out {counts}: ")
+    assert "; run full finished and its counts are safe in Redis: write them once there is room with `keysplit " \
+           f"run wordcount --collect full --counts-out {counts}`" in done.stderr
+    assert "run full" in done.stdout and not counts.exists()  # the summary shown, no partial file
+    if disk.kind == "tmpfs":
+        disk.free(home)
+    done = keysplit("run", "wordcount", "--collect", "full", "--counts-out", str(counts), home=home, cwd=tmp_path)
+    assert done.returncode == 0 and counts_file(counts) == dict(exact)  # what the line said to type

@@ -366,3 +366,36 @@ def test_the_summary_says_whether_totals_are_exact_and_names_the_timeout_setting
     assert "totals: at least" in out and "7 replayed line(s)" in out
     assert out.rstrip().endswith("7 line(s) were not acked within the message timeout of 30 s and were replayed: "
                                  "raise --message-timeout (topology.message.timeout.secs) or lower --max-pending")
+
+
+def test_a_dataset_replaced_while_the_feed_loads_is_recorded_by_what_was_read(tmp_path, monkeypatch, caplog):
+    """The run's dataset_sha256 is the fingerprint of the records it loaded, not of the file as it is afterwards;
+    and keysplit says the file changed under it. The file is replaced (renamed over) once the first 2,000 lines are
+    in the feed: the reader goes on with the file it opened."""
+    from keysplit.datasets import open_dataset
+    from keysplit.runs.prepare import RunOptions, prepare_run
+    from keysplit.runs.wordcount import start_run
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("KEYSPLIT_HOME", str(home))
+    path = tmp_path / "t.txt"
+    write_text(path, 5000)
+    read_first = open_dataset(f"text:{path}").sha256()
+    prepared = prepare_run(RunOptions("pkg", f"text:{path}", run_id="replaced"))
+    replaced = []
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase == "load" and done >= 2000 and not replaced:
+            (tmp_path / "new.txt").write_text("other words entirely\n" * 7)
+            os.replace(tmp_path / "new.txt", path)
+            replaced.append(done)
+
+    try:
+        server = redis_server.start_server(home)
+        with caplog.at_level(logging.WARNING, logger="keysplit"):
+            _, _, base = start_run(redis_server.connect(server.url), prepared, server.url, progress=progress)
+    finally:
+        redis_server.stop_server(home)
+    assert replaced and base["lines"] == 5000
+    assert base["dataset_sha256"] == read_first != open_dataset(f"text:{path}").sha256()
+    assert f"{path} changed while run replaced loaded it: the run counts the 5000 lines it read" in caplog.text

@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import stat
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -345,3 +346,26 @@ def test_a_state_folder_too_deep_for_a_socket_path_uses_a_private_one_in_the_tem
         assert redis_server.client(server.url).ping()
     finally:
         redis_server.stop_server(home, force=True)
+
+
+def test_a_socket_folder_another_user_made_first_says_a_shorter_home_helps(tmp_path, monkeypatch):
+    """Another user made keysplit-UID in the shared temporary folder first: setting KEYSPLIT_HOME helps only if
+    it is short enough for the socket to live in it, which the one line says, with the length that fits."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder another owner needs root")
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    theirs = shared / f"keysplit-{os.geteuid()}"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    monkeypatch.setenv("TMPDIR", str(shared))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    directory = tmp_path / ("d" * 80) / "home" / "redis"
+    with pytest.raises(KeysplitError) as refused:
+        redis_server.socket_path(directory)
+    message = str(refused.value)
+    room = redis_server.SOCKET_PATH_MAX - len("/redis/redis.sock")
+    assert message.startswith(f"{theirs} belongs to uid 65534") and "\n" not in message
+    assert f"set KEYSPLIT_HOME to a path of at most {room} bytes (e.g. ~/.keysplit)" in message
+    assert "a folder of your own" not in message and os.stat(theirs).st_uid == 65534

@@ -53,6 +53,40 @@ def test_heavy_hitters_keep_spacesavings_bound_after_merging():
     assert top == "hot" and truth["hot"] <= estimate <= truth["hot"] + len(rows) / 8
 
 
+@settings(max_examples=60, deadline=None)
+@given(users=st.lists(st.sampled_from("abcdefghijklmnop"), max_size=80), back=st.lists(st.integers(0, 79), max_size=5))
+def test_heavy_hitters_add_is_the_sketch_rebuilt_from_its_state_and_leaves_its_input_alone(users, back):
+    """``add`` keeps a live sketch per state it returned instead of rebuilding one from JSON per row: the states
+    are those of the rebuild, whatever order states are added to (a partial goes back to an older state when a
+    batch is refused), and no state given to ``add`` changes."""
+    acc = HeavyHitters("user", capacity=6, k=3)
+    states = [acc.zero()]
+    for i, user in enumerate(users):
+        start = states[back[i % len(back)] % len(states)] if back and i % 7 == 3 else states[-1]
+        before = json.dumps(start)
+        reference = SpaceSaving.from_state(json.loads(before))
+        reference.update(user)
+        out = acc.add(start, {"user": user})
+        assert json.dumps(start) == before and out == reference.state()
+        states.append(out)
+
+
+def test_heavy_hitters_rebuild_a_sketch_once_per_run_of_rows_not_once_a_row(monkeypatch):
+    built = []
+    original = SpaceSaving.from_state.__func__
+
+    def counted(cls, state):
+        built.append(1)
+        return original(cls, state)
+
+    monkeypatch.setattr(SpaceSaving, "from_state", classmethod(counted))
+    acc = HeavyHitters("user", capacity=100)
+    state = acc.zero()
+    for i in range(1000):
+        state = acc.add(state, {"user": f"u{i % 300}"})
+    assert len(built) == 1 and state["n"] == 1000
+
+
 def test_an_accumulator_is_rebuilt_from_its_description():
     for acc in ACCUMULATORS:
         assert load_accumulator(acc.describe()).describe() == acc.describe()

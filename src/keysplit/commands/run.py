@@ -115,7 +115,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="fault injection, repeatable: kill -9 a task (feed, router, counter, aggregator, topk; task "
                    "INDEX, default 0), a worker process (worker:INDEX) or the managed Redis server (redis; restarted "
                    "a second later from its append-only file) once FRACTION of the lines is acked, or a task or "
-                   "worker during start-up with @start (its worker is relaunched), "
+                   "worker during start-up with @start (its worker is relaunched); @N, a whole number: once N "
+                   "lines are acked (a topology file without keysplit's feed: N of its spouts' tuple trees), "
                    "e.g. --kill counter@0.3 --kill redis@0.6 --kill router@start")
     p.add_argument("--delivery", choices=DELIVERIES, default=DELIVERIES[0],
                    help="exactly-once (default): every word counted once whatever crashes, timeouts or replays "
@@ -250,15 +251,23 @@ def _progress(enabled: bool = True, unit: str = "line") -> Iterator[RunStatus]:
 
 
 def report(args: argparse.Namespace, conn, summary: dict) -> int:
-    """Write ``--counts-out`` and print the summary (table or ``--json``)."""
-    if args.counts_out:
-        write_counts(read_counts(conn, RunKeys(summary["run_id"])), args.counts_out)
+    """Print the summary (table or ``--json``), then write ``--counts-out``: a file that cannot be written (a full
+    disk) after a finished run says where the counts are and how to get them, with the summary already shown."""
     if args.json:
         print_json(summary)
         if summary.get("timed_out"):
             print(f"keysplit: warning: {timeout_note(summary)}", file=sys.stderr)
     else:
         print_summary(summary)
+    if args.counts_out:
+        run_id = summary["run_id"]
+        try:
+            write_counts(read_counts(conn, RunKeys(run_id)), args.counts_out)
+        except KeysplitError as exc:
+            sys.stdout.flush()  # the summary first, then the one line on stderr
+            raise KeysplitError(f"{exc}; run {run_id} finished and its counts are safe in Redis: write them once "
+                                f"there is room with `keysplit run wordcount --collect {run_id} --counts-out "
+                                f"{args.counts_out}`") from None
     return 0
 
 

@@ -100,7 +100,22 @@ def _report(args: argparse.Namespace, summary: dict) -> int:
         print_json(summary)
     else:
         print_summary(summary)
+    forgotten = summary.get("forgotten_trees")
+    if forgotten:  # a crash lost what those trees carried, unless the user's spout emits it again: not a success
+        print(f"keysplit: error: run {summary['run_id']} stopped with {forgotten_text(forgotten)} forgotten by a "
+              "crash (a spout's worker died with them pending, and no ack or fail reaches a spout for them, as in "
+              "Storm): the results hold their rows only if your spout emitted them again", file=sys.stderr)
+        return 1
     return 1 if summary.get("dead_letters") else 0
+
+
+def forgotten_text(forgotten: dict[str, int]) -> str:
+    """``{"clicks": 3, "views": 1}`` -> ``4 tuple trees of spouts 'clicks' (3), 'views' (1)``."""
+    total = sum(forgotten.values())
+    trees = "tuple tree" if total == 1 else "tuple trees"
+    if len(forgotten) == 1:
+        return f"{total} {trees} of spout {next(iter(forgotten))!r}"
+    return f"{total} {trees} of spouts " + ", ".join(f"{name!r} ({n})" for name, n in forgotten.items())
 
 
 def _redis(args: argparse.Namespace) -> str | None:
@@ -171,7 +186,9 @@ def print_summary(s: dict) -> None:
     if s.get("dead_letters"):
         print_dead_letters(s["dead_letters"], s["run_id"])
     if s.get("kills"):
-        out.write("\nkills: " + describe_kills(s["kills"], "rows") + "\n")
+        out.write("\nkills: " + describe_kills(s["kills"], "rows" if s.get("dataset") else "tuple trees") + "\n")
+    if s.get("forgotten_trees"):
+        out.write(f"forgotten by a crash: {forgotten_text(s['forgotten_trees'])}\n")
     if s.get("results_out"):
         out.write(f"\nevery key's result: {s['results_out']}\n")
     if s.get("log_dir"):

@@ -13,6 +13,7 @@ import csv
 import gzip
 import io
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from typing import IO
@@ -147,6 +148,31 @@ def _write_text(dataset: Dataset, out: str, words_per_line: int) -> tuple[str, i
     return f"text:{out}", lines
 
 
+def _remove_dead_temporaries(folder: str, prefix: str) -> None:
+    """Remove this user's ``<prefix><pid>-*.tmp`` files in ``folder`` whose process is gone: what a ``kill -9``
+    of an earlier write of the same file left (the pid in the name says whose it is; a live one is left alone)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split("-", 1)[0] if name.startswith(prefix) and name.endswith(".tmp") else ""
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (a write of the same file right now)
+        except PermissionError:
+            continue  # alive, another user's
+        except (ProcessLookupError, OverflowError):
+            pass
+        path = os.path.join(folder, name)
+        with contextlib.suppress(OSError):
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                os.unlink(path)
+
+
 @contextlib.contextmanager
 def _text_output(out: str) -> Iterator[IO[str]]:
     """UTF-8 text written under a hidden temporary name beside ``out`` (gzipped when ``out`` ends in .gz) and
@@ -154,8 +180,10 @@ def _text_output(out: str) -> Iterator[IO[str]]:
     truncated file under the final name. (Not :func:`keysplit.outputs.atomic_file`: the dataset readers travel
     in the topology jar, which holds no CLI module.)"""
     folder = os.path.dirname(os.path.abspath(out))
+    prefix = f".{os.path.basename(out)}."
+    _remove_dead_temporaries(folder, prefix)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=f"{prefix}{os.getpid()}-", suffix=".tmp", dir=folder)
     except OSError as exc:
         raise DatasetError(f"cannot write {out}: {exc.strerror or exc}") from None
     try:

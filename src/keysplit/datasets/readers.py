@@ -220,8 +220,16 @@ class _ColumnDataset(FileDataset):
         super().__init__(path)
         self.spec = f"{self.kind}:{path},key={key}" + (f",time={time}" if time else "")
         self.empty_keys = 0
+        self.respaced_keys = 0  # keys whose tab or line break became a space (record text separates keys by tabs)
+        self.first_respaced: tuple[int | None, str] | None = None
 
     def make_record(self, key: str, ts: object) -> Record | None:
+        if isinstance(key, str) and ("\t" in key or "\n" in key or "\r" in key) and key.strip("\t\n\r ") != "":
+            inner = key.strip()
+            if "\t" in inner or "\n" in inner or "\r" in inner:  # it becomes a space: said once (report)
+                self.respaced_keys += 1
+                if self.first_respaced is None:
+                    self.first_respaced = (getattr(self, "line_number", None), inner)
         key = clean_key(key)
         if not key:
             self.empty_keys += 1
@@ -241,6 +249,13 @@ class _ColumnDataset(FileDataset):
         if self.empty_keys:
             log.warning("%s: %d record(s) with an empty key %r were skipped", self.path, self.empty_keys,
                         self.key_column)
+        if self.respaced_keys and not getattr(self, "_respaced_reported", False):  # once, however often it is read
+            self._respaced_reported = True
+            line, key = self.first_respaced  # type: ignore[misc]
+            log.warning("%s: %d key(s) of column %r held a tab or line break, which keysplit reads as a space (its "
+                        "records separate keys by tabs and lines), so keys that differ only there are counted as "
+                        "one%s: %r is counted as %r", self.path, self.respaced_keys, self.key_column,
+                        f" (the first at line {line})" if line else "", key, clean_key(key))
 
 
 class CsvDataset(_ColumnDataset):
@@ -310,6 +325,7 @@ class CsvDataset(_ColumnDataset):
     def records(self) -> Iterator[Record]:
         self.ragged_rows = 0
         self.first_ragged = None
+        self.respaced_keys, self.first_respaced = 0, None
         yield from super().records()
 
     def report(self) -> None:
@@ -376,6 +392,7 @@ class ParquetDataset(_ColumnDataset):
 
     def records(self) -> Iterator[Record]:
         self.empty_keys = 0
+        self.respaced_keys, self.first_respaced = 0, None
         row = 1
         for batch in self.batches():
             yield from self.table_records(batch, row)

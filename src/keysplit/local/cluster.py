@@ -284,8 +284,11 @@ class LocalCluster:
         ``fail`` sent to the spout, hence a replay for a reliable spout), ``dropped`` (tuples lost because
         the target task was down or, for direct emits, not a subscriber), ``errors`` (``error`` commands),
         ``restarts`` (process starts after the first), ``deaths`` (the task's own process died: crash, kill,
-        heartbeat timeout; not counting being taken down with its worker), ``unacked`` (inputs delivered and
-        neither acked nor failed), ``pending`` (pending trees, spouts) and ``queued`` (input backlog, bolts).
+        heartbeat timeout; not counting being taken down with its worker), ``forgotten`` (spouts: trees pending
+        when the task's process died, which no ``ack`` or ``fail`` will ever reach, as in Storm, where the acker's
+        ``ack``/``fail`` for them goes to an executor that no longer holds their message ids), ``unacked`` (inputs
+        delivered and neither acked nor failed), ``pending`` (pending trees, spouts) and ``queued`` (input
+        backlog, bolts).
         """
         out: dict[str, dict[str, Any]] = {}
         for comp in self.components.values():
@@ -312,6 +315,13 @@ class LocalCluster:
         return {"acked": acked, "replayed": sum(t.failed + t.timed_out for t in tasks), "duration_s": duration,
                 "rows_per_second": acked / duration if acked and duration else 0.0,
                 "latency_ms": hist.summary() if acked else None}
+
+    def spouts_up_since(self) -> float | None:
+        """The monotonic time the last spout task came up (its process answered its first ``next``, so its
+        ``initialize`` returned), or None while some spout task is down, restarting or still initialising: a spout
+        that has emitted nothing since then has had its chance to."""
+        ups = [t.up_since for t in self.spouts]
+        return None if any(u is None for u in ups) else max(ups, default=0.0)  # type: ignore[type-var]
 
     def summary(self) -> dict[str, Any]:
         """What the run went through: ``workers`` (``topology.workers``), ``worker_restarts``,

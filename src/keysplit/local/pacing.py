@@ -163,6 +163,8 @@ class Pacing:
         """A spout answered a command with ``sync``; after its last outstanding ``next``, measure the emits per
         call, and an idle spout waits (Storm's spout wait strategy) before it is called again."""
         if task.is_spout and task.sent_kinds and task.sent_kinds.popleft():
+            if task.up_since is None:  # its first ``next`` answered: initialize() has returned, nextTuple ran
+                task.up_since = time.monotonic()
             task.next_out -= 1
             if task.next_out == 0:
                 task.idle = task.emits_since_next == 0

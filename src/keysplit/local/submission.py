@@ -27,8 +27,7 @@ from typing import Any
 from keysplit.errors import KeysplitError
 from keysplit.outputs import atomic_file
 
-#: Build leftovers that a source tree holds but a jar has no use for (bytecode is rebuilt on the worker).
-_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "*.egg-info", ".*")
+from .source_tree import read_source_tree
 
 #: What the topology jar holds of the ``keysplit`` package (paths below it, globs allowed): the components
 #: (``storm/``) and what they import, every registered grouping with its sketches and Gedik's partitioning
@@ -38,7 +37,7 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "*.egg-info", 
 #: alone under ``python -S``, so a module missing here fails there.
 JAR_CONTENTS = (
     "__init__.py", "errors.py", "specs.py", "hashing.py", "javahash.py", "fingerprint.py", "stream.py",
-    "redis_client.py", "latency.py",
+    "redis_client.py", "latency.py", "sizes.py",
     "datasets/*.py", "groupings/*.py", "sketches/*.py", "storm/*.py", "toolkit/*.py",
     "partitioning/__init__.py", "partitioning/adaptive.py", "partitioning/construct.py", "partitioning/function.py",
     "partitioning/penalties.py", "partitioning/readj.py", "partitioning/redist.py", "partitioning/resources.py",
@@ -53,10 +52,11 @@ def jar_files(package: Path) -> list[Path]:
 
 
 def build_resources(dest: str | os.PathLike, src: str | os.PathLike | None = None, *,
-                    with_keysplit: bool = False) -> Path:
+                    with_keysplit: bool = False, left_out: list[tuple[str, str]] | None = None) -> Path:
     """Make ``dest``, laid out as the jar's ``resources/``; returns ``dest``.
 
-    A given ``src`` is copied whole, as streamparse copies a project's ``src/``. Without one, or with
+    A given ``src`` is copied as :func:`~.source_tree.read_source_tree` lists it (the files under it, no link out of
+    it, no key or credential file), and what it left out is appended to ``left_out``. Without one, or with
     ``with_keysplit`` when ``src`` holds no ``keysplit`` package (a user's project whose topology uses
     keysplit.toolkit), the files of the ``keysplit`` package this code runs from that :data:`JAR_CONTENTS` names
     are copied to ``dest/keysplit``; it works for an installed keysplit too (whose parent directory is
@@ -65,39 +65,54 @@ def build_resources(dest: str | os.PathLike, src: str | os.PathLike | None = Non
     dest = Path(dest)
     if dest.exists():
         shutil.rmtree(dest)
-    if src is not None:
-        src = Path(src)
-        if not src.is_dir():
-            raise KeysplitError(f"{src} is not a directory: a streamparse project keeps its Python code in src/")
-        shutil.copytree(src, dest, ignore=_IGNORE)
-        if not with_keysplit or (dest / "keysplit").exists():
-            return dest
-    package = Path(__file__).resolve().parents[1]
-    for path in jar_files(package):
-        target = dest / package.name / path.relative_to(package)
+    dest.mkdir(parents=True)
+    for path, name in resource_files(src, with_keysplit=with_keysplit, left_out=left_out):
+        target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
+        try:
+            shutil.copyfile(path, target)
+            shutil.copystat(path, target)
+        except OSError as exc:
+            raise KeysplitError(f"cannot copy {path}: {exc.strerror or exc}") from None
     return dest
 
 
-def write_jar(out: str | os.PathLike, src: str | os.PathLike | None = None, *, with_keysplit: bool = False
-              ) -> list[str]:
-    """Write the topology jar ``sparse submit -j`` uploads: ``resources/<tree of build_resources>`` plus a
-    manifest; no Storm class (the cluster's own Storm runs the multi-lang components). Returns the entries."""
-    import tempfile
+def resource_files(src: str | os.PathLike | None = None, *, with_keysplit: bool = False,
+                   left_out: list[tuple[str, str]] | None = None, include: tuple[str, ...] = ()
+                   ) -> list[tuple[Path, str]]:
+    """What :func:`build_resources` puts in ``resources/``: ``(file to read, name below resources/)``, sorted."""
+    files: list[tuple[Path, str]] = []
+    if src is not None:
+        tree = read_source_tree(src, include)
+        if left_out is not None:
+            left_out.extend(tree.left_out)
+        files = tree.files
+        if not with_keysplit or any(name.startswith("keysplit/") for _, name in files):
+            return files
+    package = Path(__file__).resolve().parents[1]
+    files += [(path, f"{package.name}/{path.relative_to(package).as_posix()}") for path in jar_files(package)]
+    return sorted(files, key=lambda f: f[1])
 
+
+def write_jar(out: str | os.PathLike, src: str | os.PathLike | None = None, *, with_keysplit: bool = False,
+              include: tuple[str, ...] = (), left_out: list[tuple[str, str]] | None = None) -> list[str]:
+    """Write the topology jar ``sparse submit -j`` uploads: ``resources/<the files of build_resources>`` plus a
+    manifest; no Storm class (the cluster's own Storm runs the multi-lang components). Returns the entries; what
+    of ``src`` was left out is appended to ``left_out``. Zipped straight from the files (no temporary copy), and
+    written private (0600): it may hold whatever the project's code holds."""
     out = Path(out)
-    with tempfile.TemporaryDirectory(prefix="keysplit-jar-") as tmp:
-        tree = build_resources(Path(tmp) / "resources", src, with_keysplit=with_keysplit)
-        names: list[str] = ["META-INF/MANIFEST.MF"]
-        files = sorted(p for p in tree.rglob("*") if p.is_file())
-        # written whole under a temporary name and renamed: never half a jar, never through a symlink at ``out``
-        with atomic_file(out, "the jar", "wb") as fh, zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as jar:
-            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: keysplit jar\r\n\r\n")
-            for path in files:
-                name = "resources/" + path.relative_to(tree).as_posix()
-                jar.write(path, name)
-                names.append(name)
+    files = resource_files(src, with_keysplit=with_keysplit, left_out=left_out, include=include)
+    names: list[str] = ["META-INF/MANIFEST.MF"]
+    # written whole under a temporary name and renamed: never half a jar, never through a symlink at ``out``
+    with atomic_file(out, "the jar", "wb", permissions=0o600) as fh, \
+            zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as jar:
+        jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: keysplit jar\r\n\r\n")
+        for path, name in files:
+            try:
+                jar.write(path, "resources/" + name)
+            except OSError as exc:
+                raise KeysplitError(f"cannot read {path}: {exc.strerror or exc}") from None
+            names.append("resources/" + name)
     return names
 
 

@@ -213,6 +213,7 @@ class Supervisor:
         task.inflight.clear()
         task.inputs.clear()  # the worker's ShellBolt and its pending inputs are gone
         dropped_trees = c.acker.drop_spout(task) if task.is_spout else 0
+        task.forgotten += dropped_trees  # no ack or fail will ever reach a spout for these (stats: "forgotten")
         c.dirty.discard(task)
         tail = task.stderr_tail(5)
         log.warning("task %s[%d] (id %d, pid %s, worker %d) %s with code %s; %s; restarting in %.1f s%s", task.name,

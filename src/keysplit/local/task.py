@@ -28,7 +28,7 @@ WRITE_BATCH = 512
 READ_SIZE = 1 << 16
 
 COUNTERS = ("emitted", "transferred", "executed", "acked", "failed", "timed_out", "dropped", "errors", "restarts",
-            "deaths")
+            "deaths", "forgotten")
 
 
 class TaskProcess:
@@ -75,6 +75,9 @@ class TaskProcess:
         self.complete_latency = LatencyHistogram()  # ms from a tree's emit to its ack (Storm's complete latency)
         self.first_emit: float | None = None  # monotonic: the first acked tree's emit, and the last ack
         self.last_ack: float | None = None
+        # monotonic time this process of a spout answered its first ``next``: its ``initialize`` has returned and
+        # it can emit (None before, and while it is down); a run's "idle" counts only from then (runs/topology_run)
+        self.up_since: float | None = None
         self.stderr_path: Path | None = None
         self.liveness: Liveness | None = None  # signs of life until the handshake is answered (liveness.py)
         self.log_file: Any = None
@@ -115,6 +118,7 @@ class TaskProcess:
         self.nexts_sent = 0
         self.per_next = 1.0
         self.idle = True  # one call first, to measure how many tuples a call emits
+        self.up_since = None
 
     @property
     def running(self) -> bool:
@@ -125,6 +129,7 @@ class TaskProcess:
         """Close the pipes (and SIGKILL the process if ``kill``); return its exit code if known."""
         self.alive = False
         self.ready = False
+        self.up_since = None
         proc = self.proc
         if proc is None:
             return None

@@ -7,6 +7,10 @@ once a fraction of the lines is acked, as a crash on a cluster would.
 - ``redis``: SIGKILL of the managed Redis server, restarted :data:`REDIS_DOWN_SECS` later on the same socket from
   its append-only file; the components' clients reconnect meanwhile (``redis_server.client``).
 
+``COMPONENT[:INDEX]@N`` (a whole number N >= 1) fires once N lines (rows) are acked, and is how a topology with no
+keysplit feed, which has no total to take a fraction of, gets a fault: once its spouts have had N tuple trees
+acked (runs/topology_run.py).
+
 ``COMPONENT[:INDEX]@start`` kills the task (or every task of the worker) while the topology starts, before it
 answers its handshake: the supervisor relaunches its worker (local/supervisor.py), as Storm's does for a worker
 that does not come up.
@@ -40,11 +44,22 @@ log = logging.getLogger("keysplit.run")
 
 @dataclass(frozen=True)
 class Kill:
-    """One ``--kill``: ``kind`` (a component, ``worker`` or ``redis``), ``index``, ``fraction`` of lines acked."""
+    """One ``--kill``: ``kind`` (a component, ``worker`` or ``redis``), ``index``, ``fraction`` of lines acked
+    (a whole number >= 1: that many lines)."""
 
     kind: str
     index: int
     fraction: float
+
+    @property
+    def is_count(self) -> bool:
+        return self.fraction >= 1
+
+    def due(self, acked: int, lines: int | None) -> bool:
+        """Whether ``acked`` lines of ``lines`` (None: no total known) reach this kill."""
+        if self.is_count:
+            return acked >= self.fraction
+        return lines is not None and acked >= self.fraction * lines
 
     @property
     def target(self) -> str:
@@ -53,7 +68,7 @@ class Kill:
 
 def parse_kill(text: str, components: tuple[str, ...] = TASK_KINDS) -> Kill:
     """``COMPONENT[:INDEX]@FRACTION``, e.g. ``counter@0.5``, ``router:2@0.25``, ``redis@0.4``; FRACTION ``start``
-    for a task or worker: during start-up.
+    for a task or worker: during start-up; a whole number N >= 1: once N lines are acked.
 
     >>> parse_kill("counter:1@0.5")
     Kill(kind='counter', index=1, fraction=0.5)
@@ -72,8 +87,9 @@ def parse_kill(text: str, components: tuple[str, ...] = TASK_KINDS) -> Kill:
         fraction = float(frac)
     except ValueError:
         raise KeysplitError(usage) from None
-    if not 0 <= fraction < 1:
-        raise KeysplitError(f"--kill {text!r}: FRACTION is the share of lines acked when it fires, in [0, 1)")
+    if not (0 <= fraction < 1 or (fraction >= 1 and fraction.is_integer() and fraction <= 2**53)):
+        raise KeysplitError(f"--kill {text!r}: FRACTION is the share of lines acked when it fires, in [0, 1), or "
+                            "a whole number of lines acked")
     return Kill(kind, int(index) if colon else 0, fraction)
 
 
@@ -146,11 +162,12 @@ class Injector:
             self.fired.append({"target": kill.target, "fraction": "start", "acked": 0})
             self.kills.pop(0)
 
-    def fire_due(self, cluster: Any, acked: int, lines: int) -> None:
-        """Fire the next kill if its fraction of ``lines`` is acked and its target runs now. One kill per call:
-        the runner notices this death before the next one fires, so two kills due at once are two crashes (two
-        worker restarts), not one."""
-        if not self.kills or acked < self.kills[0].fraction * lines:
+    def fire_due(self, cluster: Any, acked: int, lines: int | None) -> None:
+        """Fire the next kill if its fraction of ``lines`` (or its count) is acked and its target runs now. One
+        kill per call: the runner notices this death before the next one fires, so two kills due at once are two
+        crashes (two worker restarts), not one. ``lines`` None: a topology with no feed, whose total is unknown
+        (only counts fire; runs/topology_run.py refuses fractions there)."""
+        if not self.kills or not self.kills[0].due(acked, lines):
             return
         kill = self.kills[0]
         if kill.kind == "redis":
@@ -167,9 +184,9 @@ class Injector:
                 return
             self.restarts_at_kill = cluster.summary()["task_restarts"]
             pids = [cluster.kill_task(kill.kind, kill.index)]
-        log.warning("--kill %s@%g: killed %s (pid %s) with %d of %d lines acked", kill.target, kill.fraction,
-                    kill.target, ",".join(map(str, pids)), acked, lines)
-        if acked >= lines:  # the acks outran the runner's poll: the crash found nothing in flight
+        log.warning("--kill %s@%g: killed %s (pid %s) with %d of %s lines acked", kill.target, kill.fraction,
+                    kill.target, ",".join(map(str, pids)), acked, "?" if lines is None else lines)
+        if lines is not None and acked >= lines:  # the acks outran the runner's poll: nothing was in flight
             log.warning("--kill %s@%g fired only after every line was acked: it tested no recovery of lines in "
                         "flight; give a smaller fraction or a larger dataset", kill.target, kill.fraction)
         self.fired.append({"target": kill.target, "fraction": kill.fraction, "acked": acked, "lines": lines})

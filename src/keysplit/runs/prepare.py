@@ -16,6 +16,7 @@ import redis
 
 from keysplit.datasets import Dataset, encode_record, open_dataset, require_records
 from keysplit.errors import KeysplitError
+from keysplit.fingerprint import StreamFingerprint
 from keysplit.groupings import check_grouping
 from keysplit.runs.faults import check_kills, parse_kill
 from keysplit.runs.records import check_run_id
@@ -179,15 +180,42 @@ def check_task_count(tasks: int) -> None:
                             "--counter-tasks, -A or --spouts")
 
 
+def check_topology_tasks(parallelism: dict[str, int]) -> None:
+    """Refuse a topology file's sizes this machine cannot start (``par=1000`` began 1,000 processes of 50 MB on a
+    23 GB machine), naming its biggest component, before anything is loaded or spawned: the word count's check
+    (:func:`check_task_count`) for any topology."""
+    tasks = sum(parallelism.values())
+    limit, why = machine_task_limit()
+    if tasks > limit:
+        biggest = sorted(parallelism.items(), key=lambda kv: -kv[1])
+        shares = ", ".join(f"{name} x{n:,}" for name, n in biggest[:3]) + (", ..." if len(biggest) > 3 else "")
+        raise KeysplitError(f"this topology needs {tasks:,} task processes ({shares}); this machine can start about "
+                            f"{max(limit, 0):,} ({why}): lower the par of {biggest[0][0]!r}"
+                            + (" or raise that limit" if limit < MIN_TASKS else ""))
+
+
+def file_state(dataset: Dataset) -> tuple[int, int, int] | None:
+    """A dataset file's (inode, size, modification time in ns), to see whether it changed while it was read (None:
+    a generated dataset, or a file gone)."""
+    path = getattr(dataset, "path", None)
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns) if st else None
+
+
 def load_feed(
     conn: redis.Redis, keys: RunKeys, dataset: Dataset, *, with_frequencies: bool = False,
     progress: Callable[[int], None] | None = None, deadline: float | None = None,
-    deal: Callable[[int, str], int] | None = None,
+    deal: Callable[[int, str], int] | None = None, fingerprint: StreamFingerprint | None = None,
 ) -> tuple[int, int]:
     """Append every record with at least one key to the run's feed stream (pipelined); returns (lines,
     words). Records without keys are skipped, as the simulator skips them. ``with_frequencies`` also stores
     the exact key counts (for groupings that need a full pass). ``deal(index, first key)`` gives each line the router
-    (source) the simulator deals its record to, stored with the line for the spout (``d``)."""
+    (source) the simulator deals its record to, stored with the line for the spout (``d``). ``fingerprint`` is fed
+    every record read (those without keys too, as ``Dataset.sha256`` reads them): the fingerprint of what was
+    loaded, whatever the file holds afterwards."""
     words = 0
     frequencies: Counter = Counter()
 
@@ -195,6 +223,8 @@ def load_feed(
         nonlocal words
         lines = 0
         for index, record in enumerate(dataset.records()):
+            if fingerprint is not None:
+                fingerprint.add(*record)
             if not record[1]:
                 continue
             entry = {"r": encode_record(record), "n": index, "s": lines}

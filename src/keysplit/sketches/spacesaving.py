@@ -93,6 +93,14 @@ class SpaceSaving:
         heapq.heapreplace(heap, (c << shift) | s)
         return c
 
+    def slot(self, key: str) -> int | None:
+        """The slot of a monitored key (its place in :meth:`items` and in :meth:`state`'s items), else None."""
+        return self._slot_of.get(key)
+
+    def item(self, slot: int) -> list:
+        """``[key, count, error]`` of ``slot``, as :meth:`state` lists it."""
+        return [self._keys[slot], self._counts[slot], self._errors[slot]]
+
     def update_many(self, keys: Iterable[str]) -> None:
         """Offer every key of ``keys`` in order."""
         for key in keys:

@@ -202,15 +202,35 @@ class HeavyHitters(Accumulator):
         super().__init__(field=field, capacity=capacity, k=k)
         self.field, self.capacity, self.k = field, capacity, k
         self.fields = (field,)
+        self._live: dict[int, tuple[dict, SpaceSaving]] = {}  # id(state) -> (that state, its sketch)
+
+    #: Live sketches of the states ``add`` returned last (at most this many keys): the next ``add`` of such a state
+    #: updates its sketch instead of rebuilding it from the JSON state (1.2 ms a row at capacity 100).
+    LIVE_SKETCHES = 1024
 
     def zero(self) -> dict:
         return SpaceSaving(self.capacity).state()
 
     def add(self, state: dict, record: Record) -> dict:
-        sketch = SpaceSaving.from_state(state)
+        """A new state (``state`` itself is left as it was: a partial task may go back to it when a batch is
+        refused), computed in O(1) from the live sketch of ``state`` when ``add`` returned it last: only the
+        counter that changed is a new item; the other items are shared with ``state``, which no one mutates."""
+        live = self._live.pop(id(state), None)
+        sketch = live[1] if live is not None and live[0] is state else SpaceSaving.from_state(state)
         value = record.get(self.field)
-        sketch.update("" if value is None else str(value))
-        return sketch.state()
+        key = "" if value is None else str(value)
+        sketch.update(key)
+        slot = sketch.slot(key)
+        items = list(state["items"])
+        if slot == len(items):
+            items.append(sketch.item(slot))  # type: ignore[arg-type]
+        else:
+            items[slot] = sketch.item(slot)  # type: ignore[index]
+        out = {"capacity": state["capacity"], "n": sketch.n, "items": items}
+        if len(self._live) >= self.LIVE_SKETCHES:
+            self._live.pop(next(iter(self._live)))  # the oldest: its key rebuilds from JSON when it comes back
+        self._live[id(out)] = (out, sketch)  # the state kept with it: its id cannot be reused while cached
+        return out
 
     def merge(self, a: dict, b: dict) -> dict:
         return SpaceSaving.from_state(a).merge(SpaceSaving.from_state(b)).state()

@@ -295,11 +295,53 @@ def _checked(accumulator: Any, where: str) -> Accumulator:
         raise TopologyBuildError(str(exc)) from None
 
 
+#: The most tasks one topology may have (the sum of its components' ``par``). Each task is a process on the local
+#: runner (about 50 MB) and an executor on a cluster, and every task's handshake lists every task, so a runner
+#: grows with its square: ``par=100000`` grew one by 100 MB a second before any task started. The machine's own
+#: limit (memory, ``ulimit``) is checked when a run loads the topology (runs/prepare.py check_topology_tasks).
+MAX_TOPOLOGY_TASKS = 10_000
+
+
+def check_sizes(specs: Mapping[str, Any]) -> None:
+    """Refuse, naming the component, sizes no run can start: more than :data:`MAX_TOPOLOGY_TASKS` tasks, and a
+    router whose grouping state (per downstream task and source) would not fit in this machine's memory."""
+    from keysplit.sizes import DEFAULT_WORKER_SOURCE_BYTES, WORKER_SOURCE_BYTES, check_memory
+
+    def par(spec: Any) -> int:  # streamparse also takes a dict of per-stage hints
+        return spec.par if isinstance(spec.par, int) else max(spec.par.values(), default=1)
+
+    total = sum(par(spec) for spec in specs.values())
+    if total > MAX_TOPOLOGY_TASKS:
+        biggest = max(specs.values(), key=par)
+        raise TopologyBuildError(f"component {biggest.name!r}: par={par(biggest):,} makes {total:,} tasks in the "
+                                 f"topology, more than keysplit starts or submits (at most {MAX_TOPOLOGY_TASKS:,}): "
+                                 "lower its par")
+    for spec in specs.values():
+        if not isinstance(spec, KeyRouterSpec):
+            continue
+        behind = [par(s) for s in specs.values() if any(
+            (sid.componentId if isinstance(sid.componentId, str) else sid.componentId.name) == spec.name
+            for sid in (s.inputs or {}))]
+        workers = spec.workers or max(behind, default=1)
+        try:
+            name = parse_spec(spec.grouping)[0]
+        except KeysplitError:
+            continue  # check_topology names the bad spec
+        per = WORKER_SOURCE_BYTES.get(name, DEFAULT_WORKER_SOURCE_BYTES)
+        try:
+            check_memory(float(workers) * par(spec) * per, f"{spec.grouping} in front of {workers:,} tasks from "
+                         f"{par(spec):,} sources", "lower the par of the router or of the tasks behind it")
+        except KeysplitError as exc:
+            raise TopologyBuildError(f"KeyRouter {spec.name}: {exc}") from None
+
+
 def check_topology(topology: Any) -> None:
-    """Refuse, in one line naming the component, what only the whole topology shows: a router whose downstream
-    does not exist or is not subscribed on the route field, more choices than downstream tasks (``pkg:d=5`` in
-    front of 4 tasks), a partial without its merge, or two exactly-once merges on one feed."""
+    """Refuse, in one line naming the component, what only the whole topology shows: sizes no run can start
+    (:func:`check_sizes`), a router whose downstream does not exist or is not subscribed on the route field, more
+    choices than downstream tasks (``pkg:d=5`` in front of 4 tasks), a partial without its merge, or two
+    exactly-once merges on one feed."""
     specs = {spec.name: spec for spec in getattr(topology, "specs", [])}
+    check_sizes(specs)
     subscribers: dict[tuple[str, str], list[tuple[str, Any]]] = {}
     for spec in specs.values():
         for stream_id, grouping in (spec.inputs or {}).items():
