@@ -1,5 +1,5 @@
-"""Gedik's routers in separate processes decide as the simulator's sources, whatever their relative speeds (issue 43:
-on Storm the loads were not ``simulate``'s and not the same twice, the followers installing the leader's rebuilds
+"""Gedik's routers in separate processes decide as the simulator's sources, whatever their relative speeds (on
+Storm the loads were not ``simulate``'s and not the same twice, the followers installing the leader's rebuilds
 whenever their poll came round).
 
 Each router here runs in its own thread with its own Redis channel, as separate processes would, at a pace drawn

@@ -261,3 +261,30 @@ def redis_url(args: argparse.Namespace) -> str | None:
     if given is None and env:
         return with_password(url, env)
     return url
+
+
+def check_results_writable(path: str) -> None:
+    """The folder of ``--results-out`` (``--counts-out``) must exist and be writable (the file is written at the end,
+    atomically; nothing is created now, so a run that fails leaves no empty file)."""
+    from keysplit.outputs import refuse_state
+
+    if not path.strip():
+        raise KeysplitError("--results-out is an empty path; name a file")
+    refuse_state("--results-out", path)
+    if os.path.isdir(path):
+        raise KeysplitError(f"cannot write --results-out {path}: it is a directory")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise KeysplitError(f"cannot write --results-out {path}: directory {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise KeysplitError(f"cannot write --results-out {path}: permission denied")
+
+
+def check_results_out(path: str, dataset: Any) -> None:
+    """:func:`check_results_writable`, and never over the dataset the run reads."""
+    from keysplit.datasets.readers import FileDataset
+    from keysplit.outputs import refuse_inputs
+
+    check_results_writable(path)
+    if isinstance(dataset, FileDataset):
+        refuse_inputs("--results-out", path, [dataset.path])

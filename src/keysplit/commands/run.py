@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 from collections.abc import Iterator
 
@@ -16,6 +15,8 @@ from keysplit.cli import command_summary
 from keysplit.commands.common import (
     Stopped,
     add_redis_options,
+    check_results_out,
+    check_results_writable,
     cpu_delay,
     positive_float,
     positive_int,
@@ -29,9 +30,7 @@ from keysplit.commands.run_status import RunStatus
 from keysplit.commands.run_topology import run_seconds
 from keysplit.commands.simulate import GROUPINGS_EPILOG, GroupingsHelpFormatter
 from keysplit.datasets import open_dataset
-from keysplit.datasets.readers import FileDataset
 from keysplit.errors import KeysplitError
-from keysplit.outputs import refuse_inputs, refuse_state
 from keysplit.redis_client import redact
 from keysplit.runs.collect import collect_run, read_counts, stored_run, write_counts
 from keysplit.runs.faults import describe_kills
@@ -186,10 +185,10 @@ def _run(args: argparse.Namespace) -> int:
         if given:
             raise KeysplitError(f"{modes[0]} takes the run's own settings; drop {', '.join(given)}")
         if args.counts_out:
-            _check_writable(args.counts_out)
+            check_results_writable(args.counts_out)
         with session(redis_url(args)) as (conn, url):
             if args.counts_out:
-                _check_counts_out(args.counts_out, _stored_dataset(conn, args.collect or args.resume))
+                check_results_out(args.counts_out, _stored_dataset(conn, args.collect or args.resume))
             if args.collect:
                 return report(args, conn, collect_run(conn, args.collect))
             with _progress(not args.json) as progress:
@@ -211,7 +210,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     prepared = prepare_run(opts)  # every check that needs no server, before anything starts
     if args.counts_out:
-        _check_counts_out(args.counts_out, prepared.dataset)
+        check_results_out(args.counts_out, prepared.dataset)
     with session(redis_url(args)) as (conn, url):
         if args.load_only:
             _, _, base = start_run(conn, prepared, url)
@@ -271,21 +270,6 @@ def report(args: argparse.Namespace, conn, summary: dict) -> int:
     return 0
 
 
-def _check_writable(path: str) -> None:
-    """The folder of ``--counts-out`` must exist and be writable (the file is written at the end, atomically;
-    nothing is created now, so a run that fails leaves no empty file)."""
-    if not path.strip():
-        raise KeysplitError("--counts-out is an empty path; name a file")
-    refuse_state("--counts-out", path)
-    if os.path.isdir(path):
-        raise KeysplitError(f"cannot write --counts-out {path}: it is a directory")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise KeysplitError(f"cannot write --counts-out {path}: directory {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise KeysplitError(f"cannot write --counts-out {path}: permission denied")
-
-
 def _stored_dataset(conn, run_id: str):
     """The dataset a stored run read, if its file is still there (a moved file cannot be overwritten)."""
     spec = stored_run(conn, run_id)[1].get("dataset")
@@ -293,12 +277,6 @@ def _stored_dataset(conn, run_id: str):
         return open_dataset(spec) if spec else None
     except KeysplitError:
         return None
-
-
-def _check_counts_out(path: str, dataset) -> None:
-    _check_writable(path)
-    if isinstance(dataset, FileDataset):
-        refuse_inputs("--counts-out", path, [dataset.path])
 
 
 def print_summary(s: dict) -> None:

@@ -56,9 +56,9 @@ def run_file(args: argparse.Namespace, parser_defaults: dict, progress_bars: Cal
         raise KeysplitError("--duration and --until-idle cannot be combined")
     loaded = load_topology(args.topology)
     if args.counts_out:
-        from keysplit.commands.run import _check_counts_out
+        from keysplit.commands.common import check_results_out
 
-        _check_counts_out(args.counts_out, open_dataset(args.dataset) if args.dataset else None)
+        check_results_out(args.counts_out, open_dataset(args.dataset) if args.dataset else None)
     if args.collect:
         from keysplit.runs.records import check_run_id
         from keysplit.runs.topology_run import collect_run
