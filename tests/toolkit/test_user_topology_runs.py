@@ -168,6 +168,22 @@ def test_load_submit_collect_the_cluster_workflow(home, redis_url, views, tmp_pa
     assert summary["task_restarts"] == 0 and summary["restarting"] == {}
 
 
+
+def test_collect_before_the_cluster_starts_says_how_many_rows_are_acked(home, redis_url, views, tmp_path, capsys,
+                                                                        topology_file):
+    """`--collect` right after `keysplit submit`, while Storm's workers are still starting (they took 40 s on the
+    Storm 2.8.8 of docs/benchmarks/storm-cluster.md): the count so far and that nothing has started, not an empty
+    table of `0 task(s) of None`."""
+    csv_path, _, page_views = views
+    path = topology_file(tmp_path, "pkg")
+    assert main(["run", str(path), "--load-only", "--dataset", f"csv:{csv_path},key=page", "--redis", redis_url]) == 0
+    run_id = capsys.readouterr().out.strip()
+    assert main(["run", str(path), "--collect", run_id, "--redis", redis_url]) == 0
+    out = capsys.readouterr().out
+    rows = sum(page_views.values())
+    assert f"note: 0 of {rows:,} rows acked: no component has started yet" in out, out
+    assert "route: grouping pkg on 'page', 2 source(s): nothing routed yet" in out and "None" not in out, out
+
 def test_the_example_topology_counts_the_generated_page_views_exactly(home, redis_url, tmp_path, capsys):
     """topologies/pageviews.py as its docstring runs it, on `keysplit datasets generate pageviews:...`: exact bytes
     per page against a sum made here with the csv module, and the simulator's loads."""

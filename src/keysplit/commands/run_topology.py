@@ -155,13 +155,21 @@ def print_summary(s: dict) -> None:
         out.write(f"worker restarts: {s['worker_restarts']}  task deaths: {s['task_deaths']}  task restarts: "
                   f"{s['task_restarts']}\n")
     if s.get("incomplete"):
-        out.write("note: the feed is not completely acked yet; these numbers are so far\n")
+        so_far = f"{s.get('acked') or 0:,} of {s['rows']:,} rows acked" if s.get("rows") else "rows still unacked"
+        if s.get("task_restarts") is None:  # no keysplit component has counted its start
+            out.write(f"note: {so_far}: no component has started yet (a cluster's workers can take a minute)\n")
+        else:
+            out.write(f"note: {so_far}, the feed is not completely acked yet; these numbers are so far\n")
     if s.get("tuples"):
         out.write("\n")
         print_table([{"component": name, **c} for name, c in s["tuples"].items()],
                     [("component", "component", str), ("emitted", "emitted", str), ("executed", "executed", str),
                      ("acked", "acked", str), ("failed", "failed", str), ("timed out", "timed_out", str)])
     for name, r in s["routers"].items():
+        if not r["loads"]:  # no task of the router has reported yet (a cluster run that has not started)
+            out.write(f"\n{name}: grouping {r['grouping']} on {r['key']!r}, {r['sources']} source(s): nothing "
+                      "routed yet\n")
+            continue
         total = sum(r["loads"]) or 1
         if r.get("loads_once") and r["loads_once"] != r["loads"]:
             out.write(f"\n{name}: loads counted once {r['loads_once']} (the loads below include what replays sent "
