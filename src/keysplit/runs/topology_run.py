@@ -45,6 +45,7 @@ from keysplit.storm.settings import PASSWORD_ENV, split_password
 from keysplit.storm.window import DEFAULT_MAX_PENDING
 from keysplit.stream import source_of
 from keysplit.toolkit.contract import ROUTE_FIELD
+from keysplit.toolkit.shape import run_facts
 from keysplit.toolkit.specs import FeedSpoutSpec, KeyRouterSpec, MergeSpec, PartialSpec, check_topology
 
 log = logging.getLogger("keysplit.run")
@@ -234,7 +235,7 @@ def load_run(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.Redis
                 opts.dataset.spec if opts.dataset else None, "rows": rows, "delivery": opts.delivery,
                 "worker_processes": opts.worker_processes, "max_pending": opts.max_pending,
                 "message_timeout_secs": opts.message_timeout, "split": opts.split, "started": started,
-                "components": loaded.parallelism}
+                "components": loaded.parallelism, **run_facts(loaded.cls, opts.dataset, loaded.root)}
         conn.set(keys.config, json.dumps(base))
         set_state(conn, keys, "loaded", lines=rows, messages=rows, feed_complete=1)
     except BaseException as exc:

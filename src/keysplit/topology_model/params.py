@@ -34,6 +34,10 @@ KNOBS: dict[str, str] = {
     "batch_ms": "--batch-ms",
 }
 
+#: The topologies the model follows: the word count (``keysplit run wordcount``) and a toolkit topology's keyed stage
+#: (``keysplit.toolkit``: KeyRouter -> Aggregate.partial -> Aggregate.merge, docs/design/topology-model.md).
+SHAPES = ("wordcount", "toolkit")
+
 #: What `--arrivals` offers the replay.
 ARRIVALS = ("closed", "open", "lindley")
 
@@ -88,8 +92,11 @@ class TopologyParams:
     # the spouts' adaptive window (decrease 1: Storm's fixed max pending)
     aimd: WindowPolicy = field(default_factory=WindowPolicy)
     words_per_line: float = 0.0  # the feed's, where the window starts from (storm/window.py window_start); 0: unknown
+    shape: str = "wordcount"  # one of SHAPES: which topology's mechanics the kernel follows
 
     def __post_init__(self) -> None:
+        if self.shape not in SHAPES:
+            raise ValueError(f"shape must be one of {', '.join(SHAPES)}, got {self.shape!r}")
         for name in ("workers", "sources", "aggregators", "max_pending", "spouts", "batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -191,7 +198,7 @@ def model_params(opts: Any, workers: int | None = None) -> TopologyParams:
             cpu_delay_ms=opts.cpu_delay_ms, max_pending=opts.max_pending, spouts=opts.spouts,
             flush_secs=opts.flush_secs, message_timeout=opts.message_timeout,
             rate=opts.rate if opts.arrivals == "open" else None, batch=opts.batch, batch_ms=opts.batch_ms,
-            **{k: float(o.get(k, 0.0)) for k in CALIBRATED},
+            shape=getattr(opts, "shape", "wordcount"), **{k: float(o.get(k, 0.0)) for k in CALIBRATED},
             **{k: float(o[k]) for k in OPTIONAL_CALIBRATED if o.get(k) is not None})
     except ValueError as exc:
         raise SpecError(str(exc)) from None
@@ -206,4 +213,5 @@ def params_of_run(run: dict, **overheads: float) -> TopologyParams:
         cpu_delay_ms=float(run.get("cpu_delay_ms") or 0.0), max_pending=int(run.get("max_pending") or 1000),
         spouts=int(run.get("spouts") or 1), flush_secs=float(run.get("flush_secs") or 1.0),
         message_timeout=float(run.get("message_timeout_secs") or 30), rate=run.get("rate") or None,
-        words_per_line=float(run.get("messages") or 0) / max(1, int(run.get("lines") or 0)), **overheads)
+        words_per_line=float(run.get("messages") or 0) / max(1, int(run.get("lines") or 0)),
+        shape=run.get("shape") or "wordcount", **overheads)

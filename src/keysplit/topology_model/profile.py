@@ -54,13 +54,14 @@ NEEDS = ("needs two finished runs or more that differ in grouping, CPU delay or 
 #: The run summary fields a profile keeps for each of its runs.
 RUN_FIELDS = ("run_id", "grouping", "dataset", "workers", "sources", "aggregators", "spouts", "cpu_delay_ms",
               "max_pending", "flush_secs", "rate", "batch", "batch_ms", "worker_processes", "words_per_second",
-              "tick_phase_s", "aggregator_us", "first_hop_ms")
+              "tick_phase_s", "aggregator_us", "first_hop_ms", "shape", "topology")
 
 
 def check_fittable(runs: list[dict]) -> None:
     """A one-line KeysplitError when ``runs`` (summaries) cannot determine the fitted parameters."""
     if len(runs) < 2:
-        raise KeysplitError(f"calibrate {NEEDS}; got {len(runs)} run")
+        needs = NEEDS_TOOLKIT if runs and runs[0].get("shape") == "toolkit" else NEEDS
+        raise KeysplitError(f"calibrate {needs}; got {len(runs)} run")
     for run in runs:
         if int(run.get("replayed") or 0):
             raise KeysplitError(f"run {run.get('run_id')} replayed {run['replayed']} tuples (message timeouts), "
@@ -68,15 +69,37 @@ def check_fittable(runs: list[dict]) -> None:
         problem = ClusterTerms.of_run(run).problem()
         if problem:
             raise KeysplitError(f"run {run.get('run_id')} {problem}")
+    shapes = {r.get("shape") or "wordcount" for r in runs}
+    if len(shapes) > 1:
+        raise KeysplitError("calibrate needs runs of one topology shape (the model's mechanics differ): got word-count "
+                            "runs and topology-file runs")
     kinds = {ClusterTerms.of_run(r).key() for r in runs}
     if len(kinds) > 1:
         raise KeysplitError("calibrate needs runs of one runtime with one number of worker processes (the costs it "
                             f"fits depend on both); got {', '.join(f'{k[0]} with {k[1]}' for k in sorted(kinds))}")
+    if shapes == {"toolkit"}:  # no CPU delay: a row's cost at each stage is what the fit finds
+        check_fittable_toolkit(runs)
+        return
     cells = {(r.get("grouping"), float(r.get("cpu_delay_ms") or 0), r.get("rate") or None) for r in runs}
     if not any(float(r.get("cpu_delay_ms") or 0) > 0 and not r.get("rate") for r in runs) or len(cells) < 2:
         shown = ", ".join(f"{r.get('run_id')} ({r.get('grouping')}, {float(r.get('cpu_delay_ms') or 0):g} ms, "
                           + (f"rate {r['rate']:g})" if r.get("rate") else "closed loop)") for r in runs)
         raise KeysplitError(f"calibrate {NEEDS}; got {shown}")
+
+
+#: What a set of topology-file runs must hold to be fitted.
+NEEDS_TOOLKIT = ("needs two finished runs or more of a topology file that differ in grouping, parallelism or dataset "
+                 "(e.g. `KEYSPLIT_GROUPING=kg keysplit run topologies/pageviews.py ...` and the same with pkg)")
+
+
+def check_fittable_toolkit(runs: list[dict]) -> None:
+    """Topology-file runs have no CPU delay: the fit reads the rows' cost from their throughput and the return from
+    their latency, so two runs of different cells (grouping, parallelism, dataset) determine it."""
+    cells = {(r.get("topology"), r.get("grouping"), r.get("dataset"), r.get("workers"), r.get("sources"),
+              r.get("aggregators")) for r in runs}
+    if len(cells) < 2:
+        shown = ", ".join(f"{r.get('run_id')} ({r.get('grouping')})" for r in runs)
+        raise KeysplitError(f"calibrate {NEEDS_TOOLKIT}; got {shown}")
 
 
 def measured(runs: list[dict]) -> dict:
@@ -212,7 +235,7 @@ def arrays_of_run(run: dict) -> tuple:
     try:
         return route_dataset(spec, run["grouping"], workers, int(run.get("sources") or 1),
                              int(run.get("aggregators") or 2), rate=run.get("rate") or None, capacities=caps,
-                             split=run.get("split") or "shuffle")
+                             split=run.get("split") or "shuffle", shape=run.get("shape") or "wordcount")
     except KeysplitError as exc:
         raise KeysplitError(f"run {run.get('run_id')}: its dataset {spec} cannot be read here ({exc}); calibrate "
                             "where the file is, at the same path") from None
