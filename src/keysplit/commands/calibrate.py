@@ -68,10 +68,10 @@ def make_profile(name: str, runs: list[dict]) -> dict:
     measured values, the runs with their knobs, and how well the model then reproduces each."""
     from keysplit.topology_model.calibration import check_profile_name
     from keysplit.topology_model.profile import (
-        FITTED,
         arrays_of_run,
         check_fittable,
         fit,
+        fitted_ranges,
         kernel_overheads,
         reproduction,
         run_record,
@@ -85,7 +85,8 @@ def make_profile(name: str, runs: list[dict]) -> dict:
     terms = ClusterTerms.of_run(runs[0])
     profile = {"name": name, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                **kernel_overheads(result["fitted"], result["measured"], terms),
-               "fitted": result["fitted"], "fitted_names": list(FITTED), "measured": result["measured"],
+               "fitted": result["fitted"], "fitted_names": list(fitted_ranges(runs[0].get("shape") or "wordcount")),
+               "measured": result["measured"],
                "terms": terms.as_dict(), "runs": [run_record(r) for r in runs]}
     profile["fit"] = reproduction(runs, arrays, profile)
     return profile

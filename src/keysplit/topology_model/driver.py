@@ -43,6 +43,7 @@ from keysplit.topology_model.kernel import (
     _S_RUNNER,
     _S_SERVICE,
     _S_SHAPE,
+    _S_SPOUT,
     _S_TICK,
     _S_TICKS,
     _S_TIMEOUT,
@@ -80,7 +81,7 @@ MAX_TICK_VISITS = 1 << 28
 
 def kernel_settings(p: TopologyParams, tick_visits: int = MAX_TICK_VISITS) -> np.ndarray:
     """The kernel's settings (its ``_S_*`` slots) from the parameters: times in seconds."""
-    out = np.zeros(_S_SHAPE + 1)
+    out = np.zeros(_S_SPOUT + 1)
     out[_S_SERVICE], out[_S_RUNNER], out[_S_TUPLE], out[_S_COMMIT] = (p.cpu_delay_ms / 1000.0, p.overhead_us / 1e6,
                                                                       p.tuple_us / 1e6, p.commit_s)
     out[_S_ACK], out[_S_TICK], out[_S_PHASE] = p.ack_delay_ms / 1000.0, p.flush_secs, p.tick_phase_s
@@ -89,6 +90,7 @@ def kernel_settings(p: TopologyParams, tick_visits: int = MAX_TICK_VISITS) -> np
     out[_S_BATCH], out[_S_WAIT] = p.batch, p.batch_ms / 1000.0
     out[_S_TICKS] = tick_visits // (p.workers + p.aggregators)
     out[_S_SHAPE] = SHAPES.index(p.shape)
+    out[_S_SPOUT] = p.spout_us / 1e6
     return out
 
 

@@ -76,8 +76,9 @@ _F_RUNNER, _F_FIRST, _F_LAST, _F_SUM, _F_COMP, _F_MAX, _F_MIN, _F_LAG = range(8)
 #: (words) and wait, the most ticks the loop follows (its bound on its own work).
 #: The last slot is the topology's shape: 0 the word count, 1 a toolkit topology (keysplit.toolkit: partials flush
 #: one tuple per merge task, and a merge commits a flush at once unless it committed less than T ago).
+#: With the toolkit's shape the spout emits ahead of the stages, ``_S_SPOUT`` apart (its own time per row).
 _S_SERVICE, _S_RUNNER, _S_TUPLE, _S_COMMIT, _S_ACK, _S_TICK, _S_PHASE, _S_CAP, _S_RATE, _S_TIMEOUT, _S_HOP, \
-    _S_WORD, _S_CTUPLE, _S_BATCH, _S_WAIT, _S_TICKS, _S_SHAPE = range(17)
+    _S_WORD, _S_CTUPLE, _S_BATCH, _S_WAIT, _S_TICKS, _S_SHAPE, _S_SPOUT = range(18)
 
 
 @numba.njit(cache=True)
@@ -281,6 +282,9 @@ def _on_emit(heap, iv, fv, window, now, batches, lines, words, records, n_worker
             heap = _send_batch(heap, iv, batches, b, runner_free + hop)
     iv[_I_NEXT_WORD] = first + length
     fv[_F_RUNNER] = runner_free
+    if settings[_S_SHAPE] == 1:  # a toolkit topology: the feed spout is a process of its own, which emits ahead of
+        # the stages within its window (the rows queue for the cores the stages share)
+        return _event(heap, iv, now + settings[_S_SPOUT], _EMIT, 0)
     return _event(heap, iv, max(runner_free, now + settings[_S_TUPLE]), _EMIT, 0)
 
 
