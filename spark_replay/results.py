@@ -15,6 +15,7 @@ counts of the splits before it (one small collect), without a pass in the driver
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -73,6 +74,7 @@ def ship_sources(sc: Any, src: str | None) -> None:
         return
     folder = tempfile.mkdtemp(prefix="keysplit-src-")
     path = os.path.join(folder, "project_src.zip")
+    digest = hashlib.sha256()
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for here, dirs, files in os.walk(src):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
@@ -80,8 +82,21 @@ def ship_sources(sc: Any, src: str | None) -> None:
                 zf.write(here, os.path.relpath(here, src) + "/")
             for name in sorted(files):
                 if name.endswith(".py"):
-                    zf.write(os.path.join(here, name), os.path.relpath(os.path.join(here, name), src))
-    sc.addPyFile(path)
+                    full = os.path.join(here, name)
+                    zf.write(full, os.path.relpath(full, src))
+                    with open(full, "rb") as fh:
+                        digest.update(os.path.relpath(full, src).encode() + b"\0" + fh.read())
+    # Spark refuses a second file of one name with other contents (a second project in one session): the name
+    # says what it holds, and the same contents are shipped once
+    named = os.path.join(folder, f"project_src_{digest.hexdigest()[:16]}.zip")
+    os.replace(path, named)
+    if named.rsplit("/", 1)[-1] not in _SHIPPED.setdefault(id(sc), set()):
+        _SHIPPED[id(sc)].add(named.rsplit("/", 1)[-1])
+        sc.addPyFile(named)
+
+
+#: The source zips each SparkContext was given (by name).
+_SHIPPED: dict[int, set[str]] = {}
 
 
 def key_results(spark: Any, reader: CsvDataset, stage: dict) -> Any:
