@@ -1,6 +1,6 @@
 """A user's topology through the whole loop, as the guides walk it from a fresh folder: ``keysplit run FILE`` ->
 ``keysplit replay FILE`` -> ``keysplit compare``, every key's result and every task's load equal; and ``keysplit
-calibrate`` on two topology runs, its profile used by the replay (issue 43, items 4 and 5).
+calibrate`` on two topology runs, its profile used by the replay.
 
 Real subprocesses (the local runner), real Redis, the suite's one real SparkSession (``conftest.spark``). No
 assertion on timing: how close the calibrated model comes is measured by ``benchmarks/topology_agreement.py``.

@@ -22,15 +22,16 @@ STATED_BY_FILE = ("groupings", "workers", "sources", "cpu_delay", "aggregators",
 
 def load_stage(target: str) -> tuple[Any, Any]:
     """``(KeyedStage, project root)`` of ``path/to/topology.py`` (``[:Class]`` as ``keysplit run`` takes it)."""
+    from keysplit.runs.topology_run import load_topology
     from keysplit.toolkit.shape import keyed_stage, load_topology_file
 
     path, _, wanted = target.partition(":") if not os.path.exists(target) else (target, "", "")
     if wanted:  # a class named as `keysplit run FILE:Class` names it (streamparse's loader takes the first one)
-        from keysplit.runs.topology_run import load_topology
-
         loaded = load_topology(target)
         return keyed_stage(loaded.cls), loaded.root
     cls, root = load_topology_file(path)
+    if not getattr(cls, "specs", None):  # keysplit's own base class, first in the module:
+        cls = load_topology(path).cls  # the class `keysplit run` finds, so that both commands read the same one
     return keyed_stage(cls), root
 
 

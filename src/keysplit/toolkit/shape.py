@@ -116,9 +116,8 @@ def load_topology_file(path: str) -> tuple[Any, Path]:
     ``streamparse.util.get_topology_from_file``), and the project's root (the folder holding ``topologies/``).
 
     streamparse takes the first ``Topology`` subclass the module holds; where that is keysplit's own base class
-    (``from keysplit.toolkit import Topology``: issue 43, item 1) it has no components, and the class ``keysplit
-    run`` finds (:func:`keysplit.runs.topology_run.load_topology`) is taken instead, so that both commands read
-    the same class."""
+    (``from keysplit.toolkit import Topology`` puts it there) the class has no components, and the caller
+    takes the one ``keysplit run`` finds instead (``keysplit.commands.replay_topology.load_stage``)."""
     from streamparse.util import get_topology_from_file
 
     file = Path(path)
@@ -132,10 +131,6 @@ def load_topology_file(path: str) -> tuple[Any, Path]:
         raise KeysplitError(f"{path}: {exc}") from None
     except Exception as exc:  # the user's file: what it raised, in one line
         raise KeysplitError(f"cannot import {path}: {type(exc).__name__}: {exc}") from None
-    if not getattr(cls, "specs", None):
-        from keysplit.runs.topology_run import load_topology
-
-        cls = load_topology(str(file)).cls
     return cls, root
 
 

@@ -273,12 +273,12 @@ def run_model(params: TopologyParams, line_start: np.ndarray, workers: np.ndarra
 def aggregator_of(keys: list[str], aggregators: int, shape: str = "wordcount") -> np.ndarray:
     """The aggregator task index of each word: in the word count the task Storm's fields grouping on ``word`` picks,
     as the counters compute it (:func:`keysplit.storm.streams.fields_index`); in a toolkit topology the merge task
-    that owns the key, as the partials compute it (:func:`keysplit.toolkit.contract.merge_index` of the key's JSON
+    that owns the key, as the partials compute it (:func:`keysplit.hashing.merge_index` of the key's JSON
     text, the merge's key identity)."""
     if shape == "toolkit":
         import json
 
-        from keysplit.toolkit.contract import merge_index
+        from keysplit.hashing import merge_index
 
         return np.asarray([merge_index(json.dumps(k), aggregators) for k in keys], dtype=np.int64)
     return np.asarray([fields_index(k, aggregators) for k in keys], dtype=np.int64)
