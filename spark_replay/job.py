@@ -80,6 +80,10 @@ class ReplayOptions:
     batch_ms: float = DEFAULT_BATCH_MS
     arrivals: str = "closed"  # closed | open (the topology model) | lindley (one D/D/1 queue per worker)
     overheads: dict = field(default_factory=dict)  # the model's calibrated overheads (topology_model.CALIBRATED)
+    shape: str = "wordcount"  # the topology the model follows (topology_model.SHAPES)
+    # a toolkit topology's keyed stage (keysplit.toolkit.shape.KeyedStage.describe(), with "src": the project's
+    # src/ folder or None): every key's result is computed with its accumulator (spark_replay.results)
+    topology: dict | None = None
 
 
 _REMOTE_ERROR = re.compile(r"keysplit\.errors\.(\w+Error): (.+)")
@@ -180,6 +184,7 @@ def _replay_into(spark: Any, opts: ReplayOptions, modes: list[str], dataset: Any
     with user_errors(spark.sparkContext.master):
         ing, ingest_s, counts_path, counts_info, every, results = _replay_all(spark, opts, modes, source, out, say)
     ing.unpersist()
+    keyed = _topology_results(spark, opts, source, out, say) if opts.topology is not None else None
     sha = ing.sha256  # computed by the executors (keysplit.fingerprint), equal to keysplit run's
     for r in results:
         r.summary.update(dataset_sha256=sha, counts=counts_path, top_k=counts_info["top_k"])
@@ -196,9 +201,28 @@ def _replay_into(spark: Any, opts: ReplayOptions, modes: list[str], dataset: Any
                    "ingest_seconds": ingest_s, "total_seconds": time.perf_counter() - started, "counts": counts_path,
                    "timeseries": storage.join(out, "timeseries.parquet")},
         "runs": [r.summary for r in results],
+        **({"topology": keyed} if keyed is not None else {}),
     }
     write_timeseries(spark, storage.join(out, "timeseries.parquet"), results)
     return summary
+
+
+def _topology_results(spark: Any, opts: ReplayOptions, source: Any, out: str, say: Callable[[str], None]) -> dict:
+    """Every key's result of the topology's keyed stage, with its own accumulator (:mod:`spark_replay.results`):
+    written to ``OUT/results.parquet``; the summary's ``topology`` section."""
+    from keysplit.datasets.readers import CsvDataset
+    from spark_replay import results as keyed
+
+    stage = dict(opts.topology or {})
+    if not isinstance(source, CsvDataset):
+        raise KeysplitError(f"--dataset {source.spec}: a topology's feed spout emits the columns of a CSV file's rows; "
+                            "give csv:FILE,key=COLUMN")
+    keyed.ship_sources(spark.sparkContext, stage.pop("src", None))
+    path = storage.join(out, "results.parquet")
+    with user_errors(spark.sparkContext.master):
+        keys = keyed.write_results(spark, source, stage, path)
+    say(f"{keys:,} keys' results of {stage['partial']}'s accumulator written to {path}")
+    return {**stage, "results": path, "keys": keys}
 
 
 def _materialise(spark: Any, dataset: Any, out: str) -> Any:

@@ -37,8 +37,9 @@ class ModelKeyIds:
     collision-free by the ingest, for every piece of a replay or for none) the ids come from the fingerprints
     in one compiled step per slice, and only a new key's name is read."""
 
-    def __init__(self, aggregators: int) -> None:
+    def __init__(self, aggregators: int, shape: str = "wordcount") -> None:
         self.aggregators = aggregators
+        self.shape = shape
         self.ids: dict[str, int] = {}
         self.by_hash = HashIds()
         self.size = 0
@@ -49,7 +50,7 @@ class ModelKeyIds:
         end = self.size + len(fresh)
         if end > len(self._agg):
             self._agg = np.resize(self._agg, max(end, 2 * len(self._agg)))
-        self._agg[self.size:end] = aggregator_of(fresh, self.aggregators)
+        self._agg[self.size:end] = aggregator_of(fresh, self.aggregators, self.shape)
         self.size = end
 
     def lookup(self, vocab: list[str], hashes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -139,7 +140,7 @@ def estimate_task(items: Any, chunks: int, sources: list[int], params: TopologyP
     wait in a bounded buffer, then on disk); each chunk's slices are merged by sequence number and fed to a
     :class:`StreamedModel`."""
     model = StreamedModel(params)
-    keys = ModelKeyIds(params.aggregators)
+    keys = ModelKeyIds(params.aggregators, params.shape)
     held: list[tuple] = []
     order = [(n, s, q) for n in range(chunks) for s in sources for q in range(SLICES)]
     for piece in in_order(items, order):
@@ -184,7 +185,7 @@ def estimate_from_chunks(chunks: Any, order: list, offsets: dict, sources: int, 
         whole = (piece for c in in_order(((c.part, c) for c in items), order)
                  for piece in deal_chunk(c, *offsets[c.part], sources, split, merged=True, hashed=True))
         model = StreamedModel(params)
-        keys = ModelKeyIds(params.aggregators)
+        keys = ModelKeyIds(params.aggregators, params.shape)
 
         def fed() -> Any:
             for n, routed in enumerate(route(0, whole)):

@@ -25,7 +25,7 @@ from keysplit.outputs import inside, refuse_state, remove_stale, replace_entry, 
 MARKER = ".keysplit-replay"
 #: What a replay writes in --out, in the order it is moved into place: the marker first (a folder holding any of the
 #: others holds it too), summary.json last (a reader that finds it finds the rest).
-OUTPUTS = (MARKER, "dataset.csv", "counts.parquet", "timeseries.parquet", "summary.json")
+OUTPUTS = (MARKER, "dataset.csv", "counts.parquet", "results.parquet", "timeseries.parquet", "summary.json")
 #: The staging folder's name inside an existing --out (``<prefix><pid>-...``; a new --out is staged beside it).
 STAGING = ".replay-"
 

@@ -76,8 +76,9 @@ def load_replay(directory: str) -> dict:
     return summary
 
 
-def load_run(conn: Any, run_id: str) -> tuple[dict, dict[str, int]]:
-    """A run's summary and final counts from Redis."""
+def load_run(conn: Any, run_id: str) -> tuple[dict, dict[str, Any]]:
+    """A run's summary and final counts from Redis; for a topology file's run, its summary as the word count's
+    names its fields and every key's result (:mod:`keysplit.runs.topology_view`)."""
     raw = conn.get(f"{RUN_PREFIX}{run_id}:summary")
     if raw is None:
         raise KeysplitError(f"no finished run {run_id!r} in Redis (no {RUN_PREFIX}{run_id}:summary)")
@@ -85,8 +86,10 @@ def load_run(conn: Any, run_id: str) -> tuple[dict, dict[str, int]]:
         summary = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise KeysplitError(f"run {run_id}: the summary in Redis is not JSON ({exc})") from None
-    if isinstance(summary, dict) and summary.get("topology", "wordcount") != "wordcount":
-        raise KeysplitError(f"run {run_id} ran {summary['topology']}, a topology file; compare reads word-count runs")
+    from keysplit.runs.topology_view import is_topology_run, run_results, view_of
+
+    if is_topology_run(summary):  # a topology file's run: its keyed stage, and every key's result
+        return view_of(conn, summary), run_results(conn, summary)
     counts = {k if isinstance(k, str) else k.decode(): int(v)
               for k, v in conn.hgetall(f"{RUN_PREFIX}{run_id}:counts").items()}
     return summary, counts
@@ -102,6 +105,30 @@ def replay_counts(replay: dict) -> dict[str, int]:
     except (OSError, ValueError) as exc:
         raise KeysplitError(f"cannot read the replay's exact counts {path}: {exc}") from None
     return dict(zip(table.column("key").to_pylist(), table.column("count").to_pylist()))
+
+
+def replay_results(replay: dict) -> dict[str, str]:
+    """Every key's result of the replayed topology (``results.parquet``: key and result as JSON text)."""
+    import pyarrow.parquet as pq
+
+    path = replay["topology"]["results"]
+    try:
+        table = pq.read_table(path, columns=["key", "result"])
+    except (OSError, ValueError) as exc:
+        raise KeysplitError(f"cannot read the replay's results {path}: {exc}") from None
+    return dict(zip(table.column("key").to_pylist(), table.column("result").to_pylist()))
+
+
+def check_same_topology(run: dict, replay: dict) -> None:
+    """Refuse a topology file's run beside the word count's replay, and the other way round: results against
+    counts would compare nothing."""
+    if (run.get("shape") == "toolkit") != ("topology" in replay):
+        what = f"a run of {run.get('topology')}" if run.get("shape") == "toolkit" else "a word-count run"
+        other = (f"a replay of {replay['topology']['topology']}" if "topology" in replay
+                 else "a replay of the word count's groupings")
+        fix = "keysplit replay FILE --dataset ..." if run.get("shape") == "toolkit" else "keysplit replay -g ..."
+        raise KeysplitError(f"run {run.get('run_id')} is {what} and {replay['dir']} holds {other}; replay it with "
+                            f"`{fix}` to compare them")
 
 
 def canonical(spec: str, workers: int, sources: int) -> str:
@@ -198,6 +225,9 @@ def compare_one(run: dict, counts: Mapping[str, int], replay: dict, exact: Mappi
         notes.append("the replay's estimate is the open-loop D/D/1 queue per worker (--arrivals lindley): no max "
                      "pending, flush or overheads, so its latencies are lower bounds")
     diff = counts_diff(counts, exact)
+    if run.get("shape") == "toolkit":
+        notes.append("results: every key's result of the user's accumulator, against the replay's "
+                     "(Spark's combineByKey over the same key identity)")
     return {
         "grouping": est["grouping"],
         "run_id": run.get("run_id"),
@@ -219,6 +249,7 @@ def compare_one(run: dict, counts: Mapping[str, int], replay: dict, exact: Mappi
         "loads_equal": run.get("loads") == est.get("loads"),
         "counts_equal": diff["equal"],
         "counts_diff": diff,
+        "compared": "results" if run.get("shape") == "toolkit" else "counts",
         "replayed_tuples": run.get("replayed"),
         "notes": notes,
     }
@@ -247,9 +278,10 @@ def compare(conn: Any, run_ids: Sequence[str], replay_dir: str) -> dict:
     run_ids = resolve_runs(conn, run_ids)
     loaded = [load_run(conn, r) for r in run_ids]
     for run, _ in loaded:  # refuse before reading the counts
+        check_same_topology(run, replay)
         check_same_dataset(run, replay)
         check_same_knobs(run, replay)
-    exact = replay_counts(replay)
+    exact = replay_results(replay) if "topology" in replay else replay_counts(replay)
     rows = [compare_one(run, counts, replay, exact) for run, counts in loaded]
     return {"replay": os.path.abspath(replay_dir), "dataset": replay["dataset"], "rows": rows,
             "calibration": calibration_of(replay)}

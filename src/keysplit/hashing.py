@@ -172,3 +172,18 @@ class HashRing:
 def moved_keys(before: Sequence[int], after: Sequence[int]) -> int:
     """How many positions differ between two assignments of the same keys (keys that migrate)."""
     return sum(1 for a, b in zip(before, after, strict=True) if a != b)
+
+
+#: Seed of the hash that assigns a toolkit topology's keys to its merge tasks (distinct from the routing and dealing
+#: seeds): here, beside the other seeds, so that the topology model computes it without importing the toolkit.
+MERGE_SEED = BASE_SEED + 700
+
+
+def merge_index(key: str, merges: int) -> int:
+    """The merge task (index among the merge component's sorted tasks) that owns ``key`` (its JSON text): the
+    toolkit's (``keysplit.toolkit.contract``) and the topology model's.
+
+    >>> merge_index("home", 1), 0 <= merge_index("home", 3) < 3
+    (0, True)
+    """
+    return bucket(key, merges, MERGE_SEED)

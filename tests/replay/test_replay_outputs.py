@@ -41,7 +41,7 @@ def test_a_folder_of_the_users_files_is_refused_before_spark_starts(tmp_path, ca
     assert code == 2
     assert err == (f"keysplit: error: --out {out} holds files that are not a replay's (dataset.csv, summary.json); a "
                    "replay writes into a new or empty folder or one holding a replay: choose another, or add --force "
-                   "to replace its dataset.csv, counts.parquet, timeseries.parquet, summary.json\n")
+                   "to replace its dataset.csv, counts.parquet, results.parquet, timeseries.parquet, summary.json\n")
     assert {p.name: p.read_text() for p in out.iterdir()} == USER_FILES  # untouched, nothing added
     file_out = tmp_path / "file"
     file_out.write_text("x")

@@ -42,8 +42,9 @@ def load_runs(conn, run_ids: list[str]) -> list[dict]:
     """The finished runs' summaries; a one-line KeysplitError for a run that is missing or not finished."""
 
     from keysplit.errors import KeysplitError
-    from keysplit.runs.collect import refuse_topology_file_run, stored_summary
+    from keysplit.runs.collect import stored_summary
     from keysplit.runs.records import check_run_id, read_record
+    from keysplit.runs.topology_view import is_topology_run, view_of
     from keysplit.storm.keys import RunKeys
 
     runs = []
@@ -56,7 +57,8 @@ def load_runs(conn, run_ids: list[str]) -> list[dict]:
             raise KeysplitError(f"run {run_id} has no summary in this Redis ({state}); calibrate from finished "
                                 "runs (a cluster run: `keysplit run wordcount --collect ID` first)")
         summary = stored_summary(raw, run_id)  # a damaged one: one line
-        refuse_topology_file_run(run_id, summary)
+        if is_topology_run(summary):  # a topology file's run: its keyed stage, as the model reads a run
+            summary = view_of(conn, summary)
         runs.append(summary)
     return runs
 
@@ -66,10 +68,10 @@ def make_profile(name: str, runs: list[dict]) -> dict:
     measured values, the runs with their knobs, and how well the model then reproduces each."""
     from keysplit.topology_model.calibration import check_profile_name
     from keysplit.topology_model.profile import (
-        FITTED,
         arrays_of_run,
         check_fittable,
         fit,
+        fitted_ranges,
         kernel_overheads,
         reproduction,
         run_record,
@@ -83,7 +85,8 @@ def make_profile(name: str, runs: list[dict]) -> dict:
     terms = ClusterTerms.of_run(runs[0])
     profile = {"name": name, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                **kernel_overheads(result["fitted"], result["measured"], terms),
-               "fitted": result["fitted"], "fitted_names": list(FITTED), "measured": result["measured"],
+               "fitted": result["fitted"], "fitted_names": list(fitted_ranges(runs[0].get("shape") or "wordcount")),
+               "measured": result["measured"],
                "terms": terms.as_dict(), "runs": [run_record(r) for r in runs]}
     profile["fit"] = reproduction(runs, arrays, profile)
     return profile

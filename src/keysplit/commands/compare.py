@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 #: What ``compare`` writes in --out, and what it reads in the replay directory.
 OUTPUTS = ("comparison.json", "throughput_latency.png", "loads.png", "imbalance.png", "agreement.png")
-REPLAY_FILES = ("summary.json", "counts.parquet", "timeseries.parquet", "dataset.csv")
+REPLAY_FILES = ("summary.json", "counts.parquet", "results.parquet", "timeseries.parquet", "dataset.csv")
 
 
 def check_outputs(out: str, replay: str) -> None:
@@ -91,8 +91,9 @@ def run(args: argparse.Namespace) -> int:
         "p99": _pair(r["latency_p99_ms"]["run"], r["latency_p99_ms"]["replay"], ms, r["ratio"]["latency_p99_ms"]),
         "imb": _pair(r["final_imbalance_fraction"]["run"], r["final_imbalance_fraction"]["replay"], sci),
         "mem": _pair(r["dist_cost"]["run"], r["dist_cost"]["replay"], lambda v: f"{v:.2f}"),
-        "counts": "equal" if r["counts_equal"] else
-        "DIFFER ({missing} missing, {extra} extra, {different} different)".format(**r["counts_diff"]),
+        "counts": ("results " if r.get("compared") == "results" else "") + ("equal" if r["counts_equal"] else
+        "DIFFER ({missing} missing, {extra} extra, {different} different)".format(**r["counts_diff"])),
+        "loads": "equal" if r["loads_equal"] else "differ",
     } for r in result["rows"]]
     print(f"dataset {result['dataset']['spec']} (sha256 {result['dataset']['sha256'][:12]}): run | replay "
           "(replay / run)")
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     print_table(rows, [
         ("grouping", "grouping", str), ("run", "run", str), ("words/s", "tp", str), ("p50 ms", "p50", str),
         ("p99 ms", "p99", str), ("final imbalance", "imb", str), ("dist_cost", "mem", str),
-        ("counts", "counts", str),
+        ("counts", "counts", str), ("loads", "loads", str),
     ])
     for r in result["rows"]:
         for note in r["notes"]:

@@ -40,9 +40,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog="examples (the knobs of the runs to compare with, here those of `keysplit run wordcount -W 8 -S 4 "
         "-A 2 --cpu-delay 1`):\n  keysplit replay --dataset text:zipf.txt -g kg,sg,pkg -W 8 -S 4 -A 2 --cpu-delay 1 "
         "--out replay\n  keysplit replay --dataset text:zipf.txt -g pkg -W 8 -S 4 -A 2 --cpu-delay 2 "
-        "--calibration here --out replay-d2",
+        "--calibration here --out replay-d2\n  keysplit replay topologies/pageviews.py "
+        "--dataset csv:views.csv,key=page --out replay-pages",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("topology", nargs="?", metavar="FILE",
+                   help="a topology file (path/to/topology.py, the one `keysplit run FILE` runs): replay its keyed "
+                   "stage, with its grouping, parallelism and accumulator (every key's result in "
+                   "OUT/results.parquet); omit it for the word count's groupings (-g)")
     p.add_argument("--dataset", required=True, metavar="SPEC", help="dataset spec (text:, edges:, csv:, "
                    "parquet: or a generator, which is written to OUT/dataset.csv first)")
     p.add_argument("--workers", "-W", type=positive_int, default=10, metavar="W", help="workers (default 10)")
@@ -65,6 +70,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "other than a replay's (the rest of it is left alone)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     p.set_defaults(func=run)
+    # what a topology file states itself: given otherwise, it is refused (commands.replay_topology)
+    p.set_defaults(replay_defaults={a.dest: a.default for a in p._actions})
 
 
 def model_line(replay: dict) -> str:
@@ -95,10 +102,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from spark_replay.job import ReplayOptions, run_replay, validate
-    from spark_replay.session import get_session, parse_conf, stop_session
+    if args.topology:
+        from keysplit.commands.replay_topology import replay_options
 
-    opts = ReplayOptions(
+        opts = replay_options(args, args.replay_defaults, overheads(args))
+    else:
+        opts = _wordcount_options(args)
+    return _replay(args, opts)
+
+
+def _wordcount_options(args: argparse.Namespace):
+    from spark_replay.job import ReplayOptions
+
+    return ReplayOptions(
         dataset=args.dataset, groupings=args.groupings, workers=args.workers, sources=args.sources,
         cpu_delay_ms=args.cpu_delay, rate=args.rate, split=args.split, checkpoint=args.checkpoint,
         top_k=args.top, out=args.out, force=args.force, capacities=parse_capacities(args.capacities, args.workers),
@@ -107,7 +123,12 @@ def _run(args: argparse.Namespace) -> int:
         message_timeout=args.message_timeout, batch=args.batch, batch_ms=args.batch_ms, arrivals=args.arrivals,
         overheads=overheads(args),
     )
+
+
+def _replay(args: argparse.Namespace, opts) -> int:
     from keysplit.sizes import check_workers
+    from spark_replay.job import run_replay, validate
+    from spark_replay.session import get_session, parse_conf, stop_session
 
     check_workers(opts.workers, opts.sources, opts.groupings)  # per-worker state that cannot fit, before anything
     validate(opts)  # bad groupings and numbers fail before the JVM starts
@@ -172,6 +193,10 @@ def _run(args: argparse.Namespace) -> int:
     if any(r["mode"].startswith("global") for r in summary["runs"]):
         print("mode global: the grouping's decisions depend on every source (shared load vector or probes of the "
               "true loads), so the whole stream was routed in ONE partition, in sequence order")
+    if "topology" in summary:
+        t = summary["topology"]
+        print(f"topology {t['topology']}: {t['router']} ({t['grouping']}) -> {t['partial']} -> {t['merge']}; "
+              f"{t['keys']:,} keys' results of {t['accumulator']['class'].rsplit(':', 1)[-1]} in {t['results']}")
     print(f"summary: {summary['replay']['counts'].rsplit('/', 1)[0]}/summary.json; exact counts: "
           f"{summary['replay']['counts']}; top-{opts.top_k}: "
           + ", ".join(f"{w} {c:,}" for w, c in summary["runs"][0]["top_k"][:5]) + ("..." if opts.top_k > 5 else ""))

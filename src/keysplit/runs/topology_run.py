@@ -48,6 +48,7 @@ from keysplit.toolkit.accumulators import check_shipped
 from keysplit.toolkit.contract import ROUTE_FIELD
 from keysplit.toolkit.deadletter import read_dead_letters
 from keysplit.toolkit.ranking import top_results
+from keysplit.toolkit.shape import run_facts
 from keysplit.toolkit.specs import FeedSpoutSpec, KeyRouterSpec, MergeSpec, PartialSpec, check_topology
 
 log = logging.getLogger("keysplit.run")
@@ -308,7 +309,7 @@ def load_run(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.Redis
                 "delivery": opts.delivery if feed is not None else "at-least-once",
                 "worker_processes": opts.worker_processes, "max_pending": opts.max_pending,
                 "message_timeout_secs": opts.message_timeout, "split": opts.split, "started": started,
-                "components": loaded.parallelism}
+                "components": loaded.parallelism, **run_facts(loaded.cls, opts.dataset, loaded.root)}
         conn.set(keys.config, json.dumps(base))
         set_state(conn, keys, "loaded", lines=rows, messages=rows, feed_complete=1)
     except BaseException as exc:

@@ -29,7 +29,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from keysplit.hashing import BASE_SEED, bucket
+# which merge task owns a key: keysplit.hashing's, where the topology model reads it too
+from keysplit.hashing import MERGE_SEED, merge_index  # noqa: F401
 
 #: The field a KeyRouter appends (and the feed spout emits to deal records to the routers).
 ROUTE_FIELD = "keysplit_route"
@@ -48,8 +49,6 @@ PARTIALS_STREAM = "partials"
 PARTIAL_FIELDS = ("partials", ROUTE_FIELD)
 #: A merge's output fields (default stream).
 RESULT_FIELDS = ("key", "result")
-#: Seed of the hash that assigns keys to merge tasks (distinct from the routing and dealing seeds).
-MERGE_SEED = BASE_SEED + 700
 #: JSON scalar types a key may have.
 KEY_TYPES = (str, int, float, bool)
 
@@ -66,15 +65,6 @@ def key_text(key: Any) -> str | None:
     if isinstance(key, KEY_TYPES):
         return json.dumps(key)
     return None
-
-
-def merge_index(key: str, merges: int) -> int:
-    """The merge task (index among the merge component's sorted tasks) that owns ``key`` (its text).
-
-    >>> merge_index("home", 1), 0 <= merge_index("home", 3) < 3
-    (0, True)
-    """
-    return bucket(key, merges, MERGE_SEED)
 
 
 def encode_partials(entries: list) -> str:

@@ -42,6 +42,8 @@ from keysplit.topology_model.kernel import (
     _S_RATE,
     _S_RUNNER,
     _S_SERVICE,
+    _S_SHAPE,
+    _S_SPOUT,
     _S_TICK,
     _S_TICKS,
     _S_TIMEOUT,
@@ -50,7 +52,7 @@ from keysplit.topology_model.kernel import (
     _S_WORD,
     stream_kernel,
 )
-from keysplit.topology_model.params import ModelResult, TopologyParams
+from keysplit.topology_model.params import SHAPES, ModelResult, TopologyParams
 from keysplit.topology_model.window import W_CUTS, W_LOWEST, new_window, window_lines
 
 
@@ -79,7 +81,7 @@ MAX_TICK_VISITS = 1 << 28
 
 def kernel_settings(p: TopologyParams, tick_visits: int = MAX_TICK_VISITS) -> np.ndarray:
     """The kernel's settings (its ``_S_*`` slots) from the parameters: times in seconds."""
-    out = np.zeros(_S_TICKS + 1)
+    out = np.zeros(_S_SPOUT + 1)
     out[_S_SERVICE], out[_S_RUNNER], out[_S_TUPLE], out[_S_COMMIT] = (p.cpu_delay_ms / 1000.0, p.overhead_us / 1e6,
                                                                       p.tuple_us / 1e6, p.commit_s)
     out[_S_ACK], out[_S_TICK], out[_S_PHASE] = p.ack_delay_ms / 1000.0, p.flush_secs, p.tick_phase_s
@@ -87,6 +89,8 @@ def kernel_settings(p: TopologyParams, tick_visits: int = MAX_TICK_VISITS) -> np
     out[_S_HOP], out[_S_WORD], out[_S_CTUPLE] = p.hop_delay_ms / 1000.0, p.word_us / 1e6, p.counter_overhead_us / 1e6
     out[_S_BATCH], out[_S_WAIT] = p.batch, p.batch_ms / 1000.0
     out[_S_TICKS] = tick_visits // (p.workers + p.aggregators)
+    out[_S_SHAPE] = SHAPES.index(p.shape)
+    out[_S_SPOUT] = p.spout_us / 1e6
     return out
 
 
@@ -120,7 +124,7 @@ class StreamedModel:
         self.counters = (np.full(w, -1, dtype=np.int64), np.full(w, -1, dtype=np.int64), np.zeros(w), np.zeros(w),
                          np.zeros(w, dtype=np.int64), np.zeros(w))
         self.aggs = (np.full(a, -1, dtype=np.int64), np.full(a, -1, dtype=np.int64), np.zeros(a),
-                     np.zeros(a, dtype=np.int64))
+                     np.zeros(a, dtype=np.int64), np.full(a, -math.inf))
         # each router's batch for each counter: chain of its words, their number, the batches it sent
         self.batches = (np.full(b, -1, dtype=np.int64), np.full(b, -1, dtype=np.int64), np.zeros(b, dtype=np.int64),
                         np.zeros(b, dtype=np.int64))
@@ -266,24 +270,33 @@ def run_model(params: TopologyParams, line_start: np.ndarray, workers: np.ndarra
     return model.finish()
 
 
-def aggregator_of(keys: list[str], aggregators: int) -> np.ndarray:
-    """The aggregator task index of each word: the task Storm's fields grouping on ``word`` picks, as the counters
-    compute it (:func:`keysplit.storm.streams.fields_index`)."""
+def aggregator_of(keys: list[str], aggregators: int, shape: str = "wordcount") -> np.ndarray:
+    """The aggregator task index of each word: in the word count the task Storm's fields grouping on ``word`` picks,
+    as the counters compute it (:func:`keysplit.storm.streams.fields_index`); in a toolkit topology the merge task
+    that owns the key, as the partials compute it (:func:`keysplit.hashing.merge_index` of the key's JSON
+    text, the merge's key identity)."""
+    if shape == "toolkit":
+        import json
+
+        from keysplit.hashing import merge_index
+
+        return np.asarray([merge_index(json.dumps(k), aggregators) for k in keys], dtype=np.int64)
     return np.asarray([fields_index(k, aggregators) for k in keys], dtype=np.int64)
 
 
 def stream_arrays(lengths: np.ndarray, workers: np.ndarray, keys: list[str], aggregators: int,
-                  sources: np.ndarray | None = None) -> tuple:
+                  sources: np.ndarray | None = None, shape: str = "wordcount") -> tuple:
     """``(line_start, workers, key ids, aggregator ids, line sources)`` for :func:`run_model` from words in feed
     order (``sources`` None: round-robin)."""
     vocab, key_ids = np.unique(np.asarray(keys, dtype=object), return_inverse=True)
-    aggs = aggregator_of(vocab.tolist(), aggregators)[key_ids]
+    aggs = aggregator_of(vocab.tolist(), aggregators, shape)[key_ids]
     return (line_starts(lengths), np.asarray(workers, dtype=np.int64), key_ids.astype(np.int64), aggs,
             None if sources is None else np.asarray(sources, dtype=np.int64))
 
 
 def route_dataset(spec: str, grouping: str, workers: int, sources: int, aggregators: int, *,
-                  rate: float | None = None, capacities: list[float] | None = None, split: str = "shuffle") -> tuple:
+                  rate: float | None = None, capacities: list[float] | None = None, split: str = "shuffle",
+                  shape: str = "wordcount") -> tuple:
     """Route a dataset with the simulator's groupings in process (no Spark): the model's input arrays.
 
     Records go to sources as ``keysplit simulate`` deals them (and as the spout deals lines to the routers:
@@ -301,4 +314,4 @@ def route_dataset(spec: str, grouping: str, workers: int, sources: int, aggregat
     records = [(i, k) for i, (_, k) in enumerate(dataset.records()) if k]
     lengths = [len(k) for _, k in records]
     dealt = [source_of(i, k[0], sources, split) for i, k in records]
-    return stream_arrays(np.asarray(lengths), np.asarray(chosen), keys, aggregators, np.asarray(dealt))
+    return stream_arrays(np.asarray(lengths), np.asarray(chosen), keys, aggregators, np.asarray(dealt), shape)

@@ -74,8 +74,11 @@ _F_RUNNER, _F_FIRST, _F_LAST, _F_SUM, _F_COMP, _F_MAX, _F_MIN, _F_LAG = range(8)
 #: delay, the flush period T (the ticks' period) and phase, the lines in flight at most, the rate (0: closed loop),
 #: the message timeout, the hop to a counter, the runner's per word, a counter's per input tuple, the batch size
 #: (words) and wait, the most ticks the loop follows (its bound on its own work).
+#: The last slot is the topology's shape: 0 the word count, 1 a toolkit topology (keysplit.toolkit: partials flush
+#: one tuple per merge task, and a merge commits a flush at once unless it committed less than T ago).
+#: With the toolkit's shape the spout emits ahead of the stages, ``_S_SPOUT`` apart (its own time per row).
 _S_SERVICE, _S_RUNNER, _S_TUPLE, _S_COMMIT, _S_ACK, _S_TICK, _S_PHASE, _S_CAP, _S_RATE, _S_TIMEOUT, _S_HOP, \
-    _S_WORD, _S_CTUPLE, _S_BATCH, _S_WAIT, _S_TICKS = range(16)
+    _S_WORD, _S_CTUPLE, _S_BATCH, _S_WAIT, _S_TICKS, _S_SHAPE, _S_SPOUT = range(18)
 
 
 @numba.njit(cache=True)
@@ -146,7 +149,7 @@ def _count(head, nxt, word_key, stamp, stamp_no, mask):
 
 
 @numba.njit(cache=True)
-def _flush_counter(w, start, counters, w_nxt, w_key, w_agg, wm, stamp, stamp_no, a_seen, batch, tuple_cost,
+def _flush_counter(w, start, counters, w_nxt, w_key, w_agg, wm, stamp, stamp_no, a_seen, per_aggregator, tuple_cost,
                    ht, hs, hk, ha, n, seq):
     """Counter ``w`` flushes at ``start`` what it served since its last flush (``CounterBolt.flush``): its
     partial counts leave, then its input tuples are acked; it is busy meanwhile. Returns the heap, the next
@@ -159,7 +162,9 @@ def _flush_counter(w, start, counters, w_nxt, w_key, w_agg, wm, stamp, stamp_no,
     stamp_no += 1
     _, distinct = _count(head, w_nxt, w_key, stamp, stamp_no, wm)
     emitted = distinct
-    if batch > 1 and head >= 0:  # one tuple per aggregator its words go to (CounterBolt.emit_flushes)
+    # one tuple per aggregator its words go to (CounterBolt.emit_flushes with batches; a toolkit partial always:
+    # PartialAggregate.flush)
+    if per_aggregator and head >= 0:
         for a in range(a_seen.shape[0]):
             a_seen[a] = 0
         emitted = 0
@@ -218,7 +223,8 @@ def _flush(heap, iv, w, start, counters, words, stamp, a_seen, settings):
     ht, hs, hk, ha = heap
     ht, hs, hk, ha, iv[_I_HEAP], iv[_I_SEQ], iv[_I_STAMP] = _flush_counter(
         w, start, counters, words[4], words[2], words[1], words[4].shape[0] - 1, stamp, iv[_I_STAMP], a_seen,
-        int(settings[_S_BATCH]), settings[_S_TUPLE], ht, hs, hk, ha, iv[_I_HEAP], iv[_I_SEQ])
+        settings[_S_BATCH] > 1 or settings[_S_SHAPE] == 1, settings[_S_TUPLE], ht, hs, hk, ha, iv[_I_HEAP],
+        iv[_I_SEQ])
     return ht, hs, hk, ha
 
 
@@ -276,6 +282,9 @@ def _on_emit(heap, iv, fv, window, now, batches, lines, words, records, n_worker
             heap = _send_batch(heap, iv, batches, b, runner_free + hop)
     iv[_I_NEXT_WORD] = first + length
     fv[_F_RUNNER] = runner_free
+    if settings[_S_SHAPE] == 1:  # a toolkit topology: the feed spout is a process of its own, which emits ahead of
+        # the stages within its window (the rows queue for the cores the stages share)
+        return _event(heap, iv, now + settings[_S_SPOUT], _EMIT, 0)
     return _event(heap, iv, max(runner_free, now + settings[_S_TUPLE]), _EMIT, 0)
 
 
@@ -322,12 +331,13 @@ def _on_batch_due(heap, iv, fv, now, arg, batches, settings):
 @numba.njit(cache=True, inline="always")
 def _commit(heap, iv, now, a, aggregators, words, stamp, settings):
     """Aggregator ``a`` commits the partial counts it holds (``commit_us`` per distinct word) and acks them."""
-    a_head, a_tail, a_free = aggregators[0], aggregators[1], aggregators[2]
+    a_head, a_tail, a_free, a_last = aggregators[0], aggregators[1], aggregators[2], aggregators[4]
     head = a_head[a]
     a_head[a] = -1
     a_tail[a] = -1
     if head < 0:
         return heap
+    a_last[a] = max(now, a_free[a])  # a toolkit merge's clock starts at its commit (MergeAggregate.commit)
     iv[_I_STAMP] += 1
     _, distinct = _count(head, words[4], words[2], stamp, iv[_I_STAMP], words[4].shape[0] - 1)
     a_free[a] = max(now, a_free[a]) + settings[_S_COMMIT] * distinct
@@ -355,11 +365,13 @@ def _on_tick(heap, iv, now, arg, final, counters, aggregators, words, stamp, set
 def _on_partial(heap, iv, now, head, aggregators, words, stamp, settings):
     """One counter's flush reaches the aggregators: one partial count per distinct word each, a tuple per partial
     count (``--batch 1``: held until the aggregator's tick) or one tuple per aggregator (batches: committed at once,
-    ``AggregatorBolt.process``)."""
-    a_head, a_tail, a_free, a_seen = aggregators
+    ``AggregatorBolt.process``). A toolkit merge receives one tuple per partial flush and commits it at once when
+    its last commit is T or more ago, else holds it for its tick (``MergeAggregate.process``)."""
+    a_head, a_tail, a_free, a_seen, a_last = aggregators
     w_key, w_agg, w_nxt = words[2], words[1], words[4]
     wm = w_nxt.shape[0] - 1
-    batched = settings[_S_BATCH] > 1
+    toolkit = settings[_S_SHAPE] == 1
+    batched = settings[_S_BATCH] > 1 or toolkit
     iv[_I_STAMP] += 1
     stamp_no = iv[_I_STAMP]
     for a in range(a_head.shape[0]):
@@ -377,7 +389,7 @@ def _on_partial(heap, iv, now, head, aggregators, words, stamp, settings):
     for a in range(a_head.shape[0]):
         if a_seen[a]:
             a_free[a] = max(now, a_free[a]) + settings[_S_TUPLE] * (1 if batched else a_seen[a])
-            if batched:
+            if batched and (not toolkit or a_free[a] - a_last[a] >= settings[_S_TICK]):
                 heap = _commit(heap, iv, a_free[a], a, aggregators, words, stamp, settings)
     return heap
 
@@ -448,8 +460,8 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
     - ``counters``: per counter, ``(head, tail, free, busy, tuples, last)``: the chain of words served since its
       last flush, when it is next free, its busy time, the input tuples since its last flush, when that flush
       began; ``aggregators``: per
-      aggregator, ``(head, tail, free, seen)``: the chain of words whose partial counts reached it, when it is next
-      free, a scratch count;
+      aggregator, ``(head, tail, free, seen, last)``: the chain of words whose partial counts reached it, when it is
+      next free, a scratch count, when it last committed;
     - ``batches``: per (router, counter) at ``router * workers + counter``, ``(head, tail, count, generation)``:
       the chain of words waiting in the router's batch for that counter, how many, and how many batches it sent
       (a ``_FLUSH`` event names the batch it was set for, so it does nothing once that batch has left);

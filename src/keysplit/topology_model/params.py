@@ -34,13 +34,17 @@ KNOBS: dict[str, str] = {
     "batch_ms": "--batch-ms",
 }
 
+#: The topologies the model follows: the word count (``keysplit run wordcount``) and a toolkit topology's keyed stage
+#: (``keysplit.toolkit``: KeyRouter -> Aggregate.partial -> Aggregate.merge, docs/design/topology-model.md).
+SHAPES = ("wordcount", "toolkit")
+
 #: What `--arrivals` offers the replay.
 ARRIVALS = ("closed", "open", "lindley")
 
 #: The calibrated quantities a calibration file holds (microseconds, seconds).
 CALIBRATED = ("overhead_us", "counter_overhead_us", "tuple_us", "tick_phase_s", "hop_delay_ms")
 #: Calibrated quantities a file may lack (made before they were measured): the model's default then applies.
-OPTIONAL_CALIBRATED = ("commit_us", "ack_delay_ms", "word_us")
+OPTIONAL_CALIBRATED = ("commit_us", "ack_delay_ms", "word_us", "spout_us")
 
 #: The most each calibrated cost may be, in its own unit: a minute, as the CPU delay
 #: (:data:`keysplit.sizes.MAX_CPU_DELAY_MS`). A profile is data a user may edit or receive: beyond these no topology
@@ -48,7 +52,8 @@ OPTIONAL_CALIBRATED = ("commit_us", "ack_delay_ms", "word_us")
 #: (which Python's json reads) or 1e300 left the model's event loop running for ever. The tick phase may be
 #: negative (ticks that began before the first emit), by at most as much.
 COST_LIMITS: dict[str, float] = {"overhead_us": 60e6, "word_us": 60e6, "counter_overhead_us": 60e6, "tuple_us": 60e6,
-                                 "commit_us": 60e6, "hop_delay_ms": 60e3, "ack_delay_ms": 60e3, "tick_phase_s": 60.0}
+                                 "commit_us": 60e6, "hop_delay_ms": 60e3, "ack_delay_ms": 60e3, "tick_phase_s": 60.0,
+                                 "spout_us": 60e6}
 
 
 def check_cost(name: str, value: object) -> float:
@@ -88,8 +93,12 @@ class TopologyParams:
     # the spouts' adaptive window (decrease 1: Storm's fixed max pending)
     aimd: WindowPolicy = field(default_factory=WindowPolicy)
     words_per_line: float = 0.0  # the feed's, where the window starts from (storm/window.py window_start); 0: unknown
+    shape: str = "wordcount"  # one of SHAPES: which topology's mechanics the kernel follows
+    spout_us: float = 0.0  # toolkit: the feed spout's time per row (it emits ahead of the stages; calibrated)
 
     def __post_init__(self) -> None:
+        if self.shape not in SHAPES:
+            raise ValueError(f"shape must be one of {', '.join(SHAPES)}, got {self.shape!r}")
         for name in ("workers", "sources", "aggregators", "max_pending", "spouts", "batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -191,7 +200,7 @@ def model_params(opts: Any, workers: int | None = None) -> TopologyParams:
             cpu_delay_ms=opts.cpu_delay_ms, max_pending=opts.max_pending, spouts=opts.spouts,
             flush_secs=opts.flush_secs, message_timeout=opts.message_timeout,
             rate=opts.rate if opts.arrivals == "open" else None, batch=opts.batch, batch_ms=opts.batch_ms,
-            **{k: float(o.get(k, 0.0)) for k in CALIBRATED},
+            shape=getattr(opts, "shape", "wordcount"), **{k: float(o.get(k, 0.0)) for k in CALIBRATED},
             **{k: float(o[k]) for k in OPTIONAL_CALIBRATED if o.get(k) is not None})
     except ValueError as exc:
         raise SpecError(str(exc)) from None
@@ -206,4 +215,5 @@ def params_of_run(run: dict, **overheads: float) -> TopologyParams:
         cpu_delay_ms=float(run.get("cpu_delay_ms") or 0.0), max_pending=int(run.get("max_pending") or 1000),
         spouts=int(run.get("spouts") or 1), flush_secs=float(run.get("flush_secs") or 1.0),
         message_timeout=float(run.get("message_timeout_secs") or 30), rate=run.get("rate") or None,
-        words_per_line=float(run.get("messages") or 0) / max(1, int(run.get("lines") or 0)), **overheads)
+        words_per_line=float(run.get("messages") or 0) / max(1, int(run.get("lines") or 0)),
+        shape=run.get("shape") or "wordcount", **overheads)

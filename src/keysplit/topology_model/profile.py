@@ -38,6 +38,19 @@ from keysplit.topology_model.storm_terms import ClusterTerms
 #: The fitted parameters and the range searched for each.
 FITTED: dict[str, tuple[float, float]] = {"tuple_us": (0.0, 20_000.0), "counter_tuple_us": (0.0, 50_000.0),
                                           "return_ms": (0.0, 2_000.0)}
+#: The fitted parameters of a toolkit topology's runs (``shape`` toolkit, docs/design/topology-model.md), whose stages
+#: have no CPU delay: ``tuple_us`` is a row's time in the stages (router, partial, merge, the runner's protocol: every
+#: process on the cores they share), ``spout_us`` the feed spout's own time per row (it emits ahead of the stages,
+#: within its window, so rows queue), ``return_ms`` as above.
+FITTED_TOOLKIT: dict[str, tuple[float, float]] = {"tuple_us": (0.0, 20_000.0), "spout_us": (0.0, 20_000.0),
+                                                  "return_ms": (0.0, 2_000.0)}
+
+
+def fitted_ranges(shape: str) -> dict[str, tuple[float, float]]:
+    """The fitted parameters of runs of ``shape`` (:data:`FITTED`, :data:`FITTED_TOOLKIT`) and their ranges."""
+    return FITTED_TOOLKIT if shape == "toolkit" else FITTED
+
+
 #: Targets of agreement (relative): words/s, p50, p99.
 TARGETS = {"words_per_second": 0.15, "p50_ms": 0.25, "p99_ms": 0.25}
 #: Relative differences the fit ignores: a repeated run differs by this much, so a cost that only moves the model
@@ -54,13 +67,14 @@ NEEDS = ("needs two finished runs or more that differ in grouping, CPU delay or 
 #: The run summary fields a profile keeps for each of its runs.
 RUN_FIELDS = ("run_id", "grouping", "dataset", "workers", "sources", "aggregators", "spouts", "cpu_delay_ms",
               "max_pending", "flush_secs", "rate", "batch", "batch_ms", "worker_processes", "words_per_second",
-              "tick_phase_s", "aggregator_us", "first_hop_ms")
+              "tick_phase_s", "aggregator_us", "first_hop_ms", "shape", "topology")
 
 
 def check_fittable(runs: list[dict]) -> None:
     """A one-line KeysplitError when ``runs`` (summaries) cannot determine the fitted parameters."""
     if len(runs) < 2:
-        raise KeysplitError(f"calibrate {NEEDS}; got {len(runs)} run")
+        needs = NEEDS_TOOLKIT if runs and runs[0].get("shape") == "toolkit" else NEEDS
+        raise KeysplitError(f"calibrate {needs}; got {len(runs)} run")
     for run in runs:
         if int(run.get("replayed") or 0):
             raise KeysplitError(f"run {run.get('run_id')} replayed {run['replayed']} tuples (message timeouts), "
@@ -68,15 +82,37 @@ def check_fittable(runs: list[dict]) -> None:
         problem = ClusterTerms.of_run(run).problem()
         if problem:
             raise KeysplitError(f"run {run.get('run_id')} {problem}")
+    shapes = {r.get("shape") or "wordcount" for r in runs}
+    if len(shapes) > 1:
+        raise KeysplitError("calibrate needs runs of one topology shape (the model's mechanics differ): got word-count "
+                            "runs and topology-file runs")
     kinds = {ClusterTerms.of_run(r).key() for r in runs}
     if len(kinds) > 1:
         raise KeysplitError("calibrate needs runs of one runtime with one number of worker processes (the costs it "
                             f"fits depend on both); got {', '.join(f'{k[0]} with {k[1]}' for k in sorted(kinds))}")
+    if shapes == {"toolkit"}:  # no CPU delay: a row's cost at each stage is what the fit finds
+        check_fittable_toolkit(runs)
+        return
     cells = {(r.get("grouping"), float(r.get("cpu_delay_ms") or 0), r.get("rate") or None) for r in runs}
     if not any(float(r.get("cpu_delay_ms") or 0) > 0 and not r.get("rate") for r in runs) or len(cells) < 2:
         shown = ", ".join(f"{r.get('run_id')} ({r.get('grouping')}, {float(r.get('cpu_delay_ms') or 0):g} ms, "
                           + (f"rate {r['rate']:g})" if r.get("rate") else "closed loop)") for r in runs)
         raise KeysplitError(f"calibrate {NEEDS}; got {shown}")
+
+
+#: What a set of topology-file runs must hold to be fitted.
+NEEDS_TOOLKIT = ("needs two finished runs or more of a topology file that differ in grouping, parallelism or dataset "
+                 "(e.g. `KEYSPLIT_GROUPING=kg keysplit run topologies/pageviews.py ...` and the same with pkg)")
+
+
+def check_fittable_toolkit(runs: list[dict]) -> None:
+    """Topology-file runs have no CPU delay: the fit reads the rows' cost from their throughput and the return from
+    their latency, so two runs of different cells (grouping, parallelism, dataset) determine it."""
+    cells = {(r.get("topology"), r.get("grouping"), r.get("dataset"), r.get("workers"), r.get("sources"),
+              r.get("aggregators")) for r in runs}
+    if len(cells) < 2:
+        shown = ", ".join(f"{r.get('run_id')} ({r.get('grouping')})" for r in runs)
+        raise KeysplitError(f"calibrate {NEEDS_TOOLKIT}; got {shown}")
 
 
 def measured(runs: list[dict]) -> dict:
@@ -91,7 +127,13 @@ def measured(runs: list[dict]) -> dict:
 
 
 def kernel_overheads(fitted: dict, seen: dict, terms: ClusterTerms) -> dict:
-    """The kernel's overheads (``TopologyParams`` fields) for a run with ``terms``."""
+    """The kernel's overheads (``TopologyParams`` fields) for a run with ``terms``; a toolkit profile's (it fitted
+    ``spout_us``) puts a row's whole cost in the serial stage and none in the ticks' tuples, which that cost holds."""
+    if "spout_us" in fitted:
+        return {"overhead_us": fitted["tuple_us"], "tuple_us": 0.0, "word_us": 0.0, "counter_overhead_us": 0.0,
+                "spout_us": fitted["spout_us"], "commit_us": seen["commit_us"],
+                "hop_delay_ms": seen["hop_ms"] + terms.forward_ms(),
+                "ack_delay_ms": fitted["return_ms"] + terms.return_ms(), "tick_phase_s": seen["tick_phase_s"]}
     return {"overhead_us": fitted["tuple_us"], "tuple_us": fitted["tuple_us"], "word_us": 0.0,
             "counter_overhead_us": fitted["counter_tuple_us"], "commit_us": seen["commit_us"],
             "hop_delay_ms": seen["hop_ms"] + terms.forward_ms(),
@@ -128,9 +170,14 @@ def _loss(fitted: dict, cases: list[tuple[TopologyParams, tuple, dict]]) -> floa
     """Sum over the runs of the squared log errors, each over its target."""
     total = 0.0
     for params, arrays, meas in cases:
-        pred = predict(replace(params, overhead_us=fitted["tuple_us"], tuple_us=fitted["tuple_us"],
-                               counter_overhead_us=fitted["counter_tuple_us"],
-                               ack_delay_ms=params.ack_delay_ms + fitted["return_ms"]), arrays)
+        if "spout_us" in fitted:  # a toolkit topology (kernel_overheads)
+            trial = replace(params, overhead_us=fitted["tuple_us"], spout_us=fitted["spout_us"],
+                            ack_delay_ms=params.ack_delay_ms + fitted["return_ms"])
+        else:
+            trial = replace(params, overhead_us=fitted["tuple_us"], tuple_us=fitted["tuple_us"],
+                            counter_overhead_us=fitted["counter_tuple_us"],
+                            ack_delay_ms=params.ack_delay_ms + fitted["return_ms"])
+        pred = predict(trial, arrays)
         for k, tol in TARGETS.items():
             if meas[k] > 0:
                 miss = max(0.0, abs(math.log(max(pred[k], 1e-9) / meas[k])) - NOISE)
@@ -147,23 +194,45 @@ def _grid(lo: float, hi: float, around: float | None) -> list[float]:
     return [around * f for f in np.geomspace(0.5, 2.0, 17)] + [0.0]
 
 
+def toolkit_start(runs: list[dict]) -> dict | None:
+    """Where the search of a toolkit profile starts (the search goes one cost at a time, and from all zeros it can
+    settle where the spout, not the stages, holds the rows back): the stages' time per row from the runs' rows/s,
+    and the spout's from how the latency spreads, as a queue that grows steadily: the p99's row waited about twice
+    the p50's, p99 - p50 = n / 2 x (stages - spout) for n rows."""
+    rates = [float(r["words_per_second"]) for r in runs if r.get("words_per_second")]
+    if not rates:
+        return None
+    stages = 1e6 / float(np.median(rates))
+    lead = []
+    for r in runs:
+        lat, n = r.get("latency_ms") or {}, float(r.get("messages") or 0)
+        if n and lat.get("p99") and lat.get("p50"):
+            lead.append(2000.0 * (float(lat["p99"]) - float(lat["p50"])) / n)
+    spout = max(0.0, stages - float(np.median(lead))) if lead else stages
+    return {"tuple_us": stages, "spout_us": spout, "return_ms": 0.0}
+
+
 def fit(runs: list[dict], arrays: list[tuple]) -> dict:
     """The profile's fitted and measured values from ``runs`` (summaries) and their routed streams."""
     check_fittable(runs)
     seen = measured(runs)
     # each run's parameters with the measured values and its configured terms; the fitted ones vary in _loss
-    zero = {name: 0.0 for name in FITTED}
+    ranges = fitted_ranges(runs[0].get("shape") or "wordcount")  # one shape (check_fittable)
+    zero = {name: 0.0 for name in ranges}
     cases = [(params_for(r, {"fitted": zero, "measured": seen}), a, observed(r)) for r, a in zip(runs, arrays)]
     best = dict(zero)
     best_loss = _loss(best, cases)
+    start = toolkit_start(runs) if "spout_us" in ranges else None
+    if start is not None and _loss(start, cases) < best_loss:
+        best, best_loss = start, _loss(start, cases)
     for rnd in range(4):  # coarse cycles, then fine ones around the best
-        for name, (lo, hi) in FITTED.items():
+        for name, (lo, hi) in ranges.items():
             for value in _grid(lo, hi, None if rnd < 2 else best[name]):
                 trial = best | {name: min(hi, max(lo, value))}
                 loss = _loss(trial, cases)
                 if loss < best_loss - 1e-12:
                     best, best_loss = trial, loss
-    for name, (lo, hi) in FITTED.items():  # each cost down to the smallest the runs cannot tell from the best
+    for name, (lo, hi) in ranges.items():  # each cost down to the smallest the runs cannot tell from the best
         for value in sorted(v for v in _grid(lo, hi, None) + _grid(lo, hi, best[name]) if v < best[name]):
             trial = best | {name: max(lo, float(value))}
             loss = _loss(trial, cases)
@@ -187,6 +256,9 @@ def reproduction(runs: list[dict], arrays: list[tuple], profile: dict) -> list[d
 def describe(profile: dict) -> str:
     """The profile's values in one phrase (what ``keysplit calibrate`` and the agreement benchmark print)."""
     f, m = profile["fitted"], profile["measured"]
+    if "spout_us" in f:
+        return (f"a row {f['tuple_us']:.0f} us in the stages, {f['spout_us']:.0f} us in the spout, return "
+                f"{f['return_ms']:.1f} ms (fitted); tick phase {m['tick_phase_s']:.3f} s (measured)")
     return (f"tuple {f['tuple_us']:.0f} us, counter {f['counter_tuple_us']:.0f} us a tuple beyond the delay, return "
             f"{f['return_ms']:.1f} ms (fitted); first hop {m['hop_ms']:.1f} ms, commit {m['commit_us']:.0f} us a "
             f"partial count, tick phase {m['tick_phase_s']:.3f} s (measured)")
@@ -233,7 +305,7 @@ def arrays_of_run(run: dict) -> tuple:
     try:
         return route_dataset(spec, run["grouping"], workers, int(run.get("sources") or 1),
                              int(run.get("aggregators") or 2), rate=run.get("rate") or None, capacities=caps,
-                             split=run.get("split") or "shuffle")
+                             split=run.get("split") or "shuffle", shape=run.get("shape") or "wordcount")
     except KeysplitError as exc:
         raise KeysplitError(f"run {run.get('run_id')}: its dataset {spec} cannot be read here ({exc}); calibrate "
                             "where the file is, at the same path") from None
