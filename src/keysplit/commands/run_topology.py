@@ -181,11 +181,9 @@ def print_summary(s: dict) -> None:
                      "loads may differ from simulate's)" if r.get("unsynced") else "") + "\n")
         print_table([{"task": i, "load": n, "share": 100.0 * n / total} for i, n in enumerate(r["loads"])],
                     [("task", "task", str), ("tuples", "load", str), ("share %", "share", "{:.1f}".format)])
-    restarted = bool(s.get("task_restarts") or s.get("restarts"))
     for name, p in s["partials"].items():
-        since = " (since each task's last start: tasks restarted)" if restarted else ""
-        out.write(f"\n{name}: {p['accumulator']}, keys held per task{since} {p['keys']} (sum {sum(p['keys'])}: the "
-                  "state a split key costs)\n")
+        out.write(f"\n{name}: {p['accumulator']}, keys held per task {p['keys']} (sum {sum(p['keys'])}: the state a "
+                  "split key costs)\n")
     for name, m in s["merges"].items():
         out.write(f"\n{name}: {m['keys']:,} keys committed\n")
         if m["top"]:

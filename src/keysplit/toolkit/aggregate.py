@@ -102,7 +102,7 @@ class PartialAggregate(CoalescedWrites, Bolt):
         merge = fields_subscriber(context, PARTIALS_STREAM, ROUTE_FIELD, me)
         merges = len(component_tasks(context, merge))
         self.routes = [route_value(m, merges) for m in range(merges)]
-        self.owner: dict[str, int] = {}  # key -> its merge task (memoised hash)
+        self.owner: dict[str, int] = {}  # key -> its merge task (its hash, memoised until the flush)
         self.states: dict[str, object] = {}  # key (JSON text) -> state of the rows since the flush
         # rows from keysplit's feed: key -> the records its state covers (first emissions), and its replays, alone
         self.covers: dict[str, list[int]] = {}
@@ -113,7 +113,11 @@ class PartialAggregate(CoalescedWrites, Bolt):
         self.flushed_at = time.monotonic()
         self.records = 0
         self.tuples = 0  # input tuples: fewer than records behind a batching router
-        self.seen: set[str] = set()  # keys this task ever held: the state a split key costs (replication)
+        # the keys this task held since its last flush; every flush adds them to a set in Redis whose size is the
+        # keys the task ever held (the state a split key costs), so the task's memory follows the keys of a period,
+        # not every key it ever saw
+        self.held_key = keys.stage(me, f"held:{self.index}")
+        self.held = 0
         self.failed = 0
         self.tasks_key = keys.stage(me, "tasks")
         if self.conn is not None:  # a restarted task goes on counting its records (the keys it holds start again)
@@ -168,7 +172,6 @@ class PartialAggregate(CoalescedWrites, Bolt):
             owner = self.owner.get(name)
             if owner is None:
                 owner = self.owner[name] = merge_index(name, len(self.routes))
-                self.seen.add(name)
             self.inputs[owner][tup.id] = None
         self.records += accepted
         self.tuples += 1
@@ -220,11 +223,16 @@ class PartialAggregate(CoalescedWrites, Bolt):
                     acked.add(tup_id)
                     self.ack(tup_id)
             inputs.clear()
-        self.states, self.covers, self.replays = {}, {}, {}
         if self.conn is not None:
+            if self.owner:
+                pipe = self.conn.pipeline(transaction=False)
+                pipe.sadd(self.held_key, *self.owner)
+                pipe.scard(self.held_key)
+                self.held = pipe.execute()[1]
             self.conn.hset(self.tasks_key, str(self.index),
-                           json.dumps({"records": self.records, "tuples": self.tuples, "keys": len(self.seen),
+                           json.dumps({"records": self.records, "tuples": self.tuples, "keys": self.held,
                                        "entries": self.entries, "failed": self.failed}))
+        self.states, self.covers, self.replays, self.owner = {}, {}, {}, {}
 
 
 class MergeAggregate(CoalescedWrites, Bolt):
