@@ -183,3 +183,48 @@ def test_a_jar_built_from_a_users_project_carries_their_code_and_keysplits(tmp_p
     done = subprocess.run([sys.executable, "-S", "-c", code, str(tree)], cwd=tmp_path, env=env, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+BROKEN_RESULT = '''
+from keysplit.toolkit import Sum
+
+
+class Broken(Sum):
+    """Sums as Sum does, but cannot give its result (a user's bug in result())."""
+
+    def result(self, state):
+        raise ValueError("no result today")
+'''
+
+BROKEN_TOPOLOGY = '''
+from broken import Broken
+
+from keysplit.toolkit import Aggregate, FeedSpout, KeyRouter, Topology
+
+
+class Pages(Topology):
+    views = FeedSpout.spec(fields=["page", "bytes"])
+    route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg", par=2)
+    partial = Aggregate.partial(inputs=route, accumulator=Broken("bytes"), par=2)
+    total = Aggregate.merge(inputs=partial, par=1)
+'''
+
+
+def test_a_result_the_users_code_cannot_give_is_one_line_after_the_summary(tmp_path, capsys, monkeypatch):
+    project = tmp_path / "broken-project"
+    (project / "src").mkdir(parents=True)
+    (project / "topologies").mkdir()
+    (project / "src" / "broken.py").write_text(BROKEN_RESULT)
+    (project / "topologies" / "pages.py").write_text(BROKEN_TOPOLOGY)
+    views = tmp_path / "views.csv"
+    views.write_text("page,bytes\n" + "".join(f"/p{i % 7},{i}\n" for i in range(200)))
+    monkeypatch.setenv("KEYSPLIT_HOME", str(tmp_path / "home"))
+    try:
+        code = main(["run", str(project / "topologies" / "pages.py"), "--dataset", f"csv:{views},key=page",
+                     "--results-out", str(tmp_path / "results.csv")])
+    finally:
+        redis_server.stop_server(tmp_path / "home")
+    out, err = capsys.readouterr()
+    assert code == 2 and "throughput:" in out  # the run finished: its summary first
+    assert err.count("\n") == 1 and "Broken(field='bytes')'s result raised ValueError: no result today" in err
+    assert "results are safe in Redis" in err and not (tmp_path / "results.csv").exists()

@@ -100,6 +100,8 @@ def _report(args: argparse.Namespace, summary: dict) -> int:
         print_json(summary)
     else:
         print_summary(summary)
+    if summary.get("results_out_error"):  # after the summary: the run itself finished
+        raise KeysplitError(summary["results_out_error"])
     forgotten = summary.get("forgotten_trees")
     if forgotten:  # a crash lost what those trees carried, unless the user's spout emits it again: not a success
         print(f"keysplit: error: run {summary['run_id']} stopped with {forgotten_text(forgotten)} forgotten by a "

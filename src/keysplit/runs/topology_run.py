@@ -539,13 +539,15 @@ def mark_topology_totals(summary: dict[str, Any]) -> None:
 
 def _results_out(conn: redis.Redis, keys: RunKeys, loaded: LoadedTopology, summary: dict[str, Any], path: str
                  ) -> None:
-    """Write the results and name the file in the summary (stored too, for ``keysplit runs show``); a failure says
-    that the results are safe in Redis and how to write them again."""
+    """Write the results and name the file in the summary (stored too, for ``keysplit runs show``); a failure goes
+    in the summary's ``results_out_error`` (the summary is still shown: ``keysplit run`` then exits 2), saying that
+    the results are safe in Redis and how to write them again."""
     try:
         summary["results_out"] = write_results(conn, keys.run_id, loaded, path)
     except KeysplitError as exc:
-        raise KeysplitError(f"{exc}; the run finished and its results are safe in Redis: write them with `keysplit "
-                            f"run {loaded.path} --collect {keys.run_id} --results-out FILE`") from None
+        summary["results_out_error"] = (f"{exc}; the run finished and its results are safe in Redis: write them with "
+                                        f"`keysplit run {loaded.path} --collect {keys.run_id} --results-out FILE`")
+        return
     if conn.exists(keys.summary):
         conn.set(keys.summary, json.dumps(summary))
 
@@ -566,7 +568,11 @@ def write_results(conn: redis.Redis, run_id: str, loaded: LoadedTopology, path: 
         for spec in merges:
             stored = conn.hgetall(RunKeys(run_id).stage(spec.name, "results"))
             for text in sorted(stored):
-                result = spec.partial.accumulator.result(json.loads(stored[text]))
+                try:  # the user's code: a result it cannot give is one line, never a traceback
+                    result = spec.partial.accumulator.result(json.loads(stored[text]))
+                except Exception as exc:
+                    raise KeysplitError(f"--results-out: {spec.partial.accumulator!r}'s result raised "
+                                        f"{type(exc).__name__}: {exc} on key {text} of merge {spec.name}") from None
                 cell = result if isinstance(result, (int, float, str)) and not isinstance(result, bool) \
                     else json.dumps(result)
                 out.writerow([*([spec.name] if len(merges) > 1 else []), json.loads(text), cell])
