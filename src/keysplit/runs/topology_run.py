@@ -331,8 +331,7 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
     keys, base = load_run(loaded, opts, conn, progress=progress, deadline=deadline)
     run_id, rows = keys.run_id, base["rows"]
     url, password = split_password(redis_url)
-    env_config = read_env(loaded.root / "config.json", opts.storm_env) if (loaded.root / "config.json").exists() \
-        else None
+    env_config = _local_env(loaded.root / "config.json", opts.storm_env, read_env)
     # the conf `sparse submit -e ENV -o ...` would send
     conf = submit_conf(loaded.cls, loaded.name, {
         **opts.options,
@@ -427,6 +426,22 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
     if opts.results_out:
         _results_out(conn, keys, loaded, summary, opts.results_out)
     return summary
+
+
+def _local_env(config_file: Path, env: str, read_env: Callable[[Path, str], dict]) -> dict | None:
+    """The config.json env a run on this machine sends its components: None without a config.json, or when the
+    default env ``local`` is not one of its envs (a project whose config.json names only its cluster, as the guide
+    writes one); any other env it must have (``read_env``'s one-line error)."""
+    if not config_file.exists():
+        return None
+    if env == "local":
+        try:
+            envs = json.loads(config_file.read_text(encoding="utf-8")).get("envs")
+        except (OSError, ValueError, AttributeError):
+            envs = None  # read_env says what is wrong with the file
+        if isinstance(envs, dict) and "local" not in envs:
+            return None
+    return read_env(config_file, env)
 
 
 def collect_run(loaded: LoadedTopology, conn: redis.Redis, run_id: str, *, results_out: str | None = None
