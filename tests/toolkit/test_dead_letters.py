@@ -93,7 +93,7 @@ def write_project(folder: Path, accumulator: str, poison: str, config: dict) -> 
     (project / "topologies").mkdir()
     (project / "src" / "pages" / "__init__.py").write_text("")
     (project / "src" / "pages" / "accumulators.py").write_text(ACCUMULATORS)
-    topology = project / "topologies" / "pages.py"
+    topology = project / "topologies" / "pagestats.py"  # not named after src/pages (sparse would import that)
     topology.write_text(TOPOLOGY.format(accumulator=accumulator, config=config))
     rng = random.Random(3)
     data = folder / "views.csv"

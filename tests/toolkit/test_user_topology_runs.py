@@ -108,9 +108,11 @@ def test_the_cli_runs_a_topology_file_and_reports_json(home, redis_url, views, t
     run_id = summary["run_id"]
     assert main(["runs", "show", run_id, "--redis", redis_url]) == 0
     assert "route: grouping dchoices" in capsys.readouterr().out
-    for command in (["run", "wordcount", "--collect", run_id], ["calibrate", "--run", run_id, "--name", "x"]):
-        assert main([*command, "--redis", redis_url]) == 2
-        assert "a topology file, not the word count" in capsys.readouterr().err
+    assert main(["run", "wordcount", "--collect", run_id, "--redis", redis_url]) == 2
+    assert "a topology file, not the word count" in capsys.readouterr().err
+    # calibrate fits topology runs, from two of them on
+    assert main(["calibrate", "--run", run_id, "--name", "x", "--redis", redis_url]) == 2
+    assert "calibrate needs two finished runs or more of a topology file" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("args", "message"), [
