@@ -47,18 +47,26 @@ def submission(config: dict[str, Any], *, env_name: str, jar: str, redis_url: st
     """The ``sparse submit`` of the run whose stored config (``RunKeys.config``) is ``config``. ``redis_url`` is
     the Redis the workers reach, without a password; the password is read on the workers from ``password_file``
     or the variable ``password_env`` names."""
+    settings = WordCountSettings.from_conf(config)
+    env = {ENV_PREFIX + field.upper(): str(getattr(settings, field)) for field in SHAPE}
+    options = {f"keysplit.{field}": getattr(settings, field) for field in OPTIONS}
+    options.update({"keysplit.run_id": settings.run_id, "keysplit.redis_url": redis_url,
+                    "topology.max.spout.pending": config["max_pending"],
+                    "topology.message.timeout.secs": config["message_timeout_secs"]})
+    return _sparse_submit(env, options, config, env_name=env_name, name=name, jar=jar, redis_url=redis_url,
+                          password_file=password_file, password_env=password_env)
+
+
+def _sparse_submit(env: dict[str, str], options: dict[str, Any], config: dict[str, Any], *, env_name: str, name: str,
+                   jar: str, redis_url: str, password_file: str, password_env: str) -> Submission:
+    """What every run's ``sparse submit`` shares: a workers' Redis URL without a password (Storm prints its
+    configuration in its logs and UI), the password's file or variable as ``-o`` options after ``options``,
+    ``--workers`` from the record, and ``LEIN_ROOT`` (sparse refuses to run as root without it; harmless otherwise)."""
     from keysplit.storm.settings import split_password
 
     if split_password(redis_url)[1] is not None:
         raise KeysplitError("the workers' Redis URL must not carry a password (Storm prints its configuration in "
                             "its logs and UI): give the workers --workers-password-file or --workers-password-env")
-    settings = WordCountSettings.from_conf(config)
-    env = {ENV_PREFIX + field.upper(): str(getattr(settings, field)) for field in SHAPE}
-    env["LEIN_ROOT"] = "1"  # sparse refuses to run as root without it; harmless otherwise
-    options = {f"keysplit.{field}": getattr(settings, field) for field in OPTIONS}
-    options.update({"keysplit.run_id": settings.run_id, "keysplit.redis_url": redis_url,
-                    "topology.max.spout.pending": config["max_pending"],
-                    "topology.message.timeout.secs": config["message_timeout_secs"]})
     if password_file:
         options["keysplit.redis_password_file"] = password_file
     if password_env:
@@ -67,7 +75,7 @@ def submission(config: dict[str, Any], *, env_name: str, jar: str, redis_url: st
             "--workers", str(config.get("worker_processes") or 1)]
     for key, value in options.items():
         argv += ["-o", f"{key}={value}"]
-    return Submission(env, argv)
+    return Submission({**env, "LEIN_ROOT": "1"}, argv)
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -126,19 +134,7 @@ def topology_submission(config: dict[str, Any], *, env_name: str, jar: str, redi
     Redis and the Storm settings the run recorded."""
     from pathlib import Path
 
-    from keysplit.storm.settings import split_password
-
-    if split_password(redis_url)[1] is not None:
-        raise KeysplitError("the workers' Redis URL must not carry a password (Storm prints its configuration in "
-                            "its logs and UI): give the workers --workers-password-file or --workers-password-env")
     options: dict[str, Any] = {"keysplit.run_id": config["run_id"], "keysplit.redis_url": redis_url}
     options.update({option: config[field] for option, field in TOPOLOGY_OPTIONS.items() if field in config})
-    if password_file:
-        options["keysplit.redis_password_file"] = password_file
-    if password_env:
-        options["keysplit.redis_password_env"] = password_env
-    argv = ["sparse", "submit", "-e", env_name, "-n", Path(config["topology_path"]).stem, "-j", jar,
-            "--workers", str(config.get("worker_processes") or 1)]
-    for key, value in options.items():
-        argv += ["-o", f"{key}={value}"]
-    return Submission({"LEIN_ROOT": "1"}, argv)
+    return _sparse_submit({}, options, config, env_name=env_name, name=Path(config["topology_path"]).stem, jar=jar,
+                          redis_url=redis_url, password_file=password_file, password_env=password_env)
