@@ -1,5 +1,9 @@
-"""The demo's figures in the docs are current: drawn again from their committed inputs, they are the committed
-PNGs, and the getting-started page's numbers are those of the data the figures show."""
+"""The figures and measured numbers in the docs are current: drawn again from their committed inputs, the figures
+are the committed PNGs; the getting-started page's numbers are those of the data the figures show; and that data,
+and the calibration guide's sample, are what the code gives today: the replay estimates are the topology model's
+(deterministic, with the committed calibration profile), and every measured number is within a run's noise (the
+calibration's targets) of it, so a change of the code that moves what ``make demo`` or ``keysplit calibrate``
+would print fails here. Nothing here times anything: the model's clock is its own."""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "docs_hooks"))
 
-import demo_figures  # noqa: E402  (docs_hooks is not a package)
+import calibrate_sample  # noqa: E402  (docs_hooks is not a package)
+import demo_figures  # noqa: E402
 
 
 def test_every_committed_demo_figure_is_what_its_command_draws(tmp_path):
@@ -46,3 +51,51 @@ def test_the_captions_numbers_are_the_figures_data():
     page = " ".join((ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8").split())
     assert demo_figures.caption(comparison) in page
     assert comparison["calibration"] == "demo" and all(row["counts_equal"] for row in comparison["rows"])
+
+
+def _page(name: str) -> str:
+    return " ".join((ROOT / name).read_text(encoding="utf-8").split())
+
+
+def test_the_pages_name_the_commands_that_regenerate_their_numbers():
+    started = _page("docs/getting-started.md")
+    assert "`make demo`, then `.venv/bin/python docs_hooks/demo_figures.py --from .keysplit/demo`" in started
+    guide = _page("docs/guides/calibrate.md")
+    assert "`.venv/bin/python docs_hooks/calibrate_sample.py --from .keysplit/calibrations/here.json`" in guide
+
+
+def test_the_pages_quote_the_demos_measured_words_per_second():
+    comparison = json.loads((demo_figures.FIGURES / "comparison.json").read_text(encoding="utf-8"))
+    words = demo_figures.measured_words(comparison)
+    assert f"the demo measured {words['kg']} against {words['pkg']} on 2 cores" in _page("docs/getting-started.md")
+    assert f"the demo measured {words['kg']} and {words['pkg']} words/s" in _page("README.md")
+
+
+def test_the_demos_numbers_are_what_the_model_gives_today():
+    """The committed replay estimates are the model's with the committed profile, and each measured number is
+    within its target of the model: kg's p50 measured under a flush clock the code no longer has is not."""
+    assert demo_figures.stale_numbers() == [], "make demo, then python docs_hooks/demo_figures.py --from .keysplit/demo"
+
+
+def test_a_moved_number_is_caught(tmp_path):
+    for name in ("comparison.json", "calibration.json"):
+        (tmp_path / name).write_bytes((demo_figures.FIGURES / name).read_bytes())
+    estimates = demo_figures.model_estimates(tmp_path)
+    data = json.loads((tmp_path / "comparison.json").read_text(encoding="utf-8"))
+    kg = next(row for row in data["rows"] if row["grouping"] == "kg")
+    kg["latency_p50_ms"]["replay"] *= 1.01  # an estimate the model no longer gives
+    kg["latency_p50_ms"]["run"] *= 1.7  # a measurement the model is far from (kg's p50 before the flush clock)
+    (tmp_path / "comparison.json").write_text(json.dumps(data), encoding="utf-8")
+    stale = demo_figures.stale_numbers(tmp_path, estimates)
+    assert [line.split(":")[0] for line in stale] == ["kg p50", "kg p50"], stale
+    # a model that moves: the same data judged against estimates one flush period later
+    later = {g: e | {"latency_p50_ms": e["latency_p50_ms"] + 1000} for g, e in estimates.items()}
+    assert len(demo_figures.stale_numbers(demo_figures.FIGURES, later)) >= 3
+
+
+def test_the_calibration_guides_sample_is_what_calibrate_prints_today():
+    text = calibrate_sample.sample()
+    page = (ROOT / "docs" / "guides" / "calibrate.md").read_text(encoding="utf-8")
+    assert text in page, "run python docs_hooks/calibrate_sample.py and paste its output into the guide"
+    table = text.splitlines()[3:-1]
+    assert table and all(line.endswith(" yes") for line in table), "a run is not within the targets of the model"
