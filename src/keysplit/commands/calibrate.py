@@ -102,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
     from keysplit.topology_model.profile import check_fittable
 
     check_fittable(runs)  # a refusal stays one line, before the note below
-    if not args.json:  # the fit runs the model hundreds of times: say so before a silent minute
-        print(f"calibrate: fitting the model to {len(runs)} runs (a grid search: a minute or two)...",
+    if not args.json:  # the fit runs the model hundreds of times: say so before the seconds it is silent
+        print(f"calibrate: fitting the model to {len(runs)} runs (a grid search: about 10 s)...",
               file=sys.stderr, flush=True)
     profile = make_profile(args.name, runs)
     path = save_profile(profile)
