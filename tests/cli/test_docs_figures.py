@@ -77,6 +77,15 @@ def test_the_demos_numbers_are_what_the_model_gives_today():
     assert demo_figures.stale_numbers() == [], "make demo, then python docs_hooks/demo_figures.py --from .keysplit/demo"
 
 
+def test_the_model_page_quotes_the_demos_agreement(capsys):
+    from keysplit.commands.demo import print_agreement
+
+    capsys.readouterr()
+    print_agreement(demo_figures.FIGURES / "comparison.json")
+    agreement = capsys.readouterr().out.strip()
+    assert f"```\n{agreement}\n```" in (ROOT / "docs" / "design" / "topology-model.md").read_text(encoding="utf-8")
+
+
 def test_a_moved_number_is_caught(tmp_path):
     for name in ("comparison.json", "calibration.json"):
         (tmp_path / name).write_bytes((demo_figures.FIGURES / name).read_bytes())
