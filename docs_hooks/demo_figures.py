@@ -149,11 +149,12 @@ def caption(comparison: dict) -> str:
 
 
 def measured_words(comparison: dict) -> dict[str, str]:
-    """Each grouping's measured words/s as the pages quote it (``3,909``)."""
+    """Each grouping's measured words/s as the pages quote it (``3,886``)."""
     return {row["grouping"]: f"{row['throughput']['run_words_per_second']:,.0f}" for row in comparison["rows"]}
 
 
-#: A comparison row's (field, its run value, its replay value) for each number the model estimates.
+#: Each number of a comparison row that the model estimates: its field, and the names of the measured and the
+#: estimated value in it.
 ESTIMATED = {"throughput": ("run_words_per_second", "replay_estimate"), "latency_p50_ms": ("run", "replay"),
              "latency_p99_ms": ("run", "replay")}
 
@@ -258,7 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     draw_simulated(FIGURES.parent)
     draw_compare(FIGURES, FIGURES)
     print(caption(json.loads((FIGURES / "comparison.json").read_text(encoding="utf-8"))))
-    return 0
+    numbers = stale_numbers()  # a demo on busy cores can measure further from the model than a run's noise
+    if numbers:
+        print("\n".join(["numbers no longer what the code gives (make demo again, on a quieter machine):", *numbers]))
+    return 1 if numbers else 0
 
 
 if __name__ == "__main__":
