@@ -108,3 +108,23 @@ def test_the_calibration_guides_sample_is_what_calibrate_prints_today():
     assert text in page, "run python docs_hooks/calibrate_sample.py and paste its output into the guide"
     table = text.splitlines()[3:-1]
     assert table and all(line.endswith(" yes") for line in table), "a run is not within the targets of the model"
+
+
+def test_the_guides_corpus_is_what_the_pages_say(tmp_path, capsys):
+    """``zipf.txt`` of Getting started (its first command): its lines and its most frequent word's share, as the
+    page and the README describe it."""
+    from collections import Counter
+
+    from keysplit.cli import main
+
+    spec, name = calibrate_sample.CORPUS
+    capsys.readouterr()
+    assert main(["datasets", "generate", spec, "--out", str(tmp_path / name), "--words-per-line", "10"]) == 0
+    assert capsys.readouterr().out.startswith("wrote 2,000 lines")
+    words = (tmp_path / name).read_text(encoding="utf-8").split()
+    share = f"{Counter(words).most_common(1)[0][1] / len(words):.0%}"
+    assert f"`zipf.txt` is 2,000 lines of 10 words whose most frequent word is {share} of them" in _page(
+        "docs/getting-started.md")
+    assert f"A corpus of {len(words):,} words, 10 a line, where the most frequent word is {share} of them" in _page(
+        "README.md")
+    assert f"keysplit datasets generate {spec} --out {name} --words-per-line 10" in _page("docs/getting-started.md")
