@@ -128,3 +128,37 @@ def test_the_guides_corpus_is_what_the_pages_say(tmp_path, capsys):
     assert f"A corpus of {len(words):,} words, 10 a line, where the most frequent word is {share} of them" in _page(
         "README.md")
     assert f"keysplit datasets generate {spec} --out {name} --words-per-line 10" in _page("docs/getting-started.md")
+
+
+def test_the_effect_tables_measurements_are_within_noise_of_the_model(tmp_path):
+    """The benchmarks page's table of the paper's effect (``benchmarks/topology_effect.py --lines 6000
+    --max-pending 2500``, which also draws ``docs/img/topology_effect.png``): each run's words/s within 15% of the
+    topology model's with no calibrated costs (the runs are bound by their counters' CPU delay), its mean and p99
+    latency within 25%; a change of the code that moves the model further (the flush clock, the spouts' window)
+    fails here until the benchmark is run again."""
+    import re
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from topology_effect import write_zipf_text
+
+    from keysplit.topology_model.driver import route_dataset, run_model
+    from keysplit.topology_model.params import TopologyParams
+
+    page = (ROOT / "docs" / "benchmarks" / "index.md").read_text(encoding="utf-8")
+    command = ".venv/bin/python benchmarks/topology_effect.py --lines 6000 --max-pending 2500"
+    table = page[page.index(command):].split("\n\n| CPU delay (ms) |", 1)[1].split("\n\n", 1)[0]
+    rows = [re.split(r"\s*\|\s*", line.strip(" |")) for line in table.splitlines()[2:]]
+    assert len(rows) == 9 and "docs/img/topology_effect.png" in page
+    corpus = tmp_path / "zipf.txt"
+    write_zipf_text(corpus, lines=6000, words_per_line=10, keys=5000, z=1.1, seed=1)  # the script's defaults
+    missed = []
+    for delay, grouping, words, _limit, _share, _sg, _kg, mean, p99, *_ in rows:
+        params = TopologyParams(workers=8, sources=4, aggregators=2, cpu_delay_ms=float(delay), max_pending=2500,
+                                flush_secs=1.0, message_timeout=120, batch=100, batch_ms=20.0, words_per_line=10.0)
+        s = run_model(params, *route_dataset(f"text:{corpus}", grouping, 8, 4, 2)).summary()
+        for label, measured, model, target in (("words/s", words, s["throughput_estimate"], 0.15),
+                                                ("mean", mean, s["latency_mean_ms"], 0.25),
+                                                ("p99", p99, s["latency_p99_ms"], 0.25)):
+            if abs(model / float(measured) - 1) > target:
+                missed.append(f"{grouping} at {delay} ms: {label} {measured} measured, the model {model:.0f}")
+    assert missed == [], f"run {command}"
