@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_fittable(runs)  # a refusal stays one line, before the note below
     if not args.json:  # the fit runs the model hundreds of times: say so before the seconds it is silent
-        print(f"calibrate: fitting the model to {len(runs)} runs (a grid search: about 10 s)...",
-              file=sys.stderr, flush=True)
+        print(f"calibrate: fitting the model to {len(runs)} runs (a grid search: about 10 s, a minute more the first "
+              "time after the model is installed or changed, which compiles it)...", file=sys.stderr, flush=True)
     profile = make_profile(args.name, runs)
     path = save_profile(profile)
     if args.json:
