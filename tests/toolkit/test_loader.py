@@ -84,8 +84,8 @@ def test_the_same_file_name_in_two_projects_loads_each_its_own(tmp_path):
 
 def test_a_package_an_earlier_project_imported_from_its_src_does_not_shadow_a_later_file(tmp_path):
     """A fresh sparse process has none of an earlier load's modules: not its topology file, not its src/ packages."""
-    earlier = write(tmp_path / "earlier", "views.py", PAGES.format(name="Views", merges=1).replace(
-        'accumulator=Sum("bytes")', "accumulator=pages.BYTES").replace("\n    class", "\n    import pages\n\n    class"))
+    body = PAGES.format(name="Views", merges=1).replace('accumulator=Sum("bytes")', "accumulator=pages.BYTES")
+    earlier = write(tmp_path / "earlier", "views.py", body.replace("\n    class", "\n    import pages\n\n    class"))
     (tmp_path / "earlier" / "src" / "pages").mkdir(parents=True)
     (tmp_path / "earlier" / "src" / "pages" / "__init__.py").write_text(
         'from keysplit.toolkit import Sum\nBYTES = Sum("bytes")\n')
