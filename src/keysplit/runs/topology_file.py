@@ -60,42 +60,55 @@ def load_topology(target: str) -> LoadedTopology:
     return loaded
 
 
-#: What the last topology load added to this process: the modules it imported from the project (the topology file and
-#: whatever it imported from its folder or ``../src``) and the folders streamparse's loader appended to sys.path. The
-#: next load removes both, as a fresh ``sparse`` process has neither.
-_LOADED_MODULES: set[str] = set()
-_LOADED_PATHS: list[str] = []
+#: The folders the project this process works on put on sys.path (a topology file's folder and its ``../src``, or a
+#: run's ``src/`` whose accumulator a command imports). One project at a time: switching to another forgets these
+#: folders and every module imported from them, as a fresh ``sparse`` process (or a fresh keysplit) would not have
+#: them, so one project's ``src/pages`` cannot shadow another's ``pages.py``.
+_PROJECT_FOLDERS: list[str] = []
+#: keysplit's own packages are never a project's, even when the project is keysplit's repository (whose
+#: ``topologies/../src`` holds them): dropping them would make a second copy of every class.
+_OWN_PACKAGES = ("keysplit", "spark_replay")
 
 
-def _forget_the_last_load() -> None:
-    for folder in _LOADED_PATHS:
+def _forget_the_project() -> None:
+    roots = [Path(folder).resolve() for folder in _PROJECT_FOLDERS]
+    for folder in _PROJECT_FOLDERS:
         while folder in sys.path:
             sys.path.remove(folder)
-    for name in _LOADED_MODULES:
-        sys.modules.pop(name, None)
-    _LOADED_PATHS.clear()
-    _LOADED_MODULES.clear()
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None)
+        if where and name.split(".")[0] not in _OWN_PACKAGES and any(
+                Path(where).resolve().is_relative_to(root) for root in roots):
+            del sys.modules[name]
+    _PROJECT_FOLDERS.clear()
+
+
+def use_project_src(src: str) -> None:
+    """Make a project's ``src/`` importable (a run's accumulator lives there), forgetting another project's first."""
+    if any(Path(folder).resolve() == Path(src).resolve() for folder in _PROJECT_FOLDERS) and src in sys.path:
+        return
+    _forget_the_project()
+    sys.path.insert(0, src)
+    _PROJECT_FOLDERS.append(src)
 
 
 def _import_as_sparse_does(path: Path, target: str) -> Any:
     """streamparse's ``get_topology_from_file``: it appends the file's folder and ``../src`` to ``sys.path`` and
     imports the module by the file's stem, then takes the first ``TopologyType`` in the module that is not
-    ``streamparse.Topology``. What an earlier load of this process imported from its project (a file of the same
-    stem, a package of its src/) is dropped first, as a fresh ``sparse`` process would not have it."""
+    ``streamparse.Topology``. What this process imported from an earlier project (a file of the same stem, a package
+    of its src/) is dropped first, as a fresh ``sparse`` process would not have it."""
     import warnings
 
     with warnings.catch_warnings():  # streamparse.util imports paramiko and pkg_resources, which warn on import
         warnings.simplefilter("ignore")
         from streamparse.util import get_topology_from_file
 
-    _forget_the_last_load()
+    _forget_the_project()
     stale = sys.modules.get(path.stem)
     if stale is not None:
         where = getattr(stale, "__file__", None) or "a built-in module"
         raise KeysplitError(f"{target}: streamparse imports a topology by its file name, and {path.stem!r} is "
                             f"another module here ({where}); rename the file")
-    folders = [str(path.parent), os.path.join(str(path.parent), "..", "src")]
-    before = set(sys.modules)
     try:
         cls = get_topology_from_file(str(path))
     except KeysplitError as exc:
@@ -114,21 +127,10 @@ def _import_as_sparse_does(path: Path, target: str) -> Any:
         raise KeysplitError(f"cannot import {target}: ValueError: {exc}") from None
     except Exception as exc:  # the user's file: say what it raised and where, in one line
         raise KeysplitError(f"cannot import {target}: {type(exc).__name__}: {exc}") from None
-    finally:
-        _remember_the_load(folders, set(sys.modules) - before)
+    finally:  # the folders streamparse's loader appended
+        _PROJECT_FOLDERS[:] = [str(path.parent), os.path.join(str(path.parent), "..", "src")]
     _refuse_another_module(path, target)
     return cls
-
-
-def _remember_the_load(folders: list[str], imported: set[str]) -> None:
-    """The folders appended and the modules imported from the project's folders (not a library the file imported
-    for the first time, which a later load may share)."""
-    _LOADED_PATHS[:] = folders
-    roots = [Path(folder).resolve() for folder in folders]
-    for name in imported:
-        where = getattr(sys.modules.get(name), "__file__", None)
-        if where and any(Path(where).resolve().is_relative_to(root) for root in roots):
-            _LOADED_MODULES.add(name)
 
 
 def _refuse_another_module(path: Path, target: str) -> None:
