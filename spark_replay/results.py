@@ -18,12 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import zipfile
 from collections.abc import Iterator
 from typing import Any
 
 from keysplit.datasets.readers import CsvDataset
+from keysplit.runs.topology_file import adopt_project_folders
 from keysplit.toolkit.contract import RECORD_FIELD
 
 #: Where a results file's columns come from: the key as the merge names it (its JSON text) and the result as JSON.
@@ -92,7 +94,9 @@ def ship_sources(sc: Any, src: str | None) -> None:
     os.replace(path, named)
     if named.rsplit("/", 1)[-1] not in _SHIPPED.setdefault(id(sc), set()):
         _SHIPPED[id(sc)].add(named.rsplit("/", 1)[-1])
-        sc.addPyFile(named)
+        before = list(sys.path)
+        sc.addPyFile(named)  # which puts the zip on this driver's sys.path too (pyspark's context.py, for local mode)
+        adopt_project_folders([p for p in sys.path if p not in before])
 
 
 #: The source zips each SparkContext was given (by name).

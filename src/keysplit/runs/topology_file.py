@@ -83,6 +83,12 @@ def _forget_the_project() -> None:
     _PROJECT_FOLDERS.clear()
 
 
+def adopt_project_folders(folders: list[str]) -> None:
+    """Folders the current project put on sys.path by other means (pyspark's ``addPyFile`` of its ``src/`` zip puts
+    the zip there), forgotten with the project."""
+    _PROJECT_FOLDERS.extend(f for f in folders if f not in _PROJECT_FOLDERS)
+
+
 def use_project_src(src: str) -> None:
     """Make a project's ``src/`` importable (a run's accumulator lives there), forgetting another project's first."""
     if any(Path(folder).resolve() == Path(src).resolve() for folder in _PROJECT_FOLDERS) and src in sys.path:
