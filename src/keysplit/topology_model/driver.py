@@ -126,7 +126,7 @@ class StreamedModel:
         self.counters = (np.full(w, -1, dtype=np.int64), np.full(w, -1, dtype=np.int64), np.zeros(w), np.zeros(w),
                          np.zeros(w, dtype=np.int64), np.zeros(w))
         self.aggs = (np.full(a, -1, dtype=np.int64), np.full(a, -1, dtype=np.int64), np.zeros(a),
-                     np.zeros(a, dtype=np.int64), np.full(a, -math.inf), np.zeros(a))
+                     np.zeros(a, dtype=np.int64), np.full(a, -math.inf), np.zeros(a), np.zeros(a, dtype=np.int64))
         # each router's batch for each counter: chain of its words, their number, the batches it sent
         self.batches = (np.full(b, -1, dtype=np.int64), np.full(b, -1, dtype=np.int64), np.zeros(b, dtype=np.int64),
                         np.zeros(b, dtype=np.int64))
@@ -221,7 +221,7 @@ class StreamedModel:
                            self.counters[3], int(self.iv[_I_TIMEOUTS]), lat, self.params,
                            self.rec_emit[:lines] if kept else None, self.rec_done[:lines] if kept else None,
                            window=(window_lines(self.window), int(self.window[W_LOWEST]), int(self.window[W_CUTS])),
-                           aggregator_busy=self.aggs[5])
+                           aggregator_busy=self.aggs[5], aggregator_entries=self.aggs[6])
 
 
 def line_starts(words_per_line: np.ndarray) -> np.ndarray:

@@ -374,7 +374,7 @@ def _on_partial(heap, iv, fv, now, head, aggregators, words, stamp, settings):
     grouping that puts a key on several partial tasks sends the merge that key's state once from each of them. That
     time is the serial stage's too: the serial stage stands for the cores every process of the run shares, and the
     merge's work per entry takes them from the rows (its work per row is in the serial stage's own cost)."""
-    a_head, a_tail, a_free, a_seen, a_last, a_busy = aggregators
+    a_head, a_tail, a_free, a_seen, a_last, a_busy, a_entries = aggregators
     w_key, w_agg, w_nxt = words[2], words[1], words[4]
     wm = w_nxt.shape[0] - 1
     toolkit = settings[_S_SHAPE] == 1
@@ -396,6 +396,8 @@ def _on_partial(heap, iv, fv, now, head, aggregators, words, stamp, settings):
     for a in range(a_head.shape[0]):
         if a_seen[a]:
             cost = settings[_S_TUPLE] * (1 if batched else a_seen[a])
+            if toolkit:
+                a_entries[a] += a_seen[a]
             if toolkit and settings[_S_MERGE_ENTRY] > 0:
                 merging = settings[_S_MERGE_ENTRY] * a_seen[a]
                 cost += merging
@@ -473,8 +475,9 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
     - ``counters``: per counter, ``(head, tail, free, busy, tuples, last)``: the chain of words served since its
       last flush, when it is next free, its busy time, the input tuples since its last flush, when that flush
       began; ``aggregators``: per
-      aggregator, ``(head, tail, free, seen, last, busy)``: the chain of words whose partial counts reached it, when
-      it is next free, a scratch count, when it last committed, its busy time;
+      aggregator, ``(head, tail, free, seen, last, busy, entries)``: the chain of words whose partial counts reached
+      it, when it is next free, a scratch count, when it last committed, its busy time, the partial-state entries it
+      received (a toolkit topology's: what its merge tasks count);
     - ``batches``: per (router, counter) at ``router * workers + counter``, ``(head, tail, count, generation)``:
       the chain of words waiting in the router's batch for that counter, how many, and how many batches it sent
       (a ``_FLUSH`` event names the batch it was set for, so it does nothing once that batch has left);

@@ -142,6 +142,7 @@ class ModelResult:
     done: np.ndarray | None = None
     window: tuple[int, int, int] | None = None  # the spouts' window at the end, its lowest, its cuts (all spouts)
     aggregator_busy: np.ndarray | None = None  # each aggregator's (a toolkit topology's merge task's) busy time
+    aggregator_entries: np.ndarray | None = None  # toolkit: the partial-state entries each merge task received
 
     @property
     def latency_ms(self) -> np.ndarray:
