@@ -74,7 +74,7 @@ _F_RUNNER, _F_FIRST, _F_LAST, _F_SUM, _F_COMP, _F_MAX, _F_MIN, _F_LAG = range(8)
 #: delay, the flush period T (the ticks' period) and phase, the lines in flight at most, the rate (0: closed loop),
 #: the message timeout, the hop to a counter, the runner's per word, a counter's per input tuple, the batch size
 #: (words) and wait, the most ticks the loop follows (its bound on its own work).
-#: The last slot is the topology's shape: 0 the word count, 1 a toolkit topology (keysplit.toolkit: partials flush
+#: Then the topology's shape (``_S_SHAPE``): 0 the word count, 1 a toolkit topology (keysplit.toolkit: partials flush
 #: one tuple per merge task, and a merge commits a flush at once unless it committed less than T ago).
 #: With the toolkit's shape the spout emits ahead of the stages, ``_S_SPOUT`` apart (its own time per row), and a
 #: merge task spends ``_S_MERGE_ENTRY`` per partial-state entry of a flush it receives (0 in the word count's shape).
