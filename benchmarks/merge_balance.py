@@ -33,7 +33,8 @@ import psutil
 
 from keysplit.datasets import open_dataset, write_dataset
 from keysplit.runs import redis_server
-from keysplit.runs.topology_run import TopologyRunOptions, load_topology, read_results, run_topology
+from keysplit.runs.topology_file import load_topology
+from keysplit.runs.topology_run import TopologyRunOptions, read_results, run_topology
 from keysplit.storm.keys import RunKeys
 from keysplit.toolkit.contract import merge_index
 

@@ -28,7 +28,7 @@ from keysplit.errors import DatasetError
 from keysplit.fingerprint import Fingerprint, chunk_lanes, key_hashes
 from keysplit.stream import event_times, key_sources, sources_of
 from spark_replay.chunks import Chunk, compact
-from spark_replay.key_counts import key_hashes64
+from spark_replay.key_hashes import key_hashes64
 from spark_replay.sparkinput import read_failure, spark_chunks
 
 

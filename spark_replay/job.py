@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from keysplit.datasets import FileDataset
@@ -36,55 +35,17 @@ from keysplit.groupings.hosting import check_resizes
 from keysplit.metrics import default_checkpoint
 from keysplit.outputs import json_text
 from keysplit.sizes import MAX_CPU_DELAY_MS
-from keysplit.storm.cpu_delay import DEFAULT_CPU_DELAY_MS
-from keysplit.storm.window import DEFAULT_MAX_PENDING
-from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS, DEFAULT_RATE, SPLITS, Resize, check_checkpoint
+from keysplit.stream import SPLITS, check_checkpoint
 from keysplit.topology_model import ARRIVALS, model_params
 from spark_replay import aggregates, routing, storage
 from spark_replay.ingest import Ingested, facts, ingest
 from spark_replay.key_counts import count_keys
 from spark_replay.model_task import merged_decisions, model_estimate
+from spark_replay.options import ReplayOptions
 from spark_replay.session import worker_problem
 from spark_replay.sparkinput import check_lines, materialise, open_for_spark
 from spark_replay.storage import is_uri, uri_of
 from spark_replay.summary import replay_grouping, write_timeseries
-
-DEFAULT_OUT = os.path.join(".keysplit", "replay")
-DEFAULT_TOP_K = 10
-
-
-@dataclass
-class ReplayOptions:
-    dataset: str
-    groupings: list[str]
-    workers: int = 10
-    sources: int = 5
-    cpu_delay_ms: float = DEFAULT_CPU_DELAY_MS
-    rate: float = DEFAULT_RATE
-    split: str = "shuffle"
-    checkpoint: int | None = None
-    top_k: int = DEFAULT_TOP_K
-    out: str = DEFAULT_OUT
-    force: bool = False  # replace the outputs in an --out folder that does not hold a replay
-    capacities: list[float] | None = None
-    partitions: int | None = None  # input partitions (default: by file size and cores)
-    fast: bool = True  # route kg/sg/pkg with keysplit.simulator.fast's proven kernel
-    resizes: list[Resize] = field(default_factory=list)  # worker changes mid-stream, as simulate's --resize
-    # the topology the estimate models (keysplit run's knobs, same names) and how its words arrive
-    aggregators: int = 2
-    spouts: int = 1
-    flush_secs: float = 1.0
-    max_pending: int = DEFAULT_MAX_PENDING  # keysplit run's default: the spouts' window grows up to it
-    message_timeout: int = 30
-    batch: int = DEFAULT_BATCH  # keysplit run's --batch / --batch-ms: words per tuple from a router to a counter
-    batch_ms: float = DEFAULT_BATCH_MS
-    arrivals: str = "closed"  # closed | open (the topology model) | lindley (one D/D/1 queue per worker)
-    overheads: dict = field(default_factory=dict)  # the model's calibrated overheads (topology_model.CALIBRATED)
-    shape: str = "wordcount"  # the topology the model follows (topology_model.SHAPES)
-    # a toolkit topology's keyed stage (keysplit.toolkit.shape.KeyedStage.describe(), with "src": the project's
-    # src/ folder or None): every key's result is computed with its accumulator (spark_replay.results)
-    topology: dict | None = None
-
 
 _REMOTE_ERROR = re.compile(r"keysplit\.errors\.(\w+Error): (.+)")
 

@@ -1,7 +1,7 @@
 """The exact count of every key, and the check that the keys' 64-bit hashes are collision-free, in one
 shuffle of numpy arrays.
 
-Every input partition sums its chunks' counts per hash (:func:`key_hash64`)
+Every input partition sums its chunks' counts per hash (:func:`spark_replay.key_hashes.key_hash64`)
 and sends them in ``buckets`` pieces (by hash), each as three arrays: the sorted hashes, their
 counts and their keys. A reduce task merges its bucket's pieces the same way; where two entries share a
 hash their keys must be equal, or the hashes are not collision-free (a clash), which the driver
@@ -15,27 +15,13 @@ import heapq
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import mmh3
 import numpy as np
 
-from keysplit.hashing import BASE_SEED
 from spark_replay.chunks import Chunk
+from spark_replay.key_hashes import key_hashes64
 
 if TYPE_CHECKING:
     from spark_replay.ingest import Ingested
-
-#: Seed of the 64-bit key hashes the replay uses to merge per-key state across partitions.
-KEY_HASH_SEED = BASE_SEED + 700
-
-def key_hash64(key: str) -> int:
-    """A key's 64-bit murmur3 hash (only trusted after the counts checked there is no collision)."""
-    return mmh3.hash64(key, KEY_HASH_SEED, signed=False)[0]
-
-
-def key_hashes64(vocab: list[str]) -> np.ndarray:
-    """:func:`key_hash64` of every key, as uint64."""
-    return np.fromiter((key_hash64(k) for k in vocab), dtype=np.uint64, count=len(vocab))
-
 
 #: One merged piece of counts: sorted hashes (uint64), counts (int64), keys (object), and the clash flag.
 Counts = tuple[np.ndarray, np.ndarray, np.ndarray, bool]

@@ -27,7 +27,7 @@ from spark_replay.ordered import in_order
 from spark_replay.routing import GLOBAL, has_fast_path, router
 
 if TYPE_CHECKING:
-    from spark_replay.job import ReplayOptions
+    from spark_replay.options import ReplayOptions
 
 
 class ModelKeyIds:

@@ -40,7 +40,7 @@ from spark_replay.ingest import Ingested, SubStream
 from spark_replay.ordered import in_order
 
 if TYPE_CHECKING:
-    from spark_replay.job import ReplayOptions
+    from spark_replay.options import ReplayOptions
 
 PARTITIONED = "partitioned"
 GLOBAL = "global"
@@ -202,7 +202,7 @@ def route_pieces(source: int, pieces: Iterator[SubStream], p: RoutingParams) -> 
 
 
 def routing_params(spec: str, mode: str, opts: ReplayOptions) -> RoutingParams:
-    """The routing parameters of ``spec`` in a replay (``opts``: :class:`spark_replay.job.ReplayOptions`)."""
+    """The routing parameters of ``spec`` in a replay (``opts``: :class:`spark_replay.options.ReplayOptions`)."""
     return RoutingParams(spec=spec, workers=opts.workers, sources=opts.sources, rate=opts.rate, mode=mode,
                          split=opts.split, fast=opts.fast,
                          capacities=tuple(opts.capacities) if opts.capacities is not None else None,

@@ -13,8 +13,10 @@ import logging
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import zipfile
 from typing import Any
 
@@ -192,7 +194,7 @@ def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_M
             with open(os.open(jvm_log_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600),
                       "ab") as log:
                 gateway = launch_gateway(conf, popen_kwargs={"stderr": log, "stdout": log})
-        sc = SparkContext(conf=conf, gateway=gateway)
+        sc = _keeping_the_sigint_handler(lambda: SparkContext(conf=conf, gateway=gateway))
         session = SparkSession(sc)
     except Exception as exc:  # the JVM failed to start: one line, not the gateway's traceback
         text = str(exc).strip()
@@ -208,6 +210,19 @@ def get_session(master: str | None = None, driver_memory: str = DEFAULT_DRIVER_M
         stop_session(session)
         raise
     return session, True
+
+
+def _keeping_the_sigint_handler(make: Any) -> Any:
+    """A SparkContext made in the main thread puts its own SIGINT handler in place, which calls the JVM from inside
+    the signal handler: when Ctrl-C lands while the main thread is in the middle of a py4j call, the two calls share
+    one socket and the replay ends in py4j's traceback. The caller's handler stays instead; stopping the session
+    on the way out (:func:`stop_session`) cancels the session's jobs."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main else None
+    made = make()
+    if main and previous is not None:
+        signal.signal(signal.SIGINT, previous)
+    return made
 
 
 def stop_session(session: Any) -> None:

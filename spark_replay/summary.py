@@ -23,7 +23,7 @@ from spark_replay.queueing import throughput_estimate
 from spark_replay.routing import router
 
 if TYPE_CHECKING:
-    from spark_replay.job import ReplayOptions
+    from spark_replay.options import ReplayOptions
 
 
 @dataclass

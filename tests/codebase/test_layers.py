@@ -1,8 +1,8 @@
 """Layers point one way: no import circle between modules of ``src/keysplit`` and ``spark_replay``, nor between
 their packages, and the Storm components import nothing the topology jar does not hold.
 
-Every ``import`` counts, at module level or inside a function (a lazy import still ties two modules
-together), except under ``if TYPE_CHECKING:`` (annotations only: nothing is imported when the code runs).
+Every ``import`` counts, at module level, inside a function (a lazy import still ties two modules together) or
+under ``if TYPE_CHECKING:`` (a reader following an annotation walks the circle all the same).
 ``from package import name`` depends on the submodule when ``name`` is one, else on the package.
 """
 
@@ -34,12 +34,7 @@ def import_graph() -> dict[str, set[str]]:
         is_package = path.name == "__init__.py"
         deps: set[str] = set()
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                       and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-                       for n in ast.walk(block)}
         for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
             if isinstance(node, ast.Import):
                 deps.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):

@@ -13,7 +13,7 @@ from keysplit.datasets import open_dataset
 from spark_replay import key_counts
 from spark_replay.chunks import Chunk
 from spark_replay.job import ReplayOptions, run_replay
-from spark_replay.key_counts import key_hashes64
+from spark_replay.key_hashes import key_hashes64
 from tests.replay.test_replay import assert_same_as_simulate, write_text
 
 TIMINGS = ("seconds", "messages_per_second", "ingest_seconds", "total_seconds", "counts", "timeseries")

@@ -12,7 +12,7 @@ import pytest
 from keysplit.fingerprint import Fingerprint, chunk_lanes, dataset_sha256, key_hashes
 from keysplit.latency import LatencyHistogram
 from spark_replay.aggregates import distinct_counts, hashed_masks, key_masks, union_masks
-from spark_replay.key_counts import key_hash64
+from spark_replay.key_hashes import key_hash64
 from spark_replay.ordered import in_order
 from spark_replay.queueing import lindley
 

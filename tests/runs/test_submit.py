@@ -202,7 +202,8 @@ class PageBytes(Topology):
 
 
 def test_a_topology_files_run_is_submitted_from_its_project_and_runs_its_record(redis, tmp_path, capsys, monkeypatch):
-    from keysplit.runs.topology_run import load_topology, read_results
+    from keysplit.runs.topology_file import load_topology
+    from keysplit.runs.topology_run import read_results
 
     url, secret = redis
     project = tmp_path / "mysite"

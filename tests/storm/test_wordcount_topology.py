@@ -223,9 +223,10 @@ print(json.dumps({"grouping": opts["keysplit.grouping"], "workers": opts["keyspl
     assert facts["par"] == {"router": 4, "counter": 6, "aggregator": 3, "topk": 1}
     assert facts["direct"] == {"words": False, "words_direct": True, "batches": False, "batches_direct": True}
     assert facts["route"] == "fields"
-    assert facts["counter_inputs"] == [["router", "batches", "['route']"], ["router", "batches_direct", "None"],
-                                       ["router", "words", "['route']"], ["router", "words_direct", "None"]]
-    assert facts["aggregator_inputs"] == [["counter", "default", "['word']"], ["counter", "flushes", "['route']"]]
+    route = "['keysplit_route']"
+    assert facts["counter_inputs"] == [["router", "batches", route], ["router", "batches_direct", "None"],
+                                       ["router", "words", route], ["router", "words_direct", "None"]]
+    assert facts["aggregator_inputs"] == [["counter", "default", "['word']"], ["counter", "flushes", route]]
     assert facts["script"] == "keysplit.storm.bolts.CounterBolt"
     assert facts["venv"] == "/data/virtualenvs/wordcount/bin/python"
 

@@ -109,5 +109,5 @@ def test_the_partial_subscribes_to_rows_and_batches():
         partial = Aggregate.partial(inputs=route, accumulator=Sum("bytes"), par=3)
         total = Aggregate.merge(inputs=partial)
 
-    assert sorted(s.streamId for s in Views.partial.inputs) == ["batches", "default"]
-    assert Views.route.outputs["batches"].output_fields == ["rows", "keysplit_route"]
+    assert sorted(s.streamId for s in Views.partial.inputs) == ["default", "rows"]
+    assert Views.route.outputs["rows"].output_fields == ["rows", "keysplit_route"]

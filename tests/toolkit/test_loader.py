@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from keysplit.errors import KeysplitError
-from keysplit.runs.topology_run import load_topology
+from keysplit.runs.topology_file import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "guides" / "your-topology.md"
@@ -80,6 +80,20 @@ def test_the_same_file_name_in_two_projects_loads_each_its_own(tmp_path):
     two = write(tmp_path / "two", "pages.py", PAGES.format(name="Two", merges=3))
     assert load_topology(str(one)).parallelism["total"] == 1
     assert load_topology(str(two)).parallelism["total"] == 3
+
+
+def test_a_package_an_earlier_project_imported_from_its_src_does_not_shadow_a_later_file(tmp_path):
+    """A fresh sparse process has none of an earlier load's modules: not its topology file, not its src/ packages."""
+    body = PAGES.format(name="Views", merges=1).replace('accumulator=Sum("bytes")', "accumulator=pages.BYTES")
+    earlier = write(tmp_path / "earlier", "views.py", body.replace("\n    class", "\n    import pages\n\n    class"))
+    (tmp_path / "earlier" / "src" / "pages").mkdir(parents=True)
+    (tmp_path / "earlier" / "src" / "pages" / "__init__.py").write_text(
+        'from keysplit.toolkit import Sum\nBYTES = Sum("bytes")\n')
+    later = write(tmp_path / "later", "pages.py", PAGES.format(name="Later", merges=2))
+    assert load_topology(str(earlier)).parallelism["total"] == 1
+    assert "pages" in sys.modules  # the earlier project's src/pages, imported by its topology file
+    assert load_topology(str(later)).parallelism["total"] == 2
+    assert Path(sys.modules["pages"].__file__) == later.resolve()
 
 
 def test_two_topology_classes_in_one_file_are_refused(tmp_path):

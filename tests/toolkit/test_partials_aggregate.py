@@ -13,7 +13,8 @@ from pathlib import Path
 
 from keysplit.datasets import open_dataset
 from keysplit.runs import redis_server
-from keysplit.runs.topology_run import TopologyRunOptions, load_topology, read_results, run_topology
+from keysplit.runs.topology_file import load_topology
+from keysplit.runs.topology_run import TopologyRunOptions, read_results, run_topology
 from keysplit.storm.keys import RunKeys
 
 ACCUMULATOR = '''

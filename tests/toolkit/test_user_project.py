@@ -123,7 +123,7 @@ def test_a_users_reliable_spout_gets_at_least_once_results_through_a_killed_part
     flushed; its inputs time out, the spout replays them, and every click is in the results at least once."""
     from keysplit.local import LocalCluster
     from keysplit.local.submission import build_resources, submit_conf
-    from keysplit.runs.topology_run import load_topology
+    from keysplit.runs.topology_file import load_topology
 
     project, out = write_project(tmp_path)
     monkeypatch.setenv("KEYSPLIT_HOME", str(tmp_path / "home"))

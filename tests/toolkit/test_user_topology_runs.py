@@ -11,7 +11,8 @@ import pytest
 from keysplit.cli import main
 from keysplit.datasets import open_dataset
 from keysplit.runs import redis_server
-from keysplit.runs.topology_run import TopologyRunOptions, load_topology, read_results, run_topology
+from keysplit.runs.topology_file import load_topology
+from keysplit.runs.topology_run import TopologyRunOptions, read_results, run_topology
 from keysplit.simulator import simulate
 
 #: One spec per family the toolkit must carry (kg, sg, pkg, dchoices, wchoices, dkg, fish, salt, gedik).

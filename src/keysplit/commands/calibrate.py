@@ -102,18 +102,27 @@ def run(args: argparse.Namespace) -> int:
     from keysplit.topology_model.profile import check_fittable
 
     check_fittable(runs)  # a refusal stays one line, before the note below
-    if not args.json:  # the fit runs the model hundreds of times: say so before a silent minute
-        print(f"calibrate: fitting the model to {len(runs)} runs (a grid search: a minute or two)...",
-              file=sys.stderr, flush=True)
+    if not args.json:  # the fit runs the model hundreds of times: say so before the seconds it is silent
+        print(f"calibrate: fitting the model to {len(runs)} runs (a grid search: about 10 s, a minute more the first "
+              "time after the model is installed or changed, which compiles it)...", file=sys.stderr, flush=True)
     profile = make_profile(args.name, runs)
     path = save_profile(profile)
     if args.json:
         print_json(profile | {"path": path})
         return 0
+    print_profile(profile, path)
+    return 0
+
+
+def print_profile(profile: dict, path: str) -> None:
+    """What ``keysplit calibrate`` prints of the profile it wrote to ``path``: the fitted and measured values, then
+    each run measured and as the model reproduces it (the guide's sample, docs_hooks/calibrate_sample.py)."""
     from keysplit.topology_model.profile import describe
 
-    print(f"calibration {args.name} from {len(runs)} runs ({profile['terms']['runtime']}, "
+    name = profile["name"]
+    print(f"calibration {name} from {len(profile['runs'])} runs ({profile['terms']['runtime']}, "
           f"{profile['terms']['worker_processes']} worker processes): {describe(profile)}")
+
     def cell(row: dict, key: str) -> str:
         ratio = row["ratio"][key]
         shown = "-" if ratio is None else f"{ratio:.2f}"  # no ratio where the run measured 0
@@ -123,5 +132,4 @@ def run(args: argparse.Namespace) -> int:
              "ok": "yes" if r["within"] else "NO"} for r in profile["fit"]]
     print_table(rows, [("run", "run", str), ("words/s run / model", "w", str), ("p50 ms", "p", str),
                        ("p99 ms", "q", str), ("within 15%/25%", "ok", str)])
-    print(f"wrote {path}; use it with `keysplit replay ... --calibration {args.name}`")
-    return 0
+    print(f"wrote {path}; use it with `keysplit replay ... --calibration {name}`")

@@ -193,24 +193,37 @@ class Stopped(BaseException):
         return 128 + self.signum
 
 
+class Signals:
+    """What :func:`stop_on_signals` caught: the exception its first signal raised, if one came."""
+
+    received: BaseException | None = None
+
+    def reason(self, exc: BaseException) -> BaseException | None:
+        """The signal an exception stands for: itself when it is one, or the signal received before it (py4j turns
+        a KeyboardInterrupt raised in the middle of a call into an error of its own); None for a plain error."""
+        if isinstance(exc, (Stopped, KeyboardInterrupt)):
+            return exc
+        return self.received if isinstance(exc, Exception) else None
+
+
 @contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
+def stop_on_signals() -> Iterator[Signals]:
     """Within the block, SIGTERM and SIGHUP raise :class:`Stopped` (and SIGINT KeyboardInterrupt, as usual), so
     ``with`` blocks and ``finally`` clauses clean up: child processes stopped, the Redis lease released. The
     first signal wins: later ones are ignored until the block is left, so they cannot break the clean-up
-    half-way (``kill -9`` still works)."""
+    half-way (``kill -9`` still works). The block gets a :class:`Signals` that remembers the signal."""
     watched = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    caught = Signals()
 
     def handler(signum: int, _frame: object) -> None:
         for sig in watched:
             signal.signal(sig, signal.SIG_IGN)
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Stopped(signum)
+        caught.received = KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
+        raise caught.received
 
     old = {sig: signal.signal(sig, handler) for sig in watched}
     try:
-        yield
+        yield caught
     finally:
         for sig, previous in old.items():
             signal.signal(sig, previous)

@@ -13,6 +13,7 @@ import sys
 
 from keysplit.cli import command_summary
 from keysplit.commands.common import (
+    Signals,
     Stopped,
     cpu_delay,
     ensure_output_dir,
@@ -92,11 +93,15 @@ def model_line(replay: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     """SIGTERM and SIGHUP stop a replay the way Ctrl-C does: its staging folder removed, the Spark session
     stopped, one line and the shell's status for the signal."""
+    caught = Signals()
     try:
-        with stop_on_signals():
+        with stop_on_signals() as caught:
             return _run(args)
-    except (Stopped, KeyboardInterrupt) as exc:
-        name, status = (str(exc), exc.status) if isinstance(exc, Stopped) else ("Ctrl-C", 130)
+    except BaseException as exc:
+        stop = caught.reason(exc)
+        if stop is None:
+            raise
+        name, status = (str(stop), stop.status) if isinstance(stop, Stopped) else ("Ctrl-C", 130)
         print(f"keysplit: replay stopped by {name}; nothing was written to {args.out}", file=sys.stderr)
         return status
 
@@ -112,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _wordcount_options(args: argparse.Namespace):
-    from spark_replay.job import ReplayOptions
+    from spark_replay.options import ReplayOptions
 
     return ReplayOptions(
         dataset=args.dataset, groupings=args.groupings, workers=args.workers, sources=args.sources,

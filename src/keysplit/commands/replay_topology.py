@@ -1,7 +1,7 @@
 """``keysplit replay FILE --dataset csv:...``: a topology file's keyed stage replayed in Spark.
 
 The file is the one ``keysplit run FILE`` runs, read with streamparse's own loader
-(:func:`keysplit.runs.topology_run.load_topology`); its specs give what the word count's options give (the grouping,
+(:func:`keysplit.runs.topology_file.load_topology`); its specs give what the word count's options give (the grouping,
 the routers, the partial and merge tasks, the period, the batches: :class:`keysplit.toolkit.shape.KeyedStage`), so
 those options are refused, and the Storm settings ``keysplit run FILE`` takes (``--max-pending``,
 ``--message-timeout``, ``--split``) apply under the same names and defaults.
@@ -21,8 +21,8 @@ STATED_BY_FILE = ("groupings", "workers", "sources", "cpu_delay", "aggregators",
 
 def load_stage(target: str) -> tuple[Any, Any]:
     """``(KeyedStage, project root)`` of ``path/to/topology.py``: the class ``keysplit run`` and ``sparse submit``
-    find (streamparse's own loader, :func:`keysplit.runs.topology_run.load_topology`), checked."""
-    from keysplit.runs.topology_run import load_topology
+    find (streamparse's own loader, :func:`keysplit.runs.topology_file.load_topology`), checked."""
+    from keysplit.runs.topology_file import load_topology
     from keysplit.toolkit.shape import keyed_stage
 
     loaded = load_topology(target)
@@ -35,7 +35,7 @@ def replay_options(args: argparse.Namespace, defaults: dict[str, Any], overheads
     from keysplit.datasets import open_dataset
     from keysplit.datasets.readers import CsvDataset
     from keysplit.toolkit.shape import source_folder
-    from spark_replay.job import ReplayOptions
+    from spark_replay.options import ReplayOptions
 
     given = [f"--{name.replace('_', '-')}" for name in STATED_BY_FILE
              if getattr(args, name, None) != defaults.get(name)]

@@ -42,7 +42,8 @@ def run_seconds(text: str) -> float:
 
 def run_file(args: argparse.Namespace, parser_defaults: dict, progress_bars: Callable) -> int:
     """``keysplit run FILE``; ``progress_bars(enabled, unit)`` is `keysplit run`'s status line (a context)."""
-    from keysplit.runs.topology_run import TopologyRunOptions, load_topology, run_topology
+    from keysplit.runs.topology_file import load_topology
+    from keysplit.runs.topology_run import TopologyRunOptions, run_topology
 
     given = [f"--{name.replace('_', '-')}" for name in WORDCOUNT_ONLY
              if getattr(args, name, None) != parser_defaults.get(name)]

@@ -38,148 +38,20 @@ from keysplit.runs.prepare import DEFAULT_STARTUP_TIMEOUT, RunTimeout, check_top
 from keysplit.runs.progress import RunProgress, report_run, startup_conf, watch_start
 from keysplit.runs.records import mark_interrupted, reserve, set_state
 from keysplit.runs.redis_server import managed_server
+from keysplit.runs.topology_file import LoadedTopology
 from keysplit.specs import parse_spec
 from keysplit.storm.feed import feed_done
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.settings import PASSWORD_ENV, split_password
 from keysplit.storm.window import DEFAULT_MAX_PENDING
 from keysplit.stream import source_of
-from keysplit.toolkit.accumulators import check_shipped
 from keysplit.toolkit.contract import ROUTE_FIELD
 from keysplit.toolkit.deadletter import read_dead_letters
 from keysplit.toolkit.ranking import top_results
 from keysplit.toolkit.shape import run_facts
-from keysplit.toolkit.specs import FeedSpoutSpec, KeyRouterSpec, MergeSpec, PartialSpec, check_topology
+from keysplit.toolkit.specs import FeedSpoutSpec, KeyRouterSpec, MergeSpec, PartialSpec
 
 log = logging.getLogger("keysplit.run")
-
-
-@dataclass
-class LoadedTopology:
-    """A user's topology class, where it came from, and the project it belongs to."""
-
-    cls: Any
-    name: str  # the class name (the topology's name, as `sparse submit -n` takes it for one file)
-    path: Path
-    root: Path  # the streamparse project: the folder holding topologies/ (and src/), else the file's folder
-
-    def specs_of(self, kind: type) -> list:
-        return [s for s in self.cls.specs if isinstance(s, kind)]
-
-    @property
-    def spout_names(self) -> set[str]:
-        from streamparse.dsl.spout import JavaSpoutSpec, ShellSpoutSpec
-
-        return {s.name for s in self.cls.specs if isinstance(s, (ShellSpoutSpec, JavaSpoutSpec))}
-
-    @property
-    def parallelism(self) -> dict[str, int]:
-        return {s.name: s.par for s in self.cls.specs}
-
-
-def load_topology(target: str) -> LoadedTopology:
-    """The topology class of ``path/to/topology.py`` exactly as ``sparse submit`` finds it (streamparse's own loader,
-    :func:`streamparse.util.get_topology_from_file`), checked (:func:`keysplit.toolkit.check_topology`); one-line
-    errors. Whatever would make the cluster deploy something other than what keysplit runs is refused."""
-    path = Path(target)
-    if path.suffix != ".py":
-        raise KeysplitError(f"{target}: a topology is `wordcount` or a Python file (path/to/topology.py)")
-    if not path.is_file():
-        raise KeysplitError(f"topology file not found: {target}")
-    path = path.resolve()
-    root = path.parent.parent if path.parent.name == "topologies" else path.parent
-    cls = _import_as_sparse_does(path, target)
-    _refuse_what_sparse_would_deploy_otherwise(cls, target)
-    loaded = LoadedTopology(cls, cls.__name__, path, root)
-    check_topology(loaded.cls)
-    for partial in loaded.specs_of(PartialSpec):  # an accumulator from the project but outside src/: not shipped
-        check_shipped(partial.accumulator, f"Aggregate.partial {partial.name}", root=root)
-    if len(loaded.specs_of(FeedSpoutSpec)) > 1:
-        raise KeysplitError(f"{target}: {loaded.name} has more than one FeedSpout; keysplit run loads one feed a run")
-    return loaded
-
-
-#: The module names this process imported topology files as (their stems), which a later load may import afresh, and
-#: the folders the last load appended to sys.path (streamparse's loader appends them; the next load removes them).
-_TOPOLOGY_MODULES: set[str] = set()
-_TOPOLOGY_PATHS: list[str] = []
-
-
-def _import_as_sparse_does(path: Path, target: str) -> Any:
-    """streamparse's ``get_topology_from_file``: it appends the file's folder and ``../src`` to ``sys.path`` and
-    imports the module by the file's stem, then takes the first ``TopologyType`` in the module that is not
-    ``streamparse.Topology``. A module of that name imported before (another file of the same stem, in this
-    process) is dropped first, as a fresh ``sparse`` process would not have it."""
-    import warnings
-
-    with warnings.catch_warnings():  # streamparse.util imports paramiko and pkg_resources, which warn on import
-        warnings.simplefilter("ignore")
-        from streamparse.util import get_topology_from_file
-
-    for folder in _TOPOLOGY_PATHS:  # an earlier load's folders: a fresh `sparse` process has none of them
-        while folder in sys.path:
-            sys.path.remove(folder)
-    _TOPOLOGY_PATHS[:] = [str(path.parent), os.path.join(str(path.parent), "..", "src")]
-    stale = sys.modules.get(path.stem)
-    if stale is not None and path.stem in _TOPOLOGY_MODULES:
-        del sys.modules[path.stem]
-    elif stale is not None:
-        where = getattr(stale, "__file__", None) or "a built-in module"
-        raise KeysplitError(f"{target}: streamparse imports a topology by its file name, and {path.stem!r} is "
-                            f"another module here ({where}); rename the file")
-    try:
-        cls = get_topology_from_file(str(path))
-    except KeysplitError as exc:
-        raise KeysplitError(f"{target}: {exc}") from None
-    except SystemExit as exc:  # the user's file called sys.exit (or exit) while it was imported
-        raise KeysplitError(f"{target} exited while it was imported (SystemExit: {exc.code}); a topology file "
-                            "only defines its class") from None
-    except ValueError as exc:
-        if "Could not find topology subclass" in str(exc):
-            _refuse_another_module(path, target)  # the module imported may not be this file at all
-            raise KeysplitError(f"{target} defines no topology class (class MyTopology(Topology): ... with "
-                                "Topology from keysplit.toolkit or streamparse)") from None
-        if "requires at least one Spout" in str(exc):  # streamparse's TopologyType, for a class with no spout spec
-            raise KeysplitError(f"cannot import {target}: a topology class has no spout (streamparse builds each "
-                                "class from its own body alone: a subclass inherits no components)") from None
-        raise KeysplitError(f"cannot import {target}: ValueError: {exc}") from None
-    except Exception as exc:  # the user's file: say what it raised and where, in one line
-        raise KeysplitError(f"cannot import {target}: {type(exc).__name__}: {exc}") from None
-    _refuse_another_module(path, target)
-    return cls
-
-
-def _refuse_another_module(path: Path, target: str) -> None:
-    """The module streamparse imported for the file's stem must be the file: a package of the same name in the
-    project's src/ (which sparse puts first on the path), the standard library's or an installed one would be
-    imported instead, here and on the cluster."""
-    module = sys.modules.get(path.stem)
-    _TOPOLOGY_MODULES.add(path.stem)
-    if module is None or Path(getattr(module, "__file__", "") or "/").resolve() != path:
-        where = getattr(module, "__file__", None) or "a built-in module"
-        raise KeysplitError(f"{target}: streamparse imports a topology by its file name, and {path.stem!r} is "
-                            f"another module here ({where}); rename the file")
-
-
-def _refuse_what_sparse_would_deploy_otherwise(cls: Any, target: str) -> None:
-    """streamparse deploys the first topology class of a module and builds each class from its own body alone:
-    two classes in one file, or a subclass of another topology, would run one thing here and another on Storm."""
-    from streamparse import Topology
-    from streamparse.dsl.topology import TopologyType
-
-    module = sys.modules.get(cls.__module__)
-    others = [name for name, obj in vars(module).items() if isinstance(obj, TopologyType)
-              and obj is not cls and obj is not Topology] if module else []
-    if others:
-        names = ", ".join([cls.__name__, *others])
-        raise KeysplitError(f"{target} holds {len(others) + 1} topology classes ({names}): sparse submit deploys the "
-                            f"first it finds ({cls.__name__}); keep one topology class a file (import the others' "
-                            "components, not their classes)")
-    inherited = [b.__name__ for b in cls.__mro__[1:] if isinstance(b, TopologyType) and b is not Topology]
-    if inherited:
-        raise KeysplitError(f"{target}: {cls.__name__} subclasses the topology {inherited[0]}, but streamparse builds "
-                            f"a topology from its own class body alone, so {inherited[0]}'s components would not "
-                            "run; write all the components in one class")
 
 
 @dataclass

@@ -11,7 +11,6 @@ word-count summary has (``grouping``, ``loads``, ``words_per_second`` -- rows, h
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import redis
@@ -84,11 +83,11 @@ def merge_work(conn: redis.Redis, run_id: str, merge: str) -> dict[str, Any]:
 
 def _accumulator(stage: dict) -> Any:
     """The run's accumulator, with its project's ``src/`` importable (a user's own class lives there)."""
+    from keysplit.runs.topology_file import use_project_src
     from keysplit.toolkit.accumulators import load_accumulator
 
-    src = stage.get("src")
-    if src and src not in sys.path:
-        sys.path.insert(0, src)
+    if stage.get("src"):
+        use_project_src(stage["src"])
     return load_accumulator(stage["accumulator"])
 
 

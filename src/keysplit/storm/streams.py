@@ -5,7 +5,7 @@ its values, and how a component addresses a task through Storm's fields grouping
 ::
 
     feed ──LINES──▶ router ──WORDS | WORDS_DIRECT | BATCHES | BATCHES_DIRECT──▶ counter
-    counter ──COUNTS (fields: word) | FLUSHES (fields: route)──▶ aggregator ──TOPS (global)──▶ topk
+    counter ──COUNTS (fields: word) | FLUSHES (fields: keysplit_route)──▶ aggregator ──TOPS (global)──▶ topk
 
 **Values are strings and small integers.** A tuple crossing between workers is written by Kryo, which knows
 no JSON library's list or map (apache/storm ``serialization/SerializationFactory.java``; ``conf/defaults.yaml``
@@ -13,8 +13,8 @@ has ``topology.fall.back.on.java.serialization: false``), so several lines, word
 string each: :func:`encode_lines`, :func:`encode_words`, :func:`encode_pairs`, :func:`encode_occurrences`.
 
 **The route trick.** A component that chose a task itself reaches it through Storm's own fields grouping on a
-``route`` field (:data:`ROUTE_FIELD`) whose value is :func:`route_value`: it works on every Storm release, where
-direct emits from multi-lang components do not (storm/router.py). :func:`fields_index` is the other direction:
+``keysplit_route`` field (:data:`ROUTE_FIELD`) whose value is :func:`route_value`: it works on every Storm release,
+where direct emits from multi-lang components do not (storm/router.py). :func:`fields_index` is the other direction:
 the task Storm's fields grouping on a word picks (the counters use it to know which aggregator a word reaches).
 Storm's hash is :mod:`keysplit.javahash`'s.
 
@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from keysplit.datasets.base import KEY_SEPARATOR
 from keysplit.javahash import choose_task_index
 
-#: The field a fields grouping routes on when the emitter chose the task itself (:func:`route_value`).
-ROUTE_FIELD = "route"
+#: The field a fields grouping routes on when the emitter chose the task itself (:func:`route_value`), in every
+#: topology (the toolkit's components append it to a user's fields, so it carries keysplit's prefix).
+ROUTE_FIELD = "keysplit_route"
 #: Storm's name of a component's stream when it names none.
 DEFAULT_STREAM = "default"
 
@@ -46,9 +47,9 @@ class StreamDecl:
     direct: bool = False
 
 
-#: The spout's lines, several a tuple (:func:`encode_lines`), fields-grouped on ``route`` to their router.
+#: The spout's lines, several a tuple (:func:`encode_lines`), fields-grouped on the route field to their router.
 LINES = StreamDecl(DEFAULT_STREAM, ("records", "lines", ROUTE_FIELD))
-#: The router's words, one a tuple with its occurrence: fields-grouped on ``route`` (``keysplit.route=fields``) or
+#: The router's words, one a tuple with its occurrence: fields-grouped on the route field (``keysplit.route=fields``) or
 #: direct (``keysplit.route=direct``).
 WORDS = StreamDecl("words", ("word", ROUTE_FIELD, "line", "position"))
 WORDS_DIRECT = StreamDecl("words_direct", ("word", "line", "position"), direct=True)
@@ -58,7 +59,7 @@ BATCHES = StreamDecl("batches", ("words", ROUTE_FIELD, "occurrences"))
 BATCHES_DIRECT = StreamDecl("batches_direct", ("words", "occurrences"), direct=True)
 #: A counter's partial counts one a tuple (no batches), fields-grouped on ``word`` (:func:`encode_occurrences`).
 COUNTS = StreamDecl(DEFAULT_STREAM, ("word", "count", "occurrences"))
-#: A counter's partial counts with batches: one tuple per aggregator a flush, fields-grouped on ``route``.
+#: A counter's partial counts with batches: one tuple per aggregator a flush, fields-grouped on the route field.
 FLUSHES = StreamDecl("flushes", ("words", "counts", "occurrences", ROUTE_FIELD))
 #: An aggregator's local top-k (JSON text), to the one top-k task.
 TOPS = StreamDecl(DEFAULT_STREAM, ("aggregator", "top"))

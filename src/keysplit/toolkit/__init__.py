@@ -14,15 +14,15 @@ docs/guides/your-topology.md walks through it; docs/design/toolkit.md says how i
 """
 
 from keysplit.toolkit.accumulators import Accumulator, AccumulatorError, Count, HeavyHitters, Sum, TopK
+from keysplit.toolkit.router import KeyRouter
 from keysplit.toolkit.specs import (
     Aggregate,
-    FeedSpout,
-    KeyRouter,
     Topology,
     TopologyBuildError,
     check_topology,
     splits_keys,
 )
+from keysplit.toolkit.spout import FeedSpout  # the component classes: streamparse puts spec on them
 
 __all__ = [
     "Accumulator",

@@ -32,8 +32,9 @@ from typing import Any
 # which merge task owns a key: keysplit.hashing's, where the topology model reads it too
 from keysplit.hashing import MERGE_SEED, merge_index  # noqa: F401
 
-#: The field a KeyRouter appends (and the feed spout emits to deal records to the routers).
-ROUTE_FIELD = "keysplit_route"
+# the field a KeyRouter appends (and the feed spout emits to deal records to the routers): the word count's own
+from keysplit.storm.streams import ROUTE_FIELD
+
 #: The feed spout's record identity (its sequence number in the feed).
 RECORD_FIELD = "keysplit_record"
 #: The feed spout's replay flag: 0 on a row's first emission, 1 when it may have been emitted before (storm/feed.py
@@ -41,12 +42,16 @@ RECORD_FIELD = "keysplit_record"
 REPLAY_FIELD = "keysplit_replay"
 #: Fields no user stream may declare: keysplit adds them.
 RESERVED_FIELDS = (ROUTE_FIELD, RECORD_FIELD, REPLAY_FIELD)
-#: A batching KeyRouter's stream: many rows for one downstream task in one tuple.
-ROWS_STREAM = "batches"
+#: A batching KeyRouter's stream: many rows for one downstream task in one tuple (the word count's ``batches``
+#: carry words and occurrences: another layout, another name).
+ROWS_STREAM = "rows"
 ROWS_FIELDS = ("rows", ROUTE_FIELD)
 #: A partial aggregate's stream to its merge stage.
 PARTIALS_STREAM = "partials"
 PARTIAL_FIELDS = ("partials", ROUTE_FIELD)
+#: The component configuration keys holding a feed spout's and a router's settings (their spec's ``config``).
+FEED_CONFIG = "keysplit.feed"
+ROUTER_CONFIG = "keysplit.router"
 #: A merge's output fields (default stream).
 RESULT_FIELDS = ("key", "result")
 #: JSON scalar types a key may have.

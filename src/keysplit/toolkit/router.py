@@ -35,6 +35,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from streamparse import Bolt
 
@@ -43,14 +45,12 @@ from keysplit.storm import quiet_exit
 from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.router import Batch, Batcher, GroupingChannel, Router
 from keysplit.storm.streams import component_tasks
-from keysplit.toolkit.contract import ROUTE_FIELD, ROWS_STREAM, encode_rows, key_text
+from keysplit.stream import DEFAULT_BATCH_MS
+from keysplit.toolkit.contract import ROUTE_FIELD, ROUTER_CONFIG, ROWS_STREAM, encode_rows, key_text
 from keysplit.toolkit.runtime import ToolkitError, connect, fields_subscriber, input_fields, task_index
+from keysplit.toolkit.specs import KeyRouterSpec, key_router_spec
 
 quiet_exit.install()
-
-#: The component configuration key holding a router's settings (its spec's ``config``).
-CONFIG_KEY = "keysplit.router"
-
 
 class _StageKeys:
     """The keys GroupingChannel uses, named for one router stage (a topology may have several)."""
@@ -63,16 +63,26 @@ class _StageKeys:
 
 class KeyRouter(CoalescedWrites, Bolt):
     """Routes each tuple by its key field with a keysplit grouping (module docstring); build it with
-    :meth:`keysplit.toolkit.KeyRouter.spec`."""
+    :meth:`KeyRouter.spec`."""
+
+    @classmethod
+    def spec(cls, *, inputs: Any, key: str, grouping: str, to: str | None = None, time: str | None = None,
+             workers: int | None = None, batch: int = 1, batch_ms: float = DEFAULT_BATCH_MS, name: str | None = None,
+             par: int = 1, config: Mapping[str, Any] | None = None) -> KeyRouterSpec:
+        """Any keysplit grouping on a keyed edge: ``KeyRouter.spec(inputs=..., key="page", grouping="pkg:d=2")``.
+        ``batch`` > 1 (only in front of an ``Aggregate.partial``): send the rows bound for one task together, up to
+        ``batch`` rows or ``batch_ms`` milliseconds after the first, whichever comes first, in one tuple."""
+        return key_router_spec(cls, inputs=inputs, key=key, grouping=grouping, to=to, time=time, workers=workers,
+                               batch=batch, batch_ms=batch_ms, name=name, par=par, config=config)
 
     outputs: list = []  # declared per spec: the upstream's fields plus the route field
     auto_ack = False  # acked after its emit (or its batch's), or failed: never both (ShellBolt kills a worker that
     auto_anchor = False  # does both)
 
     def initialize(self, conf, context):
-        cfg = conf.get(CONFIG_KEY)
+        cfg = conf.get(ROUTER_CONFIG)
         if not isinstance(cfg, dict):
-            raise ToolkitError(f"{self.component_name}: no {CONFIG_KEY} in its configuration; build it with "
+            raise ToolkitError(f"{self.component_name}: no {ROUTER_CONFIG} in its configuration; build it with "
                                "KeyRouter.spec(...)")
         me = self.component_name
         self.settings, self.keys, conn = connect(conf, context, me, self.task_id)
@@ -210,12 +220,3 @@ class KeyRouter(CoalescedWrites, Bolt):
         pipe.execute()
         self.unreported = [0] * len(sent)
         self.failed = 0
-
-
-def check_grouping_spec(spec: str, where: str) -> None:
-    """A spec a router can run: it parses, and it is not the in-process global oracle."""
-    _, params = parse_grouping(spec)
-    if params.get("load") == "global":
-        raise ToolkitError(f"{where}: {spec}: the global oracle (load=global) shares one load vector between sources "
-                           "in one process; routers are separate processes (use load=local or load=probe)")
-

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from keysplit.errors import KeysplitError
-from keysplit.toolkit.contract import ROUTE_FIELD
+from keysplit.toolkit.contract import ROUTE_FIELD, ROUTER_CONFIG
 from keysplit.toolkit.specs import FeedSpoutSpec, KeyRouterSpec, MergeSpec, PartialSpec
 
 
@@ -76,7 +76,6 @@ def keyed_stage(cls: Any) -> KeyedStage:
     """The keyed stage of a toolkit topology class; a one-line KeysplitError when it has none the replay can
     follow (one FeedSpout, the KeyRouter it deals rows to, an Aggregate.partial behind it and its merge)."""
     from keysplit.toolkit.aggregate import MERGE_CONFIG, PARTIAL_CONFIG
-    from keysplit.toolkit.router import CONFIG_KEY
 
     name = cls.__name__
     specs = list(getattr(cls, "specs", None) or [])
@@ -97,7 +96,7 @@ def keyed_stage(cls: Any) -> KeyedStage:
     if len(merges) != 1:
         raise KeysplitError(f"{name}: Aggregate.partial {partial.name} needs one Aggregate.merge behind it")
     merge = merges[0]
-    rcfg, pcfg, mcfg = _config(router)[CONFIG_KEY], _config(partial)[PARTIAL_CONFIG], _config(merge)[MERGE_CONFIG]
+    rcfg, pcfg, mcfg = _config(router)[ROUTER_CONFIG], _config(partial)[PARTIAL_CONFIG], _config(merge)[MERGE_CONFIG]
     return KeyedStage(
         topology=name, feed_fields=tuple(feed.row_fields), spouts=int(feed.par), router=router.name, key=router.key,
         time=rcfg.get("time"), grouping=router.grouping, sources=int(router.par),

@@ -30,17 +30,18 @@ from streamparse.dsl.spout import ShellSpoutSpec
 from streamparse.thrift import GlobalStreamId
 
 from keysplit.errors import KeysplitError
-from keysplit.groupings import build_grouping
+from keysplit.groupings import build_grouping, parse_grouping
 from keysplit.specs import parse_spec
-from keysplit.stream import DEFAULT_BATCH_MS
 from keysplit.toolkit.accumulators import Accumulator, check_accumulator, check_shipped
 from keysplit.toolkit.contract import (
+    FEED_CONFIG,
     PARTIAL_FIELDS,
     PARTIALS_STREAM,
     RECORD_FIELD,
     REPLAY_FIELD,
     RESERVED_FIELDS,
     ROUTE_FIELD,
+    ROUTER_CONFIG,
     ROWS_FIELDS,
     ROWS_STREAM,
 )
@@ -172,68 +173,61 @@ def _stream_fields(inputs: Any, where: str) -> tuple[list[str], dict, bool]:
     return declared or [], streams, from_feed
 
 
-class FeedSpout:
-    """keysplit's Redis feed as a spout: ``FeedSpout.spec(fields=[...])`` emits those fields of each row that
-    ``keysplit run --dataset csv:FILE,key=COL`` loaded (module :mod:`keysplit.toolkit.spout`)."""
-
-    @staticmethod
-    def spec(*, fields: list[str], name: str | None = None, par: int = 1,
-             config: Mapping[str, Any] | None = None) -> FeedSpoutSpec:
-        from keysplit.toolkit.spout import CONFIG_KEY
-        from keysplit.toolkit.spout import FeedSpout as Component
-
-        where = f"FeedSpout {name or ''}".strip()
-        if not fields or not all(isinstance(f, str) and f for f in fields) or len(set(fields)) != len(fields):
-            raise TopologyBuildError(f"{where}: fields must be distinct non-empty column names, got {fields!r}")
-        clash = [f for f in fields if f in RESERVED_FIELDS]
-        if clash:
-            raise TopologyBuildError(f"{where}: fields {clash} are keysplit's own; rename those columns")
-        return FeedSpoutSpec(Component, fields=list(fields), name=name, par=par,
-                             config=_json_config(config, {CONFIG_KEY: {"fields": list(fields)}}),
-                             outputs=[Stream(fields=[*fields, RECORD_FIELD, REPLAY_FIELD, ROUTE_FIELD])])
+def feed_spout_spec(component: type, *, fields: list[str], name: str | None, par: int,
+                    config: Mapping[str, Any] | None) -> FeedSpoutSpec:
+    """:meth:`keysplit.toolkit.FeedSpout.spec`, checked here, where every spec is built."""
+    where = f"FeedSpout {name or ''}".strip()
+    if not fields or not all(isinstance(f, str) and f for f in fields) or len(set(fields)) != len(fields):
+        raise TopologyBuildError(f"{where}: fields must be distinct non-empty column names, got {fields!r}")
+    clash = [f for f in fields if f in RESERVED_FIELDS]
+    if clash:
+        raise TopologyBuildError(f"{where}: fields {clash} are keysplit's own; rename those columns")
+    return FeedSpoutSpec(component, fields=list(fields), name=name, par=par,
+                         config=_json_config(config, {FEED_CONFIG: {"fields": list(fields)}}),
+                         outputs=[Stream(fields=[*fields, RECORD_FIELD, REPLAY_FIELD, ROUTE_FIELD])])
 
 
-class KeyRouter:
-    """Any keysplit grouping on a keyed edge: ``KeyRouter.spec(inputs=..., key="page", grouping="pkg:d=2")``
-    (module :mod:`keysplit.toolkit.router`)."""
+def key_router_spec(component: type, *, inputs: Any, key: str, grouping: str, to: str | None, time: str | None,
+                    workers: int | None, batch: int, batch_ms: float, name: str | None, par: int,
+                    config: Mapping[str, Any] | None) -> KeyRouterSpec:
+    """:meth:`keysplit.toolkit.KeyRouter.spec`, checked here, where every spec is built."""
+    where = f"KeyRouter {name or ''}".strip()
+    fields, streams, _ = _stream_fields(inputs, where)
+    missing = [f for f in (key, time) if f is not None and f not in fields]
+    if missing:
+        raise TopologyBuildError(f"{where}: its input declares no field {missing[0]!r} (fields: "
+                                 f"{', '.join(fields) or 'none'})")
+    _check_grouping_spec(grouping, where)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise TopologyBuildError(f"{where}: workers must be a positive integer, got {workers!r}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 100_000:
+        raise TopologyBuildError(f"{where}: batch must be an integer in [1, 100000] (1: one tuple per row), got "
+                                 f"{batch!r}")
+    if isinstance(batch_ms, bool) or not isinstance(batch_ms, (int, float)) or not 0 < batch_ms <= 60_000:
+        raise TopologyBuildError(f"{where}: batch_ms must be a number of milliseconds in (0, 60000], got "
+                                 f"{batch_ms!r}")
+    passed = [f for f in fields if f != ROUTE_FIELD]
+    cfg = {"key": key, "grouping": grouping, "to": to, "time": time, "workers": workers, "batch": batch,
+           "batch_ms": float(batch_ms)}
+    outputs = [Stream(fields=[*passed, ROUTE_FIELD])]
+    if batch > 1:
+        outputs.append(Stream(fields=list(ROWS_FIELDS), name=ROWS_STREAM))
+    return KeyRouterSpec(component, key=key, grouping=grouping, to=to, workers=workers, passed=passed,
+                         batch=batch, name=name, par=par, inputs=streams,
+                         config=_json_config(config, {ROUTER_CONFIG: cfg, "topology.tick.tuple.freq.secs": 1}),
+                         outputs=outputs)
 
-    @staticmethod
-    def spec(*, inputs: Any, key: str, grouping: str, to: str | None = None, time: str | None = None,
-             workers: int | None = None, batch: int = 1, batch_ms: float = DEFAULT_BATCH_MS, name: str | None = None,
-             par: int = 1, config: Mapping[str, Any] | None = None) -> KeyRouterSpec:
-        """``batch`` > 1 (only in front of an ``Aggregate.partial``): send the rows bound for one task together, up to
-        ``batch`` rows or ``batch_ms`` milliseconds after the first, whichever comes first, in one tuple."""
-        from keysplit.toolkit.router import CONFIG_KEY, check_grouping_spec
-        from keysplit.toolkit.router import KeyRouter as Component
 
-        where = f"KeyRouter {name or ''}".strip()
-        fields, streams, _ = _stream_fields(inputs, where)
-        missing = [f for f in (key, time) if f is not None and f not in fields]
-        if missing:
-            raise TopologyBuildError(f"{where}: its input declares no field {missing[0]!r} (fields: "
-                                     f"{', '.join(fields) or 'none'})")
-        try:
-            check_grouping_spec(grouping, where)
-        except KeysplitError as exc:
-            raise TopologyBuildError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
-        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-            raise TopologyBuildError(f"{where}: workers must be a positive integer, got {workers!r}")
-        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 100_000:
-            raise TopologyBuildError(f"{where}: batch must be an integer in [1, 100000] (1: one tuple per row), got "
-                                     f"{batch!r}")
-        if isinstance(batch_ms, bool) or not isinstance(batch_ms, (int, float)) or not 0 < batch_ms <= 60_000:
-            raise TopologyBuildError(f"{where}: batch_ms must be a number of milliseconds in (0, 60000], got "
-                                     f"{batch_ms!r}")
-        passed = [f for f in fields if f != ROUTE_FIELD]
-        cfg = {"key": key, "grouping": grouping, "to": to, "time": time, "workers": workers, "batch": batch,
-               "batch_ms": float(batch_ms)}
-        outputs = [Stream(fields=[*passed, ROUTE_FIELD])]
-        if batch > 1:
-            outputs.append(Stream(fields=list(ROWS_FIELDS), name=ROWS_STREAM))
-        return KeyRouterSpec(Component, key=key, grouping=grouping, to=to, workers=workers, passed=passed,
-                             batch=batch, name=name, par=par, inputs=streams,
-                             config=_json_config(config, {CONFIG_KEY: cfg, "topology.tick.tuple.freq.secs": 1}),
-                             outputs=outputs)
+def _check_grouping_spec(spec: str, where: str) -> None:
+    """A spec a router can run: it parses, and it is not the in-process global oracle."""
+    try:
+        _, params = parse_grouping(spec)
+    except KeysplitError as exc:
+        raise TopologyBuildError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
+    if params.get("load") == "global":
+        raise TopologyBuildError(f"{where}: {spec}: the global oracle (load=global) shares one load vector between "
+                                 "sources in one process; routers are separate processes (use load=local or "
+                                 "load=probe)")
 
 
 class Aggregate:

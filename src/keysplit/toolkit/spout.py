@@ -21,6 +21,8 @@ which lets the merge forget its commit mark once every row below it is complete.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from streamparse import Spout
 
@@ -28,25 +30,32 @@ from keysplit.storm import quiet_exit
 from keysplit.storm.feed import open_feed
 from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.streams import component_tasks, route_value
-from keysplit.toolkit.contract import ROUTE_FIELD
+from keysplit.toolkit.contract import FEED_CONFIG, ROUTE_FIELD
 from keysplit.toolkit.runtime import ToolkitError, connect, subscribers, task_index
+from keysplit.toolkit.specs import FeedSpoutSpec, feed_spout_spec
 
 quiet_exit.install()
 
-CONFIG_KEY = "keysplit.feed"
 #: Rows a spout emits for one ``next`` at most (Storm's ShellSpout reads every emit until the ``sync``).
 ROWS_PER_NEXT = 64
 
 
 class FeedSpout(CoalescedWrites, Spout):
-    """Emits the rows of keysplit's feed (module docstring); build it with :meth:`keysplit.toolkit.FeedSpout.spec`."""
+    """Emits the rows of keysplit's feed (module docstring); build it with :meth:`FeedSpout.spec`."""
 
     outputs: list = []  # declared per spec: the row's fields, the record id and the route value
 
+    @classmethod
+    def spec(cls, *, fields: list[str], name: str | None = None, par: int = 1,
+             config: Mapping[str, Any] | None = None) -> FeedSpoutSpec:
+        """keysplit's Redis feed as a spout: emits those ``fields`` of each row that ``keysplit run --dataset
+        csv:FILE,key=COL`` loaded (streamparse's ``Spout.spec``, with the fields the feed holds)."""
+        return feed_spout_spec(cls, fields=fields, name=name, par=par, config=config)
+
     def initialize(self, conf, context):
-        cfg = conf.get(CONFIG_KEY)
+        cfg = conf.get(FEED_CONFIG)
         if not isinstance(cfg, dict):
-            raise ToolkitError(f"{self.component_name}: no {CONFIG_KEY} in its configuration; build it with "
+            raise ToolkitError(f"{self.component_name}: no {FEED_CONFIG} in its configuration; build it with "
                                "FeedSpout.spec(...)")
         settings, keys, conn = connect(conf, context, self.component_name, self.task_id)
         if conn is None:

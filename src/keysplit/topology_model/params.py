@@ -195,7 +195,7 @@ class ModelResult:
 
 
 def model_params(opts: Any, workers: int | None = None) -> TopologyParams:
-    """The model's parameters for a replay (``spark_replay.job.ReplayOptions``); a SpecError when invalid."""
+    """The model's parameters for a replay (``spark_replay.options.ReplayOptions``); a SpecError when invalid."""
     from keysplit.errors import SpecError
 
     o = getattr(opts, "overheads", None) or {}
