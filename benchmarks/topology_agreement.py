@@ -81,7 +81,9 @@ def main() -> int:
     f = profile["fitted"]
     print(f"{DATASET} as CSV, topologies/pageviews.py (S=2 routers, 4 partials, 2 merges, period 1 s), "
           f"2 worker processes; profile from {', '.join(groupings[:2])}: a row {f['tuple_us']:.0f} us in the stages, "
-          f"{f['spout_us']:.0f} us in the spout, return {f['return_ms']:.1f} ms; load average during the runs "
+          f"{f['spout_us']:.0f} us in the spout, return {f['return_ms']:.1f} ms (fitted), a merge "
+          f"{profile['measured'].get('merge_entry_us', 0.0):.0f} us a partial-state entry (measured); load average "
+          "during the runs "
           + ", ".join(f"{v:.1f}" for v in loads))
     print("| grouping | seen by the fit | rows/s measured / predicted (ratio) | p50 ms measured / predicted (ratio) "
           "| p99 ms measured / predicted (ratio) | results | loads | within target |")

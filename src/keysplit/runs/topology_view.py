@@ -63,8 +63,22 @@ def view_of(conn: redis.Redis, summary: dict) -> dict[str, Any]:
         # the local runner's ticks fall at the wall clock's multiples of the period (as the word count's flushes):
         # where they fell after the first emit, the model's tick phase
         "tick_phase_s": -(m["first_emit"] % period) if m["first_emit"] else 0.0,
+        **merge_work(conn, summary["run_id"], stage["merge"]),
     }
     return view
+
+
+def merge_work(conn: redis.Redis, run_id: str, merge: str) -> dict[str, Any]:
+    """What the merge tasks did, summed over them, as they count it (``MergeAggregate.work``, the stage's ``tasks``
+    hash): ``merge_entries`` (partial-state entries received), ``merge_records`` (rows they cover) and
+    ``merge_busy_s`` (CPU seconds); None each for a run whose merges did not count (calibrate then measures no cost
+    per entry)."""
+    work = [json.loads(v) for v in conn.hgetall(RunKeys(run_id).stage(merge, "tasks")).values()]
+    if not work or not all(isinstance(w, dict) for w in work):
+        return {"merge_entries": None, "merge_records": None, "merge_busy_s": None}
+    return {"merge_entries": sum(int(w.get("entries") or 0) for w in work),
+            "merge_records": sum(int(w.get("records") or 0) for w in work),
+            "merge_busy_s": sum(float(w.get("busy_s") or 0.0) for w in work)}
 
 
 def _accumulator(stage: dict) -> Any:

@@ -38,6 +38,7 @@ from keysplit.topology_model.kernel import (
     _S_COMMIT,
     _S_CTUPLE,
     _S_HOP,
+    _S_MERGE_ENTRY,
     _S_PHASE,
     _S_RATE,
     _S_RUNNER,
@@ -81,7 +82,7 @@ MAX_TICK_VISITS = 1 << 28
 
 def kernel_settings(p: TopologyParams, tick_visits: int = MAX_TICK_VISITS) -> np.ndarray:
     """The kernel's settings (its ``_S_*`` slots) from the parameters: times in seconds."""
-    out = np.zeros(_S_SPOUT + 1)
+    out = np.zeros(_S_MERGE_ENTRY + 1)
     out[_S_SERVICE], out[_S_RUNNER], out[_S_TUPLE], out[_S_COMMIT] = (p.cpu_delay_ms / 1000.0, p.overhead_us / 1e6,
                                                                       p.tuple_us / 1e6, p.commit_s)
     out[_S_ACK], out[_S_TICK], out[_S_PHASE] = p.ack_delay_ms / 1000.0, p.flush_secs, p.tick_phase_s
@@ -91,6 +92,7 @@ def kernel_settings(p: TopologyParams, tick_visits: int = MAX_TICK_VISITS) -> np
     out[_S_TICKS] = tick_visits // (p.workers + p.aggregators)
     out[_S_SHAPE] = SHAPES.index(p.shape)
     out[_S_SPOUT] = p.spout_us / 1e6
+    out[_S_MERGE_ENTRY] = p.merge_entry_us / 1e6
     return out
 
 
@@ -124,7 +126,7 @@ class StreamedModel:
         self.counters = (np.full(w, -1, dtype=np.int64), np.full(w, -1, dtype=np.int64), np.zeros(w), np.zeros(w),
                          np.zeros(w, dtype=np.int64), np.zeros(w))
         self.aggs = (np.full(a, -1, dtype=np.int64), np.full(a, -1, dtype=np.int64), np.zeros(a),
-                     np.zeros(a, dtype=np.int64), np.full(a, -math.inf))
+                     np.zeros(a, dtype=np.int64), np.full(a, -math.inf), np.zeros(a), np.zeros(a, dtype=np.int64))
         # each router's batch for each counter: chain of its words, their number, the batches it sent
         self.batches = (np.full(b, -1, dtype=np.int64), np.full(b, -1, dtype=np.int64), np.zeros(b, dtype=np.int64),
                         np.zeros(b, dtype=np.int64))
@@ -218,7 +220,8 @@ class StreamedModel:
         return ModelResult(self.words_fed, lines, float(self.fv[_F_FIRST]), float(self.fv[_F_LAST]),
                            self.counters[3], int(self.iv[_I_TIMEOUTS]), lat, self.params,
                            self.rec_emit[:lines] if kept else None, self.rec_done[:lines] if kept else None,
-                           window=(window_lines(self.window), int(self.window[W_LOWEST]), int(self.window[W_CUTS])))
+                           window=(window_lines(self.window), int(self.window[W_LOWEST]), int(self.window[W_CUTS])),
+                           aggregator_busy=self.aggs[5], aggregator_entries=self.aggs[6])
 
 
 def line_starts(words_per_line: np.ndarray) -> np.ndarray:

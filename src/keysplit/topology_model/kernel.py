@@ -74,11 +74,12 @@ _F_RUNNER, _F_FIRST, _F_LAST, _F_SUM, _F_COMP, _F_MAX, _F_MIN, _F_LAG = range(8)
 #: delay, the flush period T (the ticks' period) and phase, the lines in flight at most, the rate (0: closed loop),
 #: the message timeout, the hop to a counter, the runner's per word, a counter's per input tuple, the batch size
 #: (words) and wait, the most ticks the loop follows (its bound on its own work).
-#: The last slot is the topology's shape: 0 the word count, 1 a toolkit topology (keysplit.toolkit: partials flush
+#: Then the topology's shape (``_S_SHAPE``): 0 the word count, 1 a toolkit topology (keysplit.toolkit: partials flush
 #: one tuple per merge task, and a merge commits a flush at once unless it committed less than T ago).
-#: With the toolkit's shape the spout emits ahead of the stages, ``_S_SPOUT`` apart (its own time per row).
+#: With the toolkit's shape the spout emits ahead of the stages, ``_S_SPOUT`` apart (its own time per row), and a
+#: merge task spends ``_S_MERGE_ENTRY`` per partial-state entry of a flush it receives (0 in the word count's shape).
 _S_SERVICE, _S_RUNNER, _S_TUPLE, _S_COMMIT, _S_ACK, _S_TICK, _S_PHASE, _S_CAP, _S_RATE, _S_TIMEOUT, _S_HOP, \
-    _S_WORD, _S_CTUPLE, _S_BATCH, _S_WAIT, _S_TICKS, _S_SHAPE, _S_SPOUT = range(18)
+    _S_WORD, _S_CTUPLE, _S_BATCH, _S_WAIT, _S_TICKS, _S_SHAPE, _S_SPOUT, _S_MERGE_ENTRY = range(19)
 
 
 @numba.njit(cache=True)
@@ -331,7 +332,8 @@ def _on_batch_due(heap, iv, fv, now, arg, batches, settings):
 @numba.njit(cache=True, inline="always")
 def _commit(heap, iv, now, a, aggregators, words, stamp, settings):
     """Aggregator ``a`` commits the partial counts it holds (``commit_us`` per distinct word) and acks them."""
-    a_head, a_tail, a_free, a_last = aggregators[0], aggregators[1], aggregators[2], aggregators[4]
+    a_head, a_tail, a_free, a_last, a_busy = aggregators[0], aggregators[1], aggregators[2], aggregators[4], \
+        aggregators[5]
     head = a_head[a]
     a_head[a] = -1
     a_tail[a] = -1
@@ -341,6 +343,7 @@ def _commit(heap, iv, now, a, aggregators, words, stamp, settings):
     iv[_I_STAMP] += 1
     _, distinct = _count(head, words[4], words[2], stamp, iv[_I_STAMP], words[4].shape[0] - 1)
     a_free[a] = max(now, a_free[a]) + settings[_S_COMMIT] * distinct
+    a_busy[a] += settings[_S_COMMIT] * distinct
     return _event(heap, iv, a_free[a] + settings[_S_ACK], _ACK, head)
 
 
@@ -362,12 +365,16 @@ def _on_tick(heap, iv, now, arg, final, counters, aggregators, words, stamp, set
 
 
 @numba.njit(cache=True, inline="always")
-def _on_partial(heap, iv, now, head, aggregators, words, stamp, settings):
+def _on_partial(heap, iv, fv, now, head, aggregators, words, stamp, settings):
     """One counter's flush reaches the aggregators: one partial count per distinct word each, a tuple per partial
     count (``--batch 1``: held until the aggregator's tick) or one tuple per aggregator (batches: committed at once,
     ``AggregatorBolt.process``). A toolkit merge receives one tuple per partial flush and commits it at once when
-    its last commit is T or more ago, else holds it for its tick (``MergeAggregate.process``)."""
-    a_head, a_tail, a_free, a_seen, a_last = aggregators
+    its last commit is T or more ago, else holds it for its tick (``MergeAggregate.process``); it spends
+    ``_S_MERGE_ENTRY`` per entry of the flush (one per distinct key the flush sends it), as the flush arrives: a
+    grouping that puts a key on several partial tasks sends the merge that key's state once from each of them. That
+    time is the serial stage's too: the serial stage stands for the cores every process of the run shares, and the
+    merge's work per entry takes them from the rows (its work per row is in the serial stage's own cost)."""
+    a_head, a_tail, a_free, a_seen, a_last, a_busy, a_entries = aggregators
     w_key, w_agg, w_nxt = words[2], words[1], words[4]
     wm = w_nxt.shape[0] - 1
     toolkit = settings[_S_SHAPE] == 1
@@ -388,7 +395,15 @@ def _on_partial(heap, iv, now, head, aggregators, words, stamp, settings):
         j = after
     for a in range(a_head.shape[0]):
         if a_seen[a]:
-            a_free[a] = max(now, a_free[a]) + settings[_S_TUPLE] * (1 if batched else a_seen[a])
+            cost = settings[_S_TUPLE] * (1 if batched else a_seen[a])
+            if toolkit:
+                a_entries[a] += a_seen[a]
+            if toolkit and settings[_S_MERGE_ENTRY] > 0:
+                merging = settings[_S_MERGE_ENTRY] * a_seen[a]
+                cost += merging
+                fv[_F_RUNNER] = max(fv[_F_RUNNER], now) + merging
+            a_free[a] = max(now, a_free[a]) + cost
+            a_busy[a] += cost
             if batched and (not toolkit or a_free[a] - a_last[a] >= settings[_S_TICK]):
                 heap = _commit(heap, iv, a_free[a], a, aggregators, words, stamp, settings)
     return heap
@@ -460,8 +475,9 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
     - ``counters``: per counter, ``(head, tail, free, busy, tuples, last)``: the chain of words served since its
       last flush, when it is next free, its busy time, the input tuples since its last flush, when that flush
       began; ``aggregators``: per
-      aggregator, ``(head, tail, free, seen, last)``: the chain of words whose partial counts reached it, when it is
-      next free, a scratch count, when it last committed;
+      aggregator, ``(head, tail, free, seen, last, busy, entries)``: the chain of words whose partial counts reached
+      it, when it is next free, a scratch count, when it last committed, its busy time, the partial-state entries it
+      received (a toolkit topology's: what its merge tasks count);
     - ``batches``: per (router, counter) at ``router * workers + counter``, ``(head, tail, count, generation)``:
       the chain of words waiting in the router's batch for that counter, how many, and how many batches it sent
       (a ``_FLUSH`` event names the batch it was set for, so it does nothing once that batch has left);
@@ -512,7 +528,7 @@ def stream_kernel(state, heap, counters, aggregators, batches, stamp, lines, wor
                 break
             heap = _on_tick(heap, iv, now, arg, final, counters, aggregators, words, stamp, settings)
         elif kind == _PARTIAL:
-            heap = _on_partial(heap, iv, now, arg, aggregators, words, stamp, settings)
+            heap = _on_partial(heap, iv, fv, now, arg, aggregators, words, stamp, settings)
         else:
             heap = _on_ack(heap, iv, fv, window, now, arg, lines, words, histogram, records, settings)
     return status, heap

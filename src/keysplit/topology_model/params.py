@@ -44,7 +44,7 @@ ARRIVALS = ("closed", "open", "lindley")
 #: The calibrated quantities a calibration file holds (microseconds, seconds).
 CALIBRATED = ("overhead_us", "counter_overhead_us", "tuple_us", "tick_phase_s", "hop_delay_ms")
 #: Calibrated quantities a file may lack (made before they were measured): the model's default then applies.
-OPTIONAL_CALIBRATED = ("commit_us", "ack_delay_ms", "word_us", "spout_us")
+OPTIONAL_CALIBRATED = ("commit_us", "ack_delay_ms", "word_us", "spout_us", "merge_entry_us")
 
 #: The most each calibrated cost may be, in its own unit: a minute, as the CPU delay
 #: (:data:`keysplit.sizes.MAX_CPU_DELAY_MS`). A profile is data a user may edit or receive: beyond these no topology
@@ -53,7 +53,7 @@ OPTIONAL_CALIBRATED = ("commit_us", "ack_delay_ms", "word_us", "spout_us")
 #: negative (ticks that began before the first emit), by at most as much.
 COST_LIMITS: dict[str, float] = {"overhead_us": 60e6, "word_us": 60e6, "counter_overhead_us": 60e6, "tuple_us": 60e6,
                                  "commit_us": 60e6, "hop_delay_ms": 60e3, "ack_delay_ms": 60e3, "tick_phase_s": 60.0,
-                                 "spout_us": 60e6}
+                                 "spout_us": 60e6, "merge_entry_us": 60e6}
 
 
 def check_cost(name: str, value: object) -> float:
@@ -95,6 +95,9 @@ class TopologyParams:
     words_per_line: float = 0.0  # the feed's, where the window starts from (storm/window.py window_start); 0: unknown
     shape: str = "wordcount"  # one of SHAPES: which topology's mechanics the kernel follows
     spout_us: float = 0.0  # toolkit: the feed spout's time per row (it emits ahead of the stages; calibrated)
+    # toolkit: a merge task's time per partial-state entry it receives (one key's state from one partial task's
+    # flush), measured from the merges' own work counters; the word count ignores it (its aggregators pay commit_us)
+    merge_entry_us: float = 0.0
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:
@@ -138,6 +141,8 @@ class ModelResult:
     emit: np.ndarray | None = None
     done: np.ndarray | None = None
     window: tuple[int, int, int] | None = None  # the spouts' window at the end, its lowest, its cuts (all spouts)
+    aggregator_busy: np.ndarray | None = None  # each aggregator's (a toolkit topology's merge task's) busy time
+    aggregator_entries: np.ndarray | None = None  # toolkit: the partial-state entries each merge task received
 
     @property
     def latency_ms(self) -> np.ndarray:

@@ -13,7 +13,10 @@ Three numbers are fitted (:data:`FITTED`), few enough that two or three runs det
 
 Three more are read from what the runs measured, never fitted: ``commit_us`` (the aggregators' own time per
 partial count, a run's ``aggregator_us``), the first hop (``first_hop_ms``: first emit to the first word at a
-counter, net of executor batching) and the tick phase (``tick_phase_s``); each the mean over the runs. The
+counter, net of executor batching) and the tick phase (``tick_phase_s``); each the mean over the runs. Runs of a
+toolkit topology add ``merge_entry_us``, a merge task's time per partial-state entry, from the merge tasks' own work
+counters (:func:`merge_entry_us`): a cost the groupings differ in (one that splits a key sends the merge its state
+from every partial task that holds it), which two runs' end-to-end timings could not tell from their noise. The
 configured terms (executor batching and flushing, ackers, worker processes: :class:`ClusterTerms`) are added
 for each run from its own configuration.
 
@@ -32,7 +35,7 @@ import numpy as np
 
 from keysplit.errors import KeysplitError
 from keysplit.topology_model.driver import run_model
-from keysplit.topology_model.params import TopologyParams, params_of_run
+from keysplit.topology_model.params import COST_LIMITS, TopologyParams, params_of_run
 from keysplit.topology_model.storm_terms import ClusterTerms
 
 #: The fitted parameters and the range searched for each.
@@ -67,7 +70,7 @@ NEEDS = ("needs two finished runs or more that differ in grouping, CPU delay or 
 #: The run summary fields a profile keeps for each of its runs.
 RUN_FIELDS = ("run_id", "grouping", "dataset", "workers", "sources", "aggregators", "spouts", "cpu_delay_ms",
               "max_pending", "flush_secs", "rate", "batch", "batch_ms", "worker_processes", "words_per_second",
-              "tick_phase_s", "aggregator_us", "first_hop_ms", "shape", "topology")
+              "tick_phase_s", "aggregator_us", "first_hop_ms", "shape", "topology", "merge_entries", "merge_busy_s")
 
 
 def check_fittable(runs: list[dict]) -> None:
@@ -121,9 +124,27 @@ def measured(runs: list[dict]) -> dict:
         values = [float(r[field]) - minus(r) for r in runs if r.get(field) is not None]
         return max(0.0, float(np.mean(values))) if values else default
 
-    return {"commit_us": mean("aggregator_us", 0.0),
+    seen = {"commit_us": mean("aggregator_us", 0.0),
             "hop_ms": mean("first_hop_ms", 0.0, lambda r: ClusterTerms.of_run(r).forward_ms()),
             "tick_phase_s": float(np.mean([float(r.get("tick_phase_s") or 0.0) for r in runs]))}
+    if any(r.get("shape") == "toolkit" for r in runs):
+        seen["merge_entry_us"] = merge_entry_us(runs)
+    return seen
+
+
+def merge_entry_us(runs: list[dict]) -> float:
+    """A merge task's time per partial-state entry, from the merges' own counters (``merge_busy_s`` over
+    ``merge_entries``, summed over the runs that counted): the CPU the merges spent over the entries they received.
+    It charges their work per row and per commit to the entries too -- the runs of one topology cannot tell those
+    apart (their rows per merge task are the same under every grouping, and a fit of busy time on entries and rows
+    over two runs followed the noise of a ~0.1 s CPU count, not the entries) -- so it is an upper bound. 0 when no
+    run counted (a run stored before merges counted their work)."""
+    counted = [r for r in runs if r.get("merge_entries") and r.get("merge_busy_s") is not None]
+    entries = sum(int(r["merge_entries"]) for r in counted)
+    if not entries:
+        return 0.0
+    # a damaged count is bounded as a profile's costs are (params.COST_LIMITS), never simulated for ever
+    return max(0.0, min(COST_LIMITS["merge_entry_us"], 1e6 * sum(float(r["merge_busy_s"]) for r in counted) / entries))
 
 
 def kernel_overheads(fitted: dict, seen: dict, terms: ClusterTerms) -> dict:
@@ -132,6 +153,7 @@ def kernel_overheads(fitted: dict, seen: dict, terms: ClusterTerms) -> dict:
     if "spout_us" in fitted:
         return {"overhead_us": fitted["tuple_us"], "tuple_us": 0.0, "word_us": 0.0, "counter_overhead_us": 0.0,
                 "spout_us": fitted["spout_us"], "commit_us": seen["commit_us"],
+                "merge_entry_us": seen.get("merge_entry_us", 0.0),
                 "hop_delay_ms": seen["hop_ms"] + terms.forward_ms(),
                 "ack_delay_ms": fitted["return_ms"] + terms.return_ms(), "tick_phase_s": seen["tick_phase_s"]}
     return {"overhead_us": fitted["tuple_us"], "tuple_us": fitted["tuple_us"], "word_us": 0.0,
@@ -258,7 +280,8 @@ def describe(profile: dict) -> str:
     f, m = profile["fitted"], profile["measured"]
     if "spout_us" in f:
         return (f"a row {f['tuple_us']:.0f} us in the stages, {f['spout_us']:.0f} us in the spout, return "
-                f"{f['return_ms']:.1f} ms (fitted); tick phase {m['tick_phase_s']:.3f} s (measured)")
+                f"{f['return_ms']:.1f} ms (fitted); a merge {m.get('merge_entry_us', 0.0):.0f} us a partial-state "
+                f"entry, tick phase {m['tick_phase_s']:.3f} s (measured)")
     return (f"tuple {f['tuple_us']:.0f} us, counter {f['counter_tuple_us']:.0f} us a tuple beyond the delay, return "
             f"{f['return_ms']:.1f} ms (fitted); first hop {m['hop_ms']:.1f} ms, commit {m['commit_us']:.0f} us a "
             f"partial count, tick phase {m['tick_phase_s']:.3f} s (measured)")
