@@ -18,14 +18,14 @@ the workers from `keysplit.redis_password_file` or the variable `keysplit.redis_
 many words a router sends a counter in one tuple at most (1: one tuple per word), `keysplit.batch_ms` how long the
 first of them may wait.
 
-Environment variables (defaults in keysplit.storm.settings.WordCountSettings): KEYSPLIT_SPOUTS,
+Environment variables (defaults in keysplit.storm.settings.RunSettings): KEYSPLIT_SPOUTS,
 KEYSPLIT_SOURCES, KEYSPLIT_WORKERS, KEYSPLIT_COUNTER_TASKS, KEYSPLIT_AGGREGATORS, KEYSPLIT_FLUSH_SECS, and
 the defaults of every ``keysplit.*`` option: KEYSPLIT_GROUPING, KEYSPLIT_CPU_DELAY_MS, KEYSPLIT_TOP_K,
 KEYSPLIT_REDIS_URL, KEYSPLIT_ROUTE, KEYSPLIT_BATCH, KEYSPLIT_BATCH_MS, KEYSPLIT_RUN_ID. `keysplit run wordcount
 --load-only` fills the run's feed in Redis.
 """
 
-from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.settings import RunSettings
 from keysplit.storm.topology import wordcount_topology
 
-WordCount = wordcount_topology(WordCountSettings.from_env())
+WordCount = wordcount_topology(RunSettings.from_env())

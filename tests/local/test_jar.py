@@ -67,9 +67,9 @@ import keysplit
 assert keysplit.__file__.startswith(sys.argv[1]), keysplit.__file__
 from keysplit.groupings import REGISTRY
 from keysplit.groupings.hosting import prepare_groupings
-from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.settings import RunSettings
 from keysplit.storm.topology import wordcount_topology
-wordcount_topology(WordCountSettings(sources=2, workers=3, aggregators=1))
+wordcount_topology(RunSettings(sources=2, workers=3, aggregators=1))
 for module in ("keysplit.storm.spout", "keysplit.storm.bolts", "keysplit.storm.router", "keysplit.storm.feed"):
     importlib.import_module(module)
 keys = ["a", "b", "a", "c", "a", "d"] * 50

@@ -19,7 +19,7 @@ from keysplit.local import LocalCluster, TopologyError
 from keysplit.local.grouper import FieldsGrouper
 from keysplit.local.submission import build_resources, read_env, submit_conf, write_jar
 from keysplit.storm.router import Router
-from keysplit.storm.settings import WordCountSettings, split_password, with_password
+from keysplit.storm.settings import RunSettings, split_password, with_password
 from keysplit.storm.streams import route_value
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -84,14 +84,14 @@ def test_router_in_fields_mode_pairs_words_with_route_values_that_reach_its_choi
 
 def test_settings_refuse_a_password_in_the_conf_and_read_it_from_a_file_or_env(tmp_path):
     with pytest.raises(Exception, match="must not carry a password"):
-        WordCountSettings(redis_url="redis://:s3cret@host:6379/0")
+        RunSettings(redis_url="redis://:s3cret@host:6379/0")
     url, password = split_password("redis://:p%40ss@host:6379/0")
     assert url == "redis://host:6379/0" and password == "p@ss"
     secret = tmp_path / "redis.pass"
     secret.write_text("p@ss\n")
-    by_file = WordCountSettings(redis_url=url, redis_password_file=str(secret))
+    by_file = RunSettings(redis_url=url, redis_password_file=str(secret))
     assert by_file.redis_connect_url() == with_password(url, "p@ss") == "redis://:p%40ss@host:6379/0"
-    by_env = WordCountSettings(redis_url=url, redis_password_env="MY_PASS")
+    by_env = RunSettings(redis_url=url, redis_password_env="MY_PASS")
     assert split_password(by_env.redis_connect_url({"MY_PASS": "x"}))[1] == "x"
     with pytest.raises(Exception, match="MY_PASS, which is not set"):
         by_env.redis_connect_url({})
@@ -161,7 +161,7 @@ def test_a_module_missing_from_the_jar_fails_at_startup(tmp_path):
 
     tree = build_resources(tmp_path / "resources")
     (tree / "keysplit" / "storm" / "counting.py").unlink()
-    topology = wordcount_topology(WordCountSettings(sources=1, workers=1, aggregators=1))
+    topology = wordcount_topology(RunSettings(sources=1, workers=1, aggregators=1))
     with pytest.raises(TopologyError, match=r"keysplit\.storm\.counting"), \
             LocalCluster(topology, {}, cwd=str(ROOT), resources=str(tree)) as cluster:
         cluster.start()

@@ -18,7 +18,7 @@ from keysplit.errors import KeysplitError
 from keysplit.runs import redis_server
 from keysplit.storm.feed import StreamFeed
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.settings import RunSettings
 from keysplit.storm.window import AdaptiveWindow, WindowPolicy
 from tests.cli.test_hostile_input import one_line
 from tests.storm.test_exactly_once import _assert_exact, _feed, _run, home, redis_url  # noqa: F401  (fixtures)
@@ -127,8 +127,8 @@ def test_the_policy_settings_are_checked_with_one_line():
     for field, value, words in (("aimd_decrease", 1.5, "in \\(0, 1\\]"), ("aimd_decrease", 0.0, "in \\(0, 1\\]"),
                                 ("aimd_increase", 0.0, "positive"), ("aimd_min", 0, "at least 1")):
         with pytest.raises(KeysplitError, match=f"keysplit.{field} must be {words}"):
-            WordCountSettings(**{field: value})
-    assert WordCountSettings.from_conf({"keysplit.aimd_decrease": "0.8"}).window_policy == WindowPolicy(1.0, 0.8, 1)
+            RunSettings(**{field: value})
+    assert RunSettings.from_conf({"keysplit.aimd_decrease": "0.8"}).window_policy == WindowPolicy(1.0, 0.8, 1)
 
 
 def test_keysplit_run_refuses_a_bad_policy_with_one_line_before_it_starts(capsys):

@@ -20,7 +20,7 @@ from keysplit.storm.counting import PartialCounts, Totals, merge_top, top_items
 from keysplit.storm.feed import StreamFeed, create_group, feed_done
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.router import GroupingChannel, Router
-from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.settings import RunSettings
 from keysplit.storm.streams import decode_words, encode_words, fields_index
 
 
@@ -208,14 +208,14 @@ def test_global_top_k_from_aggregators_equals_the_top_k_of_all_counts():
 
 
 def test_settings_from_env_and_conf_and_w_larger_than_counter_tasks():
-    s = WordCountSettings.from_env({"KEYSPLIT_WORKERS": "6", "KEYSPLIT_GROUPING": "kg", "KEYSPLIT_FLUSH_SECS": "2"})
+    s = RunSettings.from_env({"KEYSPLIT_WORKERS": "6", "KEYSPLIT_GROUPING": "kg", "KEYSPLIT_FLUSH_SECS": "2"})
     assert (s.workers, s.counter_tasks, s.grouping, s.tick_secs) == (6, 6, "kg", 2)
-    t = WordCountSettings.from_conf({**s.conf(), "keysplit.grouping": "pkg:d=3", "keysplit.cpu_delay_ms": "0.4"})
+    t = RunSettings.from_conf({**s.conf(), "keysplit.grouping": "pkg:d=3", "keysplit.cpu_delay_ms": "0.4"})
     assert (t.grouping, t.cpu_delay_ms, t.workers) == ("pkg:d=3", 0.4, 6)
     with pytest.raises(KeysplitError, match="W=8 workers is more than the 4 counter tasks"):
-        WordCountSettings(workers=8, counter_tasks=4)
+        RunSettings(workers=8, counter_tasks=4)
     with pytest.raises(KeysplitError, match="not a valid int"):
-        WordCountSettings.from_env({"KEYSPLIT_SOURCES": "many"})
+        RunSettings.from_env({"KEYSPLIT_SOURCES": "many"})
 
 
 def _route_dealt(routers, dataset, rate: float = 10_000.0) -> float:

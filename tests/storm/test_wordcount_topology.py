@@ -375,7 +375,7 @@ def test_a_counter_busy_with_batches_stays_alive_past_the_subprocess_timeout(hom
     from keysplit.local import LocalCluster
     from keysplit.runs.wordcount import start_run
     from keysplit.storm.feed import feed_done
-    from keysplit.storm.settings import WordCountSettings
+    from keysplit.storm.settings import RunSettings
     from keysplit.storm.topology import wordcount_topology
 
     path = tmp_path / "busy.txt"
@@ -386,7 +386,7 @@ def test_a_counter_busy_with_batches_stays_alive_past_the_subprocess_timeout(hom
                                   max_pending=300, batch=100))
     conn = redis_server.connect(redis_url)
     settings, keys, _ = start_run(conn, prepared, redis_url)
-    settings = WordCountSettings.from_conf({"keysplit.redis_password_file": str(secret),
+    settings = RunSettings.from_conf({"keysplit.redis_password_file": str(secret),
                                             "keysplit.redis_password_env": ""}, base=settings)
     conf = {"topology.subprocess.timeout.secs": 3, "topology.max.spout.pending": 300}
     with LocalCluster(wordcount_topology(settings), conf, cwd=str(ROOT)) as cluster:

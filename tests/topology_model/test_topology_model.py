@@ -141,12 +141,12 @@ def test_bad_parameters_and_inputs_are_refused():
 def test_run_rate_is_a_setting_of_the_topology_and_checked_before_it_starts(tmp_path):
     from keysplit.errors import KeysplitError
     from keysplit.runs.prepare import RunOptions, prepare_run
-    from keysplit.storm.settings import WordCountSettings
+    from keysplit.storm.settings import RunSettings
 
     path = tmp_path / "t.txt"
     path.write_text("a b c\nb c\n")
     prepared = prepare_run(RunOptions("kg", f"text:{path}", sources=1, workers=2, rate=1500.0))
-    assert WordCountSettings.from_conf(prepared.settings.conf()).rate == 1500.0  # what the spouts read
+    assert RunSettings.from_conf(prepared.settings.conf()).rate == 1500.0  # what the spouts read
     assert prepare_run(RunOptions("kg", f"text:{path}", sources=1, workers=2)).settings.rate == 0.0  # closed loop
     with pytest.raises(KeysplitError, match="--rate must be positive"):
         prepare_run(RunOptions("kg", f"text:{path}", sources=1, workers=2, rate=0.0))

@@ -96,9 +96,9 @@ def run(args: argparse.Namespace) -> int:
                                       password_file=password_file, password_env=args.workers_password_env or "")
     else:
         from keysplit.runs.submit import check_route, submission
-        from keysplit.storm.settings import WordCountSettings
+        from keysplit.storm.settings import RunSettings
 
-        check_route(WordCountSettings.from_conf(config).route, storm)
+        check_route(RunSettings.from_conf(config).route, storm)
         command = submission(config, env_name=args.env, jar=jar, redis_url=workers_url, password_file=password_file,
                              password_env=args.workers_password_env or "", name=args.name)
     where = "" if project == "." else f"cd {shlex.quote(project)} && "

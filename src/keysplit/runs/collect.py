@@ -19,7 +19,7 @@ from keysplit.runs.records import check_run_id, read_record, set_state
 from keysplit.storm import exactly_once
 from keysplit.storm.feed import feed_done
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.settings import RunSettings
 
 log = logging.getLogger("keysplit.run")
 
@@ -49,7 +49,7 @@ def spout_metrics(conn: redis.Redis, keys: RunKeys, spouts: int) -> dict[str, An
             "first_emit": first if first != float("inf") else 0.0, "last_ack": last}
 
 
-def collect(conn: redis.Redis, keys: RunKeys, settings: WordCountSettings, base: dict[str, Any]) -> dict[str, Any]:
+def collect(conn: redis.Redis, keys: RunKeys, settings: RunSettings, base: dict[str, Any]) -> dict[str, Any]:
     """The run's summary (the ``--json`` object) from what the components wrote to Redis."""
     spouts = spout_metrics(conn, keys, settings.spouts)
     # The loads: the words each counter counted once (exactly-once: whose commit came from it, so that after any
@@ -270,7 +270,7 @@ def collect_run(conn: redis.Redis, run_id: str) -> dict[str, Any]:
                             f"delete it with `keysplit runs delete {run_id}`")
     if not conn.exists(keys.feed):
         raise KeysplitError(f"run {run_id} is {record['state']} and has no feed left to collect")
-    settings = WordCountSettings.from_conf(config)
+    settings = RunSettings.from_conf(config)
     if not feed_done(conn, keys):
         acked = spout_metrics(conn, keys, settings.spouts)["acked"]
         hint = (f"; continue it here with `keysplit run wordcount --resume {run_id}`"
@@ -285,7 +285,7 @@ def collect_run(conn: redis.Redis, run_id: str) -> dict[str, Any]:
             log.warning("run %s: the topology ran with %s = %s, not the %s its record had; the summary says what ran",
                         run_id, field, ran, recorded)
         conn.set(keys.config, json.dumps(config))
-        settings = WordCountSettings.from_conf(config)
+        settings = RunSettings.from_conf(config)
     base = {k: v for k, v in config.items() if not k.startswith("keysplit.")}
     summary = collect(conn, keys, settings, base)
     summary["configuration"] = "as the components received it" if received else "as recorded (no component started)"

@@ -26,7 +26,7 @@ from keysplit.storm.components import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
 from keysplit.storm.cpu_delay import DEFAULT_CPU_DELAY_MS
 from keysplit.storm.feed import create_group
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.settings import RunSettings
 from keysplit.storm.window import DEFAULT_MAX_PENDING
 from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS
 
@@ -91,7 +91,7 @@ class Prepared:
     options: RunOptions
     dataset: Dataset
     grouping: str
-    settings: WordCountSettings
+    settings: RunSettings
 
 
 def new_run_id(grouping: str) -> str:
@@ -121,7 +121,7 @@ def prepare_run(opts: RunOptions) -> Prepared:
     if parse_spec(opts.grouping)[1].get("load") == "global":
         raise KeysplitError(f"{opts.grouping}: load=global is the simulator's oracle (one load vector shared by "
                             "all sources); the topology's routers are separate processes, use load=local or probe=T")
-    settings = WordCountSettings(
+    settings = RunSettings(
         run_id=opts.run_id or new_run_id(opts.grouping), grouping=opts.grouping, spouts=opts.spouts,
         sources=opts.sources, workers=opts.workers, counter_tasks=counter_tasks, aggregators=opts.aggregators,
         cpu_delay_ms=opts.cpu_delay_ms, flush_secs=opts.flush_secs, top_k=opts.top_k, route=opts.route,

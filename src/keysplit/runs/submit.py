@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from keysplit.errors import KeysplitError
-from keysplit.storm.settings import ENV_PREFIX, WordCountSettings
+from keysplit.storm.settings import ENV_PREFIX, RunSettings
 
 #: The first Storm release whose multi-lang direct emits fail (storm/router.py).
 DIRECT_BROKEN_SINCE = (2, 6, 0)
@@ -47,7 +47,7 @@ def submission(config: dict[str, Any], *, env_name: str, jar: str, redis_url: st
     """The ``sparse submit`` of the run whose stored config (``RunKeys.config``) is ``config``. ``redis_url`` is
     the Redis the workers reach, without a password; the password is read on the workers from ``password_file``
     or the variable ``password_env`` names."""
-    settings = WordCountSettings.from_conf(config)
+    settings = RunSettings.from_conf(config)
     env = {ENV_PREFIX + field.upper(): str(getattr(settings, field)) for field in SHAPE}
     options = {f"keysplit.{field}": getattr(settings, field) for field in OPTIONS}
     options.update({"keysplit.run_id": settings.run_id, "keysplit.redis_url": redis_url,

@@ -39,7 +39,7 @@ from keysplit.storm import exactly_once
 from keysplit.storm.components import SPOUT
 from keysplit.storm.feed import feed_done
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.settings import PASSWORD_ENV, WordCountSettings, split_password, with_password
+from keysplit.storm.settings import PASSWORD_ENV, RunSettings, split_password, with_password
 from keysplit.storm.topology import wordcount_topology
 from keysplit.stream import source_of
 
@@ -49,12 +49,12 @@ log = logging.getLogger("keysplit.run")
 def start_run(
     conn: redis.Redis, prepared: Prepared, redis_url: str, *,
     progress: RunProgress | None = None, deadline: float | None = None,
-) -> tuple[WordCountSettings, RunKeys, dict[str, Any]]:
+) -> tuple[RunSettings, RunKeys, dict[str, Any]]:
     """Reserve the run id, load the feed and register the run in Redis (its record and config); returns the
     settings the topology must be given, the run's keys and the summary fields known before it runs."""
     opts = prepared.options
     url, password = split_password(redis_url)  # the password reaches components through their environment
-    settings = WordCountSettings.from_conf({"keysplit.redis_url": url,
+    settings = RunSettings.from_conf({"keysplit.redis_url": url,
                                             "keysplit.redis_password_env": PASSWORD_ENV if password else ""},
                                            base=prepared.settings)
     keys = RunKeys(settings.run_id)
@@ -180,7 +180,7 @@ def resume_run(
                             "interrupted or loaded run can be resumed")
     url, password = split_password(redis_url)  # the password reaches components through their environment
     # a run loaded before exactly-once delivery existed has no line numbers in its feed: it stays at least once
-    settings = WordCountSettings.from_conf({"keysplit.delivery": "at-least-once", **config, "keysplit.redis_url": url,
+    settings = RunSettings.from_conf({"keysplit.delivery": "at-least-once", **config, "keysplit.redis_url": url,
                                             "keysplit.redis_password_env": PASSWORD_ENV if password else ""})
     base = {"delivery": settings.delivery, "batch": settings.batch, "batch_ms": settings.batch_ms,  # what it runs with
             **{k: v for k, v in config.items() if not k.startswith("keysplit.")}}
@@ -299,7 +299,7 @@ def _storm_conf(topology: Any, options: DriveOptions) -> dict[str, Any]:
         "topology.workers": options.worker_processes, **startup_conf(options.startup_timeout)}, env_config=env_config)
 
 
-def drive(conn: redis.Redis, settings: WordCountSettings, keys: RunKeys, base: dict[str, Any],
+def drive(conn: redis.Redis, settings: RunSettings, keys: RunKeys, base: dict[str, Any],
           options: DriveOptions) -> dict[str, Any]:
     """The local runner's part: start the tasks, wait until the feed is done, collect the summary."""
     from keysplit.local import LocalCluster

@@ -42,7 +42,7 @@ from keysplit.storm.flush_clock import FlushClock
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.router import Batch, Batcher, GroupingChannel, Router
-from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.settings import RunSettings
 from keysplit.storm.streams import (
     BATCH_DIRECT_STREAM,
     BATCH_STREAM,
@@ -75,8 +75,8 @@ ALIVE_SECS = 1.0
 quiet_exit.install()  # a normal shutdown leaves no traceback in the task's stderr
 
 
-def _setup(bolt: Bolt, conf, context) -> tuple[WordCountSettings, RunKeys, int]:
-    settings = WordCountSettings.from_conf(conf)
+def _setup(bolt: Bolt, conf, context) -> tuple[RunSettings, RunKeys, int]:
+    settings = RunSettings.from_conf(conf)
     index = component_tasks(context, bolt.component_name).index(int(bolt.task_id))
     return settings, RunKeys(settings.run_id), index
 

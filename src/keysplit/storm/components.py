@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.settings import STORM_COST_SETTINGS, WordCountSettings
+from keysplit.storm.settings import STORM_COST_SETTINGS, RunSettings
 from keysplit.storm.streams import component_tasks
 
 #: Component names in the topology (the router needs the counter's to find its task ids).
@@ -16,7 +16,7 @@ def received_configuration(conf, context) -> dict:
     """What the topology runs with, as a task sees it: the ``keysplit.*`` settings of its configuration (the
     password's file or variable name aside), Storm's settings the run depends on, and the task counts of the
     context. Every task of a topology receives the same configuration and context."""
-    settings = WordCountSettings.from_conf(conf)
+    settings = RunSettings.from_conf(conf)
     keep = {k: v for k, v in settings.conf().items()
             if k not in ("keysplit.redis_url", "keysplit.redis_password_file", "keysplit.redis_password_env")}
     tasks = {name: len(component_tasks(context, name)) for name in (SPOUT, ROUTER, COUNTER, AGGREGATOR)}

@@ -11,7 +11,7 @@ Two sources, one name each:
 Redis credentials never travel in the configuration (Storm prints the topology configuration in nimbus.log and
 worker.log and shows it in its UI): ``keysplit.redis_url`` carries no password, and the components read it from
 the file ``keysplit.redis_password_file`` or the environment variable ``keysplit.redis_password_env`` names on
-the worker hosts (:meth:`WordCountSettings.redis_connect_url`).
+the worker hosts (:meth:`RunSettings.redis_connect_url`).
 
 Parallelism (``spouts``, ``sources``, ``workers``'s counter tasks, ``aggregators``) and ``flush_secs`` (the
 tick frequency) are fixed when the topology is built, so they come from the environment only.
@@ -44,9 +44,10 @@ PASSWORD_ENV = "KEYSPLIT_REDIS_PASSWORD"
 
 
 @dataclass(frozen=True)
-class WordCountSettings:
-    """Everything a word-count run is parameterised by (defaults follow the PKG paper's §6 setup where it
-    gives one: 5 sources, 10 workers, CPU delay 0.1-1 ms, top-k with k=10, aggregation period T)."""
+class RunSettings:
+    """Everything a run is parameterised by, the word count's or a toolkit topology's (its Redis, run id, delivery,
+    window and batches; the word count's own knobs beside them). Defaults follow the PKG paper's §6 setup where it
+    gives one: 5 sources, 10 workers, CPU delay 0.1-1 ms, top-k with k=10, aggregation period T."""
 
     run_id: str = "default"
     redis_url: str = ""  # without a password (check() rejects one)
@@ -174,7 +175,7 @@ class WordCountSettings:
         return max(1, round(self.flush_secs))
 
     @classmethod
-    def from_conf(cls, conf: Mapping[str, Any], base: WordCountSettings | None = None) -> WordCountSettings:
+    def from_conf(cls, conf: Mapping[str, Any], base: RunSettings | None = None) -> RunSettings:
         """Settings from a topology configuration; missing keys keep ``base``'s (or the defaults)."""
         values = asdict(base) if base is not None else {}
         for f in fields(cls):
@@ -183,7 +184,7 @@ class WordCountSettings:
         return cls(**values)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> WordCountSettings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RunSettings:
         """Settings from ``KEYSPLIT_<NAME>`` environment variables (defaults for the rest)."""
         environ = os.environ if environ is None else environ
         values = {}

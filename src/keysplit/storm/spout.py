@@ -13,7 +13,7 @@ from keysplit.storm.components import ROUTER, record_start
 from keysplit.storm.feed import open_feed
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.multilang import CoalescedWrites
-from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.settings import RunSettings
 from keysplit.storm.spout_pacing import RatePacer
 from keysplit.storm.streams import LINES, component_tasks, declare, decode_ids, encode_lines, route_value
 
@@ -56,7 +56,7 @@ class RedisStreamSpout(CoalescedWrites, Spout):
     outputs = declare(LINES)
 
     def initialize(self, conf, context):
-        settings = WordCountSettings.from_conf(conf)
+        settings = RunSettings.from_conf(conf)
         keys = RunKeys(settings.run_id)
         index = component_tasks(context, self.component_name).index(int(self.task_id))
         conn = client(settings.redis_connect_url())

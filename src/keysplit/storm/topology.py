@@ -11,7 +11,7 @@ partial counts, one a tuple fields-grouped on ``word`` or, with batches, one tup
 fields-grouped on ``route``.
 
 A streamparse topology fixes its parallelism when the class is created, so the class is made by
-:func:`wordcount_topology` from a :class:`WordCountSettings`; ``topologies/wordcount.py`` builds it from the
+:func:`wordcount_topology` from a :class:`RunSettings`; ``topologies/wordcount.py`` builds it from the
 environment for ``sparse submit``, and ``keysplit run`` builds it for the local runner. The settings are also
 written into the class's ``config`` (``keysplit.*`` keys), which ``sparse submit -o keysplit.x=...`` overrides.
 """
@@ -24,7 +24,7 @@ from streamparse import Grouping, Topology
 
 from keysplit.storm.bolts import AggregatorBolt, CounterBolt, RouterBolt, TopKBolt
 from keysplit.storm.components import AGGREGATOR, COUNTER, ROUTER, SPOUT, TOPK
-from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.settings import RunSettings
 from keysplit.storm.spout import RedisStreamSpout
 from keysplit.storm.streams import (
     BATCH_DIRECT_STREAM,
@@ -53,7 +53,7 @@ DEFAULT_STORM_CONF: dict[str, Any] = {
 }
 
 
-def wordcount_topology(settings: WordCountSettings, name: str = "WordCount",
+def wordcount_topology(settings: RunSettings, name: str = "WordCount",
                        storm_conf: dict[str, Any] | None = None) -> type[Topology]:
     """A new Topology class for ``settings`` (fresh component specs each call)."""
     tick = {"topology.tick.tuple.freq.secs": settings.tick_secs}

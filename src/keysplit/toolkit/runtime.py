@@ -12,7 +12,7 @@ from typing import Any
 from keysplit.errors import KeysplitError
 from keysplit.redis_client import client
 from keysplit.storm.keys import RunKeys
-from keysplit.storm.settings import WordCountSettings
+from keysplit.storm.settings import RunSettings
 from keysplit.storm.streams import component_tasks
 
 
@@ -20,14 +20,14 @@ class ToolkitError(KeysplitError):
     """A toolkit component cannot start: what is wrong with its wiring or configuration, in one line."""
 
 
-def run_settings(conf: Mapping[str, Any]) -> WordCountSettings:
+def run_settings(conf: Mapping[str, Any]) -> RunSettings:
     """The run's ``keysplit.*`` settings a toolkit component shares with the word count: run id, Redis URL and
     password source, delivery, stats period."""
-    return WordCountSettings.from_conf(conf)
+    return RunSettings.from_conf(conf)
 
 
 def connect(conf: Mapping[str, Any], context: Mapping | None = None, component: str = "", task_id: Any = None
-            ) -> tuple[WordCountSettings, RunKeys, Any]:
+            ) -> tuple[RunSettings, RunKeys, Any]:
     """The settings, the run's keys and a Redis client, or None when the topology has no ``keysplit.redis_url``
     (then nothing is recorded, and what needs Redis is refused by the component that needs it). Given the task's
     ``context``, ``component`` and ``task_id``, this process start is counted (``RunKeys.starts``): on a cluster the
