@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import os
+import secrets
 import shutil
 import stat
 import tempfile
@@ -138,22 +139,30 @@ def atomic_file(path: str | os.PathLike, option: str = "output", mode: str = "w"
     path = os.fspath(path)
     refuse_foreign_links(option, path)
     folder = os.path.dirname(os.path.abspath(path))
+    # The name comes before the file, and the file is made inside the block that removes it: a signal (SIGTERM
+    # raises Stopped) that lands just after the file appears still removes it, which mkstemp's returned name could
+    # not promise (the file exists before the name reaches this frame).
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
+    ours = True
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise KeysplitError(f"cannot write {option} {path}: {exc.strerror or exc}") from None
-    try:
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:  # another file took the random name: not ours to remove
+            ours = False
+            raise
         with open(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
             yield fh
         os.chmod(tmp, _final_mode(path) if permissions is None else permissions)
         os.replace(tmp, path)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if ours:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise KeysplitError(f"cannot write {option} {path}: {exc.strerror or exc}") from None
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if ours:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise
 
 
