@@ -269,7 +269,10 @@ def _stop(exc: BaseException, run_id: str, log_dir: Path, watch: _QuietWhenRedis
                      f"{resume}", fresh=False)
     if isinstance(exc, CannotPersist):  # refused too, most likely: then the record reads interrupted once we exit
         return _Stop(str(exc), f"{exc}; run {run_id} stopped: then {resume}")
-    if isinstance(exc, TopologyError):  # a task that cannot start, hangs or keeps dying: it says what to fix
+    if isinstance(exc, TopologyError):  # a task that cannot start, hangs or keeps dying: it says what to fix,
+        emptied = _restarted_empty(quick, run_id, url)  # unless it died of a server that restarted empty (NOGROUP)
+        if emptied:
+            return _Stop(None, f"run {run_id} stopped: {emptied} (task logs in {log_dir})")
         return _Stop(_reason(exc, "while running"), f"{exc}; run {run_id} stopped: then {resume}")
     if isinstance(exc, redis.RedisError):
         problem = persistence_problem(exc, _data_folder(quick, url), url) or _write_refusal(quick, url)
