@@ -387,7 +387,7 @@ def test_a_counter_busy_with_batches_stays_alive_past_the_subprocess_timeout(hom
     conn = redis_server.connect(redis_url)
     settings, keys, _ = start_run(conn, prepared, redis_url)
     settings = RunSettings.from_conf({"keysplit.redis_password_file": str(secret),
-                                            "keysplit.redis_password_env": ""}, base=settings)
+                                      "keysplit.redis_password_env": ""}, base=settings)
     conf = {"topology.subprocess.timeout.secs": 3, "topology.max.spout.pending": 300}
     with LocalCluster(wordcount_topology(settings), conf, cwd=str(ROOT)) as cluster:
         cluster.start()

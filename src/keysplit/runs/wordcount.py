@@ -55,8 +55,8 @@ def start_run(
     opts = prepared.options
     url, password = split_password(redis_url)  # the password reaches components through their environment
     settings = RunSettings.from_conf({"keysplit.redis_url": url,
-                                            "keysplit.redis_password_env": PASSWORD_ENV if password else ""},
-                                           base=prepared.settings)
+                                      "keysplit.redis_password_env": PASSWORD_ENV if password else ""},
+                                     base=prepared.settings)
     keys = RunKeys(settings.run_id)
     started = time.time()
     reserve(conn, keys, {"started": started, "grouping": prepared.grouping, "dataset": prepared.dataset.spec})
@@ -181,7 +181,7 @@ def resume_run(
     url, password = split_password(redis_url)  # the password reaches components through their environment
     # a run loaded before exactly-once delivery existed has no line numbers in its feed: it stays at least once
     settings = RunSettings.from_conf({"keysplit.delivery": "at-least-once", **config, "keysplit.redis_url": url,
-                                            "keysplit.redis_password_env": PASSWORD_ENV if password else ""})
+                                      "keysplit.redis_password_env": PASSWORD_ENV if password else ""})
     base = {"delivery": settings.delivery, "batch": settings.batch, "batch_ms": settings.batch_ms,  # what it runs with
             **{k: v for k, v in config.items() if not k.startswith("keysplit.")}}
     resumes = int(record.get("resumes", 0)) + 1
