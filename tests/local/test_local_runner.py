@@ -244,7 +244,7 @@ def test_a_dying_task_takes_its_whole_worker_down_and_the_worker_restarts(tmp_pa
     assert stats["record"]["deaths"] == 1 and stats["numbers"]["deaths"] == 0
 
 
-def test_crashing_bolt_fails_its_tuple_reports_the_error_and_restarts(tmp_path):
+def test_crashing_bolt_fails_its_tuple_reports_the_error_and_restarts(tmp_path, caplog):
     class T(Topology):
         numbers = NumberSpout.spec(par=1)
         crashy = CrashOnceBolt.spec(inputs=[numbers], par=1, config={"test.crash_at": 50})
@@ -259,6 +259,12 @@ def test_crashing_bolt_fails_its_tuple_reports_the_error_and_restarts(tmp_path):
     assert any("deliberate crash on tuple 50" in msg for _, _, msg in cluster.errors)
     assert 50 in [i for event, i, _ in spout_events(tmp_path) if event == "fail"], "the failing tuple is failed"
     assert "deliberate crash" in next((tmp_path / "logs").glob("crashy-*.log")).read_text()
+    # the terminal reads one line a report and a death, the exception named; the traceback stays in the logs
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("keysplit.local")]
+    crash = [m for m in said if "crashy[0]" in m]
+    assert crash and all("\n" not in m and "Traceback" not in m for m in crash), crash
+    assert any("reported an error: Python " in m and "deliberate crash on tuple 50 (the whole report: " in m
+               for m in crash), crash
 
 
 def test_hung_bolt_misses_heartbeats_and_is_restarted(tmp_path):

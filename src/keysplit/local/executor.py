@@ -20,6 +20,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .collector import OutputCollector, WorkerHalt
@@ -151,9 +152,11 @@ class Executor:
     def log_message(self, task: TaskProcess, msg: dict) -> None:
         level = msg.get("level", 2)
         text = str(msg.get("msg", ""))
-        logging.getLogger(f"keysplit.local.{task.name}").log(_LEVELS.get(level, logging.INFO), "[%s %d] %s",
-                                                              task.name, task.task_id, text)
         log_dir = self.state.log_dir
+        # a traceback logged by the component (pystorm logs one when run() dies) is one line here, whole in its log
+        logging.getLogger(f"keysplit.local.{task.name}").log(
+            _LEVELS.get(level, logging.INFO), "[%s %d] %s", task.name, task.task_id,
+            _one_line(text, log_dir and log_dir / f"{task.name}-{task.task_id}.log"))
         if log_dir is not None:
             if task.log_file is None:
                 task.log_file = open(log_dir / f"{task.name}-{task.task_id}.log", "a", buffering=1)  # noqa: SIM115
@@ -164,8 +167,23 @@ class Executor:
         task.errors += 1
         text = str(msg.get("msg", ""))
         self.state.errors.append((task.name, task.task_id, text))
-        log.error("task %s[%d] reported an error: %s", task.name, task.index, text)
         log_dir = self.state.log_dir
+        log.error("task %s[%d] reported an error: %s", task.name, task.index, _one_line(text, log_dir and
+                  log_dir / f"{task.name}-{task.task_id}.log"))
         if log_dir is not None:
             with open(log_dir / f"{task.name}-{task.task_id}.log", "a") as f:
                 f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ERROR pid={task.pid} {text}\n")
+
+
+def _one_line(report: str, log_path: Path | None) -> str:
+    """A component's report or log message as one terminal line when the task has a log to keep the whole of it:
+    the first line (pystorm's "Python ValueError raised") and the last (a traceback's exception).
+
+    >>> _one_line("Python ValueError raised\\nTraceback (most recent call last):\\n...\\nValueError: bad", Path("t"))
+    'Python ValueError raised: ValueError: bad (the whole report: t)'
+    """
+    lines = [line for line in report.strip().splitlines() if line.strip()]
+    if len(lines) <= 1 or log_path is None:
+        return report.strip()
+    return f"{lines[0].rstrip(':')}: {lines[-1].strip()} (the whole report: {log_path})"
+

@@ -215,14 +215,15 @@ class Supervisor:
         dropped_trees = c.acker.drop_spout(task) if task.is_spout else 0
         task.forgotten += dropped_trees  # no ack or fail will ever reach a spout for these (stats: "forgotten")
         c.dirty.discard(task)
-        tail = task.stderr_tail(5)
+        # the last stderr line names the error; the traceback stays in the task's log (a user reads one line a death)
+        tail = task.stderr_tail().strip().splitlines()
+        last = f"; last stderr line: {tail[-1]}{self.stderr_note(task)}" if code not in (None, 0, -9) and tail else ""
         log.warning("task %s[%d] (id %d, pid %s, worker %d) %s with code %s; %s; restarting in %.1f s%s", task.name,
                     task.index, task.task_id, task.pid, task.worker,
                     "went down with its worker" if taken_down else "died", code,
                     f"{dropped_trees} tuple trees in flight forgotten (the spout replays them)" if task.is_spout else
                     f"{lost} tuples queued or in flight lost, from {trees} tuple trees (they time out and replay)",
-                    c.conf["keysplit.local.restart.delay.secs"],
-                    f"\n{tail}" if code not in (None, 0, -9) and tail else "")
+                    c.conf["keysplit.local.restart.delay.secs"], last)
         task.restart_at = now + float(c.conf["keysplit.local.restart.delay.secs"])
         self.down.add(task)
         if task.worker not in self.workers_down:
