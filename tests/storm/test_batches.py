@@ -26,9 +26,9 @@ def test_batches_carry_every_word_once_in_stream_order_and_free_a_tuple_after_it
     sent, acked = [], []
 
     def emit(target, batch):
-        assert 1 <= len(batch.words) <= 5
-        assert not set(batch.lines) & set(acked), "a batch anchored to a tuple already acked"
-        sent.append((target, list(batch.words), list(batch.occurrences), list(batch.lines)))
+        assert 1 <= len(batch.items) <= 5
+        assert not set(batch.inputs) & set(acked), "a batch anchored to a tuple already acked"
+        sent.append((target, list(batch.items), list(batch.occurrences), list(batch.inputs)))
 
     batcher = Batcher(5, 0.05, emit, acked.append, clock=lambda: clock[0])
     routed_per_target: dict[int, list] = {}
@@ -57,13 +57,13 @@ def test_batches_carry_every_word_once_in_stream_order_and_free_a_tuple_after_it
         assert anchors == list(dict.fromkeys(tuple_of[n] for n, _ in pairs)), "anchored to the tuples it carries"
     assert got == routed_per_target  # every word once, at its target, in routed order
     assert sorted(acked) == sorted(f"t{k}" for k in range(200)), "every tuple acked exactly once"
-    assert batcher.batches == len(sent) and batcher.words == sum(len(v) for v in got.values())
+    assert batcher.batches == len(sent) and batcher.items == sum(len(v) for v in got.values())
 
 
 def test_a_batch_leaves_once_full_or_when_its_first_word_is_batch_ms_old():
     clock = [10.0]
     sent, acked = [], []
-    b = Batcher(3, 0.02, lambda t, batch: sent.append((t, list(batch.words))), acked.append, clock=lambda: clock[0])
+    b = Batcher(3, 0.02, lambda t, batch: sent.append((t, list(batch.items))), acked.append, clock=lambda: clock[0])
     b.add_tuple("a", [(0, [("x", 1)])])
     clock[0] = 10.015
     b.add_tuple("b", [(1, [("y", 1), ("z", 2)])])

@@ -79,11 +79,11 @@ def topology_file():
 
 def write_topology(folder: Path, grouping: str, *, sources: int = 2, workers: int = 4, merges: int = 2,
                   time: str | None = "time", accumulator: str = 'Sum("bytes")', config: dict | None = None,
-                  batch: int = 1) -> Path:
-    """A user's topology file (outside any project: keysplit's own components only); ``batch`` > 1 makes its router
-    send rows in batches."""
+                  batch: int | None = None) -> Path:
+    """A user's topology file (outside any project: keysplit's own components only); its router sends ``batch`` rows
+    a tuple at most (None: the default, batches under exactly-once, as its feed does)."""
     path = folder / "pagestats.py"
     path.write_text(TOPOLOGY.format(grouping=grouping, sources=sources, workers=workers, merges=merges, time=time,
                                     accumulator=accumulator, accumulator_class=accumulator.split("(")[0],
-                                    config=config or {}, batch=f", batch={batch}" if batch > 1 else ""))
+                                    config=config or {}, batch="" if batch is None else f", batch={batch}"))
     return path

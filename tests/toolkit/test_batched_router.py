@@ -9,6 +9,7 @@ import json
 import pytest
 
 from keysplit.datasets import open_dataset
+from keysplit.runs import redis_server
 from keysplit.runs.topology_run import read_results
 from keysplit.simulator import simulate
 from keysplit.storm.keys import RunKeys
@@ -49,6 +50,19 @@ def test_batches_carry_many_rows_each(home, redis_url, views, tmp_path, topology
     assert sum(t["tuples"] for t in tasks) * 2 <= summary["rows"]
 
 
+def test_the_feed_sends_its_rows_to_the_routers_in_batches(home, redis_url, views, tmp_path, topology_file):
+    """A router reads the feed's rows many to a tuple (the feed spout's default batch), and routes each as it would
+    one to a tuple: the totals are exact and the loads simulate's."""
+    csv_path, total_bytes, page_views = views
+    conn, summary = run(topology_file(tmp_path, "pkg:d=2"), csv_path, redis_url, max_pending=5000)
+    assert read_results(conn, summary["run_id"], "total") == dict(total_bytes)
+    rows = sum(page_views.values())
+    # the router's tuples are the spout's batches and its ticks (one a second a task): far fewer than rows
+    assert summary["tuples"]["views"]["emitted"] * 4 <= rows and summary["tuples"]["route"]["executed"] * 4 <= rows
+    reference = simulate(open_dataset(f"csv:{csv_path},key=page,time=time"), "pkg:d=2", 4, 2, engine="reference")
+    assert summary["routers"]["route"]["loads"] == reference.loads
+
+
 @pytest.mark.parametrize("victim", ["partial:1@0.3", "route:1@0.4", "worker:1@0.5"])
 def test_a_killed_task_with_batches_loses_nothing_and_counts_nothing_twice(home, redis_url, views, tmp_path, victim,
                                                                            topology_file):
@@ -75,8 +89,10 @@ def test_at_least_once_with_batches_counts_every_row_at_least_once(home, redis_u
     assert summary["replayed"] > 0
 
 
-def test_a_batching_router_in_front_of_a_users_bolt_is_refused_in_one_line():
-    from streamparse import Bolt
+def test_a_users_bolt_behind_a_batching_router_gets_one_tuple_a_row():
+    """Batches travel only where keysplit's components are at both ends: a user's bolt subscribed with into() takes
+    the default stream (a tuple a row, the upstream's fields); one that subscribes to the rows stream is refused."""
+    from streamparse import Bolt, Grouping
 
     class Mine(Bolt):
         outputs = ["page"]
@@ -86,10 +102,64 @@ def test_a_batching_router_in_front_of_a_users_bolt_is_refused_in_one_line():
         route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg", batch=50)
         mine = Mine.spec(inputs=route.into(), par=2)
 
+    check_topology(Views)
+    assert [s.streamId for s in Views.mine.inputs] == ["default"]
+    assert Views.route.outputs["default"].output_fields == ["time", "page", "bytes", "keysplit_record",
+                                                             "keysplit_replay", "keysplit_route"]
+
+    class Unpacking(Topology):
+        views = FeedSpout.spec(fields=["time", "page", "bytes"])
+        route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg", batch=50)
+        mine = Mine.spec(inputs={route["rows"]: Grouping.fields("keysplit_route")}, par=2)
+
     with pytest.raises(TopologyBuildError) as err:
-        check_topology(Views)
-    assert str(err.value) == ("KeyRouter route: batch=50 packs rows into tuples that only Aggregate.partial unpacks, "
-                              "and 'mine' is not one (use batch=1)")
+        check_topology(Unpacking)
+    assert str(err.value) == ("KeyRouter route: its 'rows' stream packs rows into tuples that only Aggregate.partial "
+                              "unpacks, and 'mine' is not one; subscribe it with inputs=route.into() (one tuple a "
+                              "row)")
+
+
+def test_a_router_takes_the_feeds_rows_in_batches_and_a_users_bolt_one_a_row():
+    """The feed sends a router its rows in batches (``batch`` rows a tuple at most; batch=1: one tuple a row); a
+    user's bolt on the feed gets one tuple a row; a feed cannot do both at once, nor batch for a user's bolt."""
+    from streamparse import Bolt, Grouping
+
+    class Mine(Bolt):
+        outputs = ["page"]
+
+    def topology(batch: int):
+        class Views(Topology):
+            views = FeedSpout.spec(fields=["time", "page", "bytes"], batch=batch)
+            route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg", par=2)
+            partial = Aggregate.partial(inputs=route, accumulator=Sum("bytes"), par=3)
+            total = Aggregate.merge(inputs=partial)
+        return Views
+
+    batched, single = topology(256), topology(1)
+    check_topology(batched)
+    check_topology(single)
+    assert [s.streamId for s in batched.route.inputs] == ["rows"]
+    assert [s.streamId for s in single.route.inputs] == ["default"]
+    assert batched.views.outputs["rows"].output_fields == ["rows", "keysplit_route"]
+
+    class Both(Topology):
+        views = FeedSpout.spec(fields=["time", "page", "bytes"])
+        route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg", par=2)
+        partial = Aggregate.partial(inputs=route, accumulator=Sum("bytes"), par=3)
+        total = Aggregate.merge(inputs=partial)
+        mine = Mine.spec(inputs=[views])
+
+    with pytest.raises(TopologyBuildError, match=r"^FeedSpout views: 'route' takes its rows in batches and 'mine' "
+                                                 r"one tuple a row, .* give the spout batch=1"):
+        check_topology(Both)
+
+    class Stranger(Topology):
+        views = FeedSpout.spec(fields=["time", "page", "bytes"])
+        mine = Mine.spec(inputs={views["rows"]: Grouping.SHUFFLE})
+
+    with pytest.raises(TopologyBuildError, match=r"^FeedSpout views: its 'rows' stream carries rows in batches, "
+                                                 r"which only a KeyRouter unpacks, and 'mine' is not one"):
+        check_topology(Stranger)
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -102,6 +172,12 @@ def test_bad_batch_settings_are_refused(options, message):
         KeyRouter.spec(inputs=[FeedSpout.spec(fields=["page"])], key="page", grouping="pkg", **options)
 
 
+@pytest.mark.parametrize("batch", [0, 2.5, True, 100_001])
+def test_a_bad_feed_batch_is_refused(batch):
+    with pytest.raises(TopologyBuildError, match=r"^FeedSpout: batch must be an integer in \[1, 100000\]"):
+        FeedSpout.spec(fields=["page"], batch=batch)
+
+
 def test_the_partial_subscribes_to_rows_and_batches():
     class Views(Topology):
         views = FeedSpout.spec(fields=["time", "page", "bytes"])
@@ -111,3 +187,23 @@ def test_the_partial_subscribes_to_rows_and_batches():
 
     assert sorted(s.streamId for s in Views.partial.inputs) == ["default", "rows"]
     assert Views.route.outputs["rows"].output_fields == ["rows", "keysplit_route"]
+
+
+def test_rate_paces_the_feed_of_a_topology_file(home, redis_url, views, tmp_path, topology_file, capsys):
+    """``keysplit run FILE --rate R``: the feed's tasks emit R rows a second together, row i due at i / R, so no run
+    is faster than R rows a second (first emit to last ack), and the totals stay exact; without keysplit's feed
+    there is nothing for --rate to pace."""
+    from keysplit.cli import main
+
+    csv_path, total_bytes, page_views = views
+    rows, rate = sum(page_views.values()), 600
+    path = topology_file(tmp_path, "pkg:d=2")
+    assert main(["run", str(path), "--dataset", f"csv:{csv_path},key=page", "--redis", redis_url, "--rate",
+                 str(rate), "--worker-processes", "2", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rows"] == rows and summary["totals"] == "exact"
+    assert summary["rows_per_second"] <= rate * rows / (rows - 1)
+    conn = redis_server.connect(redis_url)
+    assert read_results(conn, summary["run_id"], "total") == dict(total_bytes)
+    assert main(["run", str(path), "--rate", "600", "--duration", "5"]) == 2
+    assert "--rate paces keysplit's feed" in capsys.readouterr().err

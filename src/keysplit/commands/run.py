@@ -88,8 +88,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "round-robin (shuffle, default) or by the first key's hash (key)")
     add_shared_knobs(p)  # -A, --spouts, --flush, --max-pending, --message-timeout, --batch(-ms), as keysplit replay
     p.add_argument("--rate", type=rate, metavar="MSG_PER_S",
-                   help="open loop: the spouts emit this many words (messages) per second, line by line, "
-                   "--max-pending still a cap (default: closed loop, as fast as max pending allows)")
+                   help="open loop: the spouts emit this many words (messages) per second, line by line "
+                   "(a topology file's feed: rows per second), --max-pending still a cap (default: closed loop, as "
+                   "fast as max pending allows)")
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="k of the top-k (default 10)")
     add_redis_options(p, "Redis URL (default: a project-managed server under .keysplit/)")
     p.add_argument("--run-id", metavar="ID", help="run id: up to 100 letters, digits, '.', '_', '-'; a new one "

@@ -21,7 +21,7 @@ from keysplit.runs.redis_server import session
 
 #: `keysplit run` options that only the word count has (a topology file states these itself).
 WORDCOUNT_ONLY = ("grouping", "sources", "workers", "counter_tasks", "cpu_delay", "aggregators", "spouts", "flush",
-                  "batch", "batch_ms", "rate", "top", "route", "resume", "aimd_increase",
+                  "batch", "batch_ms", "top", "route", "resume", "aimd_increase",
                   "aimd_decrease", "aimd_min")
 
 
@@ -50,6 +50,8 @@ def run_file(args: argparse.Namespace, parser_defaults: dict, progress_bars: Cal
     if given:
         raise KeysplitError(f"{', '.join(given)}: only for `keysplit run wordcount`; a topology file states its "
                             "groupings and parallelism in its specs (KeyRouter.spec(grouping=..., par=...))")
+    if args.rate and not args.dataset:
+        raise KeysplitError("--rate paces keysplit's feed (rows a second); your own spouts set their own pace")
     if (args.duration is not None or args.until_idle is not None) and args.dataset:
         raise KeysplitError("--duration and --until-idle are for a topology without keysplit's feed; with --dataset "
                             "the run ends when every row is acked")
@@ -73,7 +75,8 @@ def run_file(args: argparse.Namespace, parser_defaults: dict, progress_bars: Cal
         until_idle=args.until_idle,
         max_pending=args.max_pending, message_timeout=args.message_timeout, worker_processes=args.worker_processes,
         delivery=args.delivery, timeout=args.timeout, kills=tuple(args.kill), storm_env=args.env, run_id=args.run_id,
-        results_out=args.counts_out, startup_timeout=args.startup_timeout)
+        results_out=args.counts_out, startup_timeout=args.startup_timeout,
+        options={"keysplit.rate": args.rate} if args.rate else {})
     from keysplit.runs.topology_run import check_options
 
     check_options(loaded, opts, local=not args.load_only)  # before any server starts

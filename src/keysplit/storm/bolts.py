@@ -122,12 +122,12 @@ class RouterBolt(CoalescedWrites, Bolt):
             threading.Thread(target=self._flusher, name="batch-flusher", daemon=True).start()
 
     def _emit_batch(self, target: int, batch: Batch) -> None:
-        words, occurrences = encode_words(batch.words), encode_pairs(batch.occurrences)
+        words, occurrences = encode_words(batch.items), encode_pairs(batch.occurrences)
         if self.direct:
-            self.emit([words, occurrences], stream=BATCH_DIRECT_STREAM, direct_task=target, anchors=list(batch.lines),
+            self.emit([words, occurrences], stream=BATCH_DIRECT_STREAM, direct_task=target, anchors=list(batch.inputs),
                       need_task_ids=False)
         else:
-            self.emit([words, target, occurrences], stream=BATCH_STREAM, anchors=list(batch.lines),
+            self.emit([words, target, occurrences], stream=BATCH_STREAM, anchors=list(batch.inputs),
                       need_task_ids=False)
 
     def _flusher(self) -> None:

@@ -312,23 +312,24 @@ class Router:
 
 
 class Batch:
-    """The words a router holds for one counter: each word, its occurrence ``"line,position"``, the input tuples
-    (``lines``: spout tuples, of one or more lines each) it carries words of, in order, and when its first word came
-    (monotonic seconds)."""
+    """What a router holds for one downstream task: its items (the word count's words, a toolkit router's rows),
+    each word's occurrence ``"line,position"`` (the word count's), the input tuples it carries items of
+    (``inputs``: the word count's spout tuples of one or more lines each, the feed's batches of rows), in order, and
+    when its first item came (monotonic seconds)."""
 
-    __slots__ = ("lines", "occurrences", "opened", "words")
+    __slots__ = ("inputs", "items", "occurrences", "opened")
 
     def __init__(self, opened: float) -> None:
-        self.words: list[str] = []
+        self.items: list = []
         self.occurrences: list[str] = []
-        self.lines: dict[Hashable, None] = {}
+        self.inputs: dict[Hashable, None] = {}
         self.opened = opened
 
 
 class Batcher:
     """A router's batches (module docstring): per target, the words routed to it since its last batch left.
 
-    ``emit(target, batch)`` sends a batch (anchored to ``batch.lines``, the input tuples it carries words of);
+    ``emit(target, batch)`` sends a batch (anchored to ``batch.inputs``, the input tuples it carries words of);
     ``ack(tup)`` acks an input tuple (a spout tuple of one or more lines) once every batch that carries a word of it
     was emitted. A tuple's reference count is the batches holding its words, plus one while its lines are being
     added, so a batch that fills in the middle of them does not free it early. ``size`` words at most per batch,
@@ -336,7 +337,7 @@ class Batcher:
     from a timer thread: a multi-lang bolt runs only when a tuple arrives).
 
     >>> sent, acked = [], []
-    >>> b = Batcher(2, 0.05, lambda t, batch: sent.append((t, batch.words, list(batch.lines))), acked.append,
+    >>> b = Batcher(2, 0.05, lambda t, batch: sent.append((t, batch.items, list(batch.inputs))), acked.append,
     ...             clock=lambda: 0.0)
     >>> b.add_tuple("T0", [(7, [("a", 1), ("b", 2), ("c", 1)])])
     >>> sent, acked
@@ -358,7 +359,7 @@ class Batcher:
         self.open: dict[int, Batch] = {}  # target -> its batch; in the order they opened, so the oldest is first
         self.refs: dict[Hashable, int] = {}  # input tuple -> batches still holding a word of it (+1 while added)
         self.batches = 0  # batches emitted
-        self.words = 0  # words emitted in them
+        self.items = 0  # items emitted in them
 
     def add_tuple(self, tup: Hashable, lines: Iterable[tuple[int, Sequence[tuple[str, int]]]]) -> None:
         """The lines of input tuple ``tup``: each its feed line number and its words ``(word, target)`` in order;
@@ -372,12 +373,12 @@ class Batcher:
                 batch = open_.get(target)
                 if batch is None:
                     batch = open_[target] = Batch(self.clock())
-                batch.words.append(word)
+                batch.items.append(word)
                 batch.occurrences.append(prefix + str(position))
-                if tup not in batch.lines:
-                    batch.lines[tup] = None
+                if tup not in batch.inputs:
+                    batch.inputs[tup] = None
                     refs[tup] += 1
-                if len(batch.words) >= size:
+                if len(batch.items) >= size:
                     self._send(target)
         self._release(tup)
 
@@ -386,7 +387,7 @@ class Batcher:
         held by that one batch, so acked when it leaves.
 
         >>> sent, acked = [], []
-        >>> b = Batcher(2, 0.05, lambda t, batch: sent.append((t, batch.words)), acked.append, clock=lambda: 0.0)
+        >>> b = Batcher(2, 0.05, lambda t, batch: sent.append((t, batch.items)), acked.append, clock=lambda: 0.0)
         >>> b.add("T0", ["a", 1], 5); b.add("T1", ["b", 2], 6); b.add("T2", ["c", 3], 5)
         >>> sent, acked
         ([(5, [['a', 1], ['c', 3]])], ['T0', 'T2'])
@@ -394,11 +395,36 @@ class Batcher:
         batch = self.open.get(target)
         if batch is None:
             batch = self.open[target] = Batch(self.clock())
-        batch.words.append(item)  # type: ignore[arg-type]
-        batch.lines[tup] = None
+        batch.items.append(item)
+        batch.inputs[tup] = None
         self.refs[tup] = 1
-        if len(batch.words) >= self.size:
+        if len(batch.items) >= self.size:
             self._send(target)
+
+    def add_items(self, tup: Hashable, items: Iterable[tuple[object, int]]) -> None:
+        """Input tuple ``tup`` carrying many items, each ``(item, target)`` (a toolkit router's batch of rows from
+        the feed): each joins its target's batch, and ``tup`` is acked once every batch holding one has left.
+
+        >>> sent, acked = [], []
+        >>> b = Batcher(2, 0.05, lambda t, batch: sent.append((t, batch.items)), acked.append, clock=lambda: 0.0)
+        >>> b.add_items("T0", [("a", 5), ("b", 6), ("c", 5)]); b.add_items("T1", [("d", 6)])
+        >>> sent, acked
+        ([(5, ['a', 'c']), (6, ['b', 'd'])], ['T0', 'T1'])
+        """
+        refs = self.refs
+        refs[tup] = 1  # held while its items are added, so a batch that fills among them does not free it early
+        open_, size = self.open, self.size
+        for item, target in items:
+            batch = open_.get(target)
+            if batch is None:
+                batch = open_[target] = Batch(self.clock())
+            batch.items.append(item)
+            if tup not in batch.inputs:
+                batch.inputs[tup] = None
+                refs[tup] += 1
+            if len(batch.items) >= size:
+                self._send(target)
+        self._release(tup)
 
     def next_due(self) -> float | None:
         """When the oldest open batch must leave (monotonic seconds), or None when none is open."""
@@ -437,8 +463,8 @@ class Batcher:
         batch = self.open.pop(target)
         self.emit(target, batch)  # anchored to input tuples not acked yet: their references include this batch
         self.batches += 1
-        self.words += len(batch.words)
-        for tup in batch.lines:
+        self.items += len(batch.items)
+        for tup in batch.inputs:
             self._release(tup)
 
     def _release(self, tup: Hashable) -> None:

@@ -18,7 +18,9 @@ anchored to the input and the input acked after it, so Storm's at-least-once del
   simulator's: ``keysplit.storm.router``),
   offline groupings read the exact frequencies stored with keysplit's feed. FISH's capacities default to equal
   workers. Without Redis those groupings are refused when the task starts, in one line.
-- **Batches** (``batch`` N > 1, ``batch_ms`` T; only in front of an ``Aggregate.partial``): the grouping still
+- **Batches in** from keysplit's feed spout (toolkit/spout.py): each row of a batch is routed as a tuple of its own
+  would be, in order; the batch is acked once every row has left (in the batches out, or one tuple each).
+- **Batches out** (``batch`` N > 1, ``batch_ms`` T; only to an ``Aggregate.partial``): the grouping still
   decides every tuple, in stream order (the same decisions as without batches); a
   :class:`~keysplit.storm.router.Batcher` (the word count's) holds the rows bound for one downstream task and sends
   them as one tuple on :data:`~keysplit.toolkit.contract.ROWS_STREAM` once it holds N rows, or T ms after its first
@@ -45,10 +47,18 @@ from keysplit.storm import quiet_exit
 from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.router import Batch, Batcher, GroupingChannel, Router
 from keysplit.storm.streams import component_tasks
-from keysplit.stream import DEFAULT_BATCH_MS
-from keysplit.toolkit.contract import ROUTE_FIELD, ROUTER_CONFIG, ROWS_STREAM, encode_rows, key_text
-from keysplit.toolkit.runtime import ToolkitError, connect, fields_subscriber, input_fields, task_index
-from keysplit.toolkit.specs import KeyRouterSpec, key_router_spec
+from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS
+from keysplit.toolkit.contract import (
+    ROUTE_FIELD,
+    ROUTER_CONFIG,
+    ROWS_FIELDS,
+    ROWS_STREAM,
+    decode_rows,
+    encode_rows,
+    key_text,
+)
+from keysplit.toolkit.runtime import ToolkitError, connect, fields_subscriber, input_fields, subscribers, task_index
+from keysplit.toolkit.specs import KeyRouterSpec, key_router_spec, rows_a_tuple
 
 quiet_exit.install()
 
@@ -67,11 +77,13 @@ class KeyRouter(CoalescedWrites, Bolt):
 
     @classmethod
     def spec(cls, *, inputs: Any, key: str, grouping: str, to: str | None = None, time: str | None = None,
-             workers: int | None = None, batch: int = 1, batch_ms: float = DEFAULT_BATCH_MS, name: str | None = None,
-             par: int = 1, config: Mapping[str, Any] | None = None) -> KeyRouterSpec:
+             workers: int | None = None, batch: int | None = None, batch_ms: float = DEFAULT_BATCH_MS,
+             name: str | None = None, par: int = 1, config: Mapping[str, Any] | None = None) -> KeyRouterSpec:
         """Any keysplit grouping on a keyed edge: ``KeyRouter.spec(inputs=..., key="page", grouping="pkg:d=2")``.
-        ``batch`` > 1 (only in front of an ``Aggregate.partial``): send the rows bound for one task together, up to
-        ``batch`` rows or ``batch_ms`` milliseconds after the first, whichever comes first, in one tuple."""
+        In front of an ``Aggregate.partial`` it sends the rows bound for one task together, up to ``batch`` rows or
+        ``batch_ms`` milliseconds after the first, whichever comes first, in one tuple (``batch=1``: one tuple a
+        row; None, the default: ``keysplit.stream.DEFAULT_BATCH`` rows under exactly-once, one under at-least-once);
+        a user's bolt behind it gets one tuple a row."""
         return key_router_spec(cls, inputs=inputs, key=key, grouping=grouping, to=to, time=time, workers=workers,
                                batch=batch, batch_ms=batch_ms, name=name, par=par, config=config)
 
@@ -122,7 +134,14 @@ class KeyRouter(CoalescedWrites, Bolt):
         # per input stream: where the key (and time) is, and which positions pass through (an incoming route
         # field, keysplit's feed spout's dealing value, is replaced by this router's)
         self.layout: dict[tuple[str, str], tuple[int | None, int | None, list[int] | None]] = {}
+        self.from_feed: set[tuple[str, str]] = set()  # the feed spout's batches of rows (toolkit/spout.py)
+        row = [f for f in cfg.get("fields") or [] if f != ROUTE_FIELD]  # a batched row's values: no route
+        self.row_layout = (row.index(self.key_field) if self.key_field in row else None,
+                           row.index(self.time_field) if self.time_field in row else None)
         for stream, fields in input_fields(context).items():
+            if stream[1] == ROWS_STREAM and fields == list(ROWS_FIELDS):
+                self.from_feed.add(stream)
+                continue
             keep = [i for i, f in enumerate(fields) if f != ROUTE_FIELD]
             self.layout[stream] = (fields.index(self.key_field) if self.key_field in fields else None,
                                    fields.index(self.time_field) if self.time_field in fields else None,
@@ -132,7 +151,9 @@ class KeyRouter(CoalescedWrites, Bolt):
         self.failed_total = 0
         self.next_report = time.monotonic() + self.settings.stats_secs
         self.batcher: Batcher | None = None
-        batch = int(cfg.get("batch") or 1)
+        # batches only to a partial aggregate, which alone takes the rows stream (specs.check_topology)
+        batch = rows_a_tuple(cfg.get("batch"), self.settings.delivery, DEFAULT_BATCH) \
+            if subscribers(context, ROWS_STREAM) else 1
         if batch > 1:
             self.batcher = Batcher(batch, float(cfg["batch_ms"]) / 1000.0, self._emit_batch, self.ack)
             self.lock = threading.Condition()
@@ -143,6 +164,8 @@ class KeyRouter(CoalescedWrites, Bolt):
                 "sources": sources, "to": target, "key": self.key_field})
 
     def process(self, tup):
+        if (tup.component, tup.stream) in self.from_feed:
+            return self._route_rows(tup)
         key_at, time_at, keep = self.layout.get((tup.component, tup.stream), (None, None, None))
         values = tup.values
         key = values[key_at] if key_at is not None and key_at < len(values) else None
@@ -173,9 +196,48 @@ class KeyRouter(CoalescedWrites, Bolt):
         if self.conn is not None and time.monotonic() >= self.next_report:
             self.report()
 
+    def _route_rows(self, tup) -> None:
+        """A batch of the feed's rows: every row routed in order, as one tuple each would be, then passed on in the
+        downstream batches (or one tuple a row), the input acked once they have all left. A row that cannot be
+        routed fails the whole batch (its rows replay together), before any of it is routed."""
+        rows = decode_rows(tup.values[0])
+        key_at, time_at = self.row_layout
+        router = self.router
+        texts = [key_text(row[key_at]) if key_at is not None and key_at < len(row) else None for row in rows]
+        if None in texts:
+            bad = rows[texts.index(None)]
+            return self._refuse(tup, key_at, f"a row of its batch has no field {self.key_field!r}"
+                                if key_at is None or key_at >= len(bad) else
+                                f"a row of its batch has the key {bad[key_at]!r}, not a JSON scalar")
+        if time_at is not None:
+            try:
+                times = [float(row[time_at]) for row in rows]
+            except (TypeError, ValueError, IndexError):
+                return self._refuse(tup, key_at, f"a row of its batch has no number in its time field "
+                                    f"{self.time_field!r}")
+            chosen = [router.choose(text, now, event_time=True) for text, now in zip(texts, times)]
+        else:
+            now = router.elapsed()
+            chosen = [router.choose(text, now, event_time=False) for text in texts]
+        unreported, targets = self.unreported, router.targets
+        for worker in chosen:
+            unreported[worker] += 1
+        if self.batcher is not None:
+            with self.lock:
+                idle = not self.batcher.open
+                self.batcher.add_items(tup.id, [(row, targets[w]) for row, w in zip(rows, chosen)])
+                if idle and self.batcher.open:
+                    self.lock.notify()
+        else:
+            for row, worker in zip(rows, chosen):
+                self.emit([*row, targets[worker]], anchors=[tup.id], need_task_ids=False)
+            self.ack(tup)
+        if self.conn is not None and time.monotonic() >= self.next_report:
+            self.report()
+
     def _emit_batch(self, route: int, batch: Batch) -> None:
         """One batch: its rows as text and the route value of their task, anchored to every input it carries."""
-        self.emit([encode_rows(batch.words), route], stream=ROWS_STREAM, anchors=list(batch.lines),
+        self.emit([encode_rows(batch.items), route], stream=ROWS_STREAM, anchors=list(batch.inputs),
                   need_task_ids=False)
 
     def _flusher(self) -> None:

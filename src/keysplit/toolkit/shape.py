@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from keysplit.errors import KeysplitError
+from keysplit.stream import DEFAULT_BATCH
 from keysplit.toolkit.contract import ROUTE_FIELD, ROUTER_CONFIG
-from keysplit.toolkit.specs import FeedSpoutSpec, KeyRouterSpec, MergeSpec, PartialSpec
+from keysplit.toolkit.specs import FeedSpoutSpec, KeyRouterSpec, MergeSpec, PartialSpec, rows_a_tuple
 
 
 @dataclass(frozen=True)
@@ -97,10 +98,12 @@ def keyed_stage(cls: Any) -> KeyedStage:
         raise KeysplitError(f"{name}: Aggregate.partial {partial.name} needs one Aggregate.merge behind it")
     merge = merges[0]
     rcfg, pcfg, mcfg = _config(router)[ROUTER_CONFIG], _config(partial)[PARTIAL_CONFIG], _config(merge)[MERGE_CONFIG]
+    delivery = (getattr(cls, "config", None) or {}).get("keysplit.delivery", "exactly-once")
     return KeyedStage(
         topology=name, feed_fields=tuple(feed.row_fields), spouts=int(feed.par), router=router.name, key=router.key,
         time=rcfg.get("time"), grouping=router.grouping, sources=int(router.par),
-        workers=int(router.workers or partial.par), batch=int(router.batch), batch_ms=float(rcfg["batch_ms"]),
+        workers=int(router.workers or partial.par), batch=rows_a_tuple(router.batch, delivery, DEFAULT_BATCH),
+        batch_ms=float(rcfg["batch_ms"]),
         partial=partial.name, partial_tasks=int(partial.par), accumulator=partial.accumulator.describe(),
         period=float(pcfg["period"]), merge=merge.name, merges=int(merge.par), merge_period=float(mcfg["period"]))
 

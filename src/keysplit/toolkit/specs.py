@@ -11,9 +11,9 @@ fields), so every mistake that can be seen before a process starts is refused th
         total = Aggregate.merge(inputs=partial, top=10, par=2)
 
 A user's own bolt goes behind a router with ``MyBolt.spec(inputs=route.into(), par=4)``: the fields grouping on
-the route field that delivers each tuple to the task the grouping chose. A batching router (``batch`` > 1) packs many
-rows into one tuple that only ``Aggregate.partial`` unpacks, so it is refused in front of any other bolt: a user's
-bolt always sees one tuple per row, with the upstream's fields.
+the route field that delivers each tuple to the task the grouping chose. Rows travel in batches where keysplit's own
+components are at both ends (the feed to a router, a router to ``Aggregate.partial``); a user's bolt always sees one
+tuple per row, with the upstream's fields.
 """
 
 from __future__ import annotations
@@ -82,32 +82,53 @@ class _Spec:
     toolkit_kind = ""
 
 
+def rows_a_tuple(batch: int | None, delivery: str, default: int) -> int:
+    """Rows a feed spout or a router sends in one tuple at most: ``batch`` when the spec gives it, else ``default``
+    under exactly-once and 1 under at-least-once, where a failure replays every row of its tuple and the merge would
+    count twice the rows that had gone through (and a dead letter would take its neighbours with it).
+
+    >>> rows_a_tuple(None, "exactly-once", 100), rows_a_tuple(None, "at-least-once", 100), rows_a_tuple(8, "x", 100)
+    (100, 1, 8)
+    """
+    if batch is not None:
+        return batch
+    return default if delivery == "exactly-once" else 1
+
+
 class FeedSpoutSpec(_Spec, ShellSpoutSpec):
     toolkit_kind = "feed"
 
-    def __init__(self, component_cls, *, fields: list[str], **kwargs) -> None:
+    def __init__(self, component_cls, *, fields: list[str], batch: int | None = None, **kwargs) -> None:
         super().__init__(component_cls, command="streamparse_run",
                          script=f"{component_cls.__module__}.{component_cls.__name__}", **kwargs)
         self.row_fields = fields
+        self.batch = batch
+
+    def rows_input(self) -> tuple[GlobalStreamId, Any]:
+        """The stream a KeyRouter listed in ``inputs=[feed]`` subscribes to: the rows in batches (unless the spec
+        says ``batch=1``), dealt on the route field as the simulator deals records to its sources."""
+        return self[ROWS_STREAM if self.batch != 1 else "default"], Grouping.fields(ROUTE_FIELD)
 
 
 class KeyRouterSpec(_Spec, ShellBoltSpec):
     toolkit_kind = "router"
 
     def __init__(self, component_cls, *, key: str, grouping: str, to: str | None, workers: int | None,
-                 passed: list[str], batch: int = 1, **kwargs) -> None:
+                 passed: list[str], batch: int | None = None, **kwargs) -> None:
         super().__init__(component_cls, command="streamparse_run",
                          script=f"{component_cls.__module__}.{component_cls.__name__}", **kwargs)
         self.key, self.grouping, self.to, self.workers, self.passed = key, grouping, to, workers, passed
         self.batch = batch
 
     def into(self) -> dict:
-        """``inputs=`` for the bolt behind this router: the fields grouping on the route field, which delivers each
-        tuple (or batch of rows, with ``batch`` > 1) to the task the grouping chose."""
-        streams = {self["default"]: Grouping.fields(ROUTE_FIELD)}
-        if self.batch > 1:
-            streams[self[ROWS_STREAM]] = Grouping.fields(ROUTE_FIELD)
-        return streams
+        """``inputs=`` for a user's bolt behind this router: the fields grouping on the route field, which delivers
+        each tuple, one a row, to the task the grouping chose."""
+        return {self["default"]: Grouping.fields(ROUTE_FIELD)}
+
+    def into_partial(self) -> dict:
+        """``inputs=`` for the ``Aggregate.partial`` behind this router: its rows in batches (``batch`` > 1) or one
+        tuple a row, delivered as :meth:`into` does."""
+        return {self["default"]: Grouping.fields(ROUTE_FIELD), self[ROWS_STREAM]: Grouping.fields(ROUTE_FIELD)}
 
 
 class PartialSpec(_Spec, ShellBoltSpec):
@@ -131,9 +152,10 @@ class MergeSpec(_Spec, ShellBoltSpec):
         self.partial, self.top = partial, top
 
 
-def _stream_fields(inputs: Any, where: str) -> tuple[list[str], dict, bool]:
-    """The fields every input stream declares (they must agree), the inputs as streamparse takes them, and
-    whether they come from keysplit's feed spout (then dealt on its route field, as the simulator deals records)."""
+def _router_inputs(inputs: Any, where: str) -> tuple[list[str], dict]:
+    """A router's inputs: the fields every input stream declares (they must agree: a feed's batches count as the
+    fields of its rows), and the inputs as streamparse takes them (keysplit's feed spout dealt on its route field,
+    as the simulator deals records to sources, in batches when it batches)."""
     if isinstance(inputs, ComponentSpec):
         inputs = [inputs]
     streams: dict = {}
@@ -142,7 +164,8 @@ def _stream_fields(inputs: Any, where: str) -> tuple[list[str], dict, bool]:
     elif isinstance(inputs, (list, tuple)):
         for item in inputs:
             if isinstance(item, FeedSpoutSpec):
-                streams[item["default"]] = Grouping.fields(ROUTE_FIELD)
+                stream_id, grouping = item.rows_input()
+                streams[stream_id] = grouping
             elif isinstance(item, ComponentSpec):
                 streams[item["default"]] = Grouping.SHUFFLE
             elif isinstance(item, GlobalStreamId):
@@ -154,13 +177,14 @@ def _stream_fields(inputs: Any, where: str) -> tuple[list[str], dict, bool]:
     if not streams:
         raise TopologyBuildError(f"{where}: needs at least one input")
     declared: list[str] | None = None
-    from_feed = True
     for stream_id in streams:
         spec = stream_id.componentId if isinstance(stream_id, GlobalStreamId) else stream_id
         if not isinstance(spec, ComponentSpec):
             raise TopologyBuildError(f"{where}: name inputs by their spec objects (not by name), so that their fields "
                                      "can be checked")
         stream = stream_id.streamId if isinstance(stream_id, GlobalStreamId) else "default"
+        if isinstance(spec, FeedSpoutSpec) and stream == ROWS_STREAM:
+            stream = "default"  # a batch of rows: the router reads each row by the fields of the feed's rows
         info = spec.outputs.get(stream)
         if info is None:
             raise TopologyBuildError(f"{where}: its input {spec.name or spec.component_cls.__name__} declares no "
@@ -169,11 +193,10 @@ def _stream_fields(inputs: Any, where: str) -> tuple[list[str], dict, bool]:
         if declared is not None and fields != declared:
             raise TopologyBuildError(f"{where}: its input streams declare different fields ({declared} and {fields})")
         declared = fields
-        from_feed = from_feed and isinstance(spec, FeedSpoutSpec)
-    return declared or [], streams, from_feed
+    return declared or [], streams
 
 
-def feed_spout_spec(component: type, *, fields: list[str], name: str | None, par: int,
+def feed_spout_spec(component: type, *, fields: list[str], batch: int | None, name: str | None, par: int,
                     config: Mapping[str, Any] | None) -> FeedSpoutSpec:
     """:meth:`keysplit.toolkit.FeedSpout.spec`, checked here, where every spec is built."""
     where = f"FeedSpout {name or ''}".strip()
@@ -182,17 +205,25 @@ def feed_spout_spec(component: type, *, fields: list[str], name: str | None, par
     clash = [f for f in fields if f in RESERVED_FIELDS]
     if clash:
         raise TopologyBuildError(f"{where}: fields {clash} are keysplit's own; rename those columns")
-    return FeedSpoutSpec(component, fields=list(fields), name=name, par=par,
-                         config=_json_config(config, {FEED_CONFIG: {"fields": list(fields)}}),
-                         outputs=[Stream(fields=[*fields, RECORD_FIELD, REPLAY_FIELD, ROUTE_FIELD])])
+    _check_batch(batch, where)
+    return FeedSpoutSpec(component, fields=list(fields), batch=batch, name=name, par=par,
+                         config=_json_config(config, {FEED_CONFIG: {"fields": list(fields), "batch": batch}}),
+                         outputs=[Stream(fields=[*fields, RECORD_FIELD, REPLAY_FIELD, ROUTE_FIELD]),
+                                  Stream(fields=list(ROWS_FIELDS), name=ROWS_STREAM)])
+
+
+def _check_batch(batch: Any, where: str) -> None:
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 100_000):
+        raise TopologyBuildError(f"{where}: batch must be an integer in [1, 100000] (1: one tuple per row) or None "
+                                 f"(the default: batches under exactly-once), got {batch!r}")
 
 
 def key_router_spec(component: type, *, inputs: Any, key: str, grouping: str, to: str | None, time: str | None,
-                    workers: int | None, batch: int, batch_ms: float, name: str | None, par: int,
+                    workers: int | None, batch: int | None, batch_ms: float, name: str | None, par: int,
                     config: Mapping[str, Any] | None) -> KeyRouterSpec:
     """:meth:`keysplit.toolkit.KeyRouter.spec`, checked here, where every spec is built."""
     where = f"KeyRouter {name or ''}".strip()
-    fields, streams, _ = _stream_fields(inputs, where)
+    fields, streams = _router_inputs(inputs, where)
     missing = [f for f in (key, time) if f is not None and f not in fields]
     if missing:
         raise TopologyBuildError(f"{where}: its input declares no field {missing[0]!r} (fields: "
@@ -200,18 +231,17 @@ def key_router_spec(component: type, *, inputs: Any, key: str, grouping: str, to
     _check_grouping_spec(grouping, where)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise TopologyBuildError(f"{where}: workers must be a positive integer, got {workers!r}")
-    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 100_000:
-        raise TopologyBuildError(f"{where}: batch must be an integer in [1, 100000] (1: one tuple per row), got "
-                                 f"{batch!r}")
+    _check_batch(batch, where)
     if isinstance(batch_ms, bool) or not isinstance(batch_ms, (int, float)) or not 0 < batch_ms <= 60_000:
         raise TopologyBuildError(f"{where}: batch_ms must be a number of milliseconds in (0, 60000], got "
                                  f"{batch_ms!r}")
     passed = [f for f in fields if f != ROUTE_FIELD]
+    # fields: how a row of a batch from a feed reads (the router's rows stream input carries no field names)
     cfg = {"key": key, "grouping": grouping, "to": to, "time": time, "workers": workers, "batch": batch,
-           "batch_ms": float(batch_ms)}
-    outputs = [Stream(fields=[*passed, ROUTE_FIELD])]
-    if batch > 1:
-        outputs.append(Stream(fields=list(ROWS_FIELDS), name=ROWS_STREAM))
+           "batch_ms": float(batch_ms), "fields": fields}
+    # the rows stream, batches of rows, goes to an Aggregate.partial only (check_topology); a user's bolt subscribes
+    # to the default stream, one tuple a row, and a router that no task takes batches from sends none
+    outputs = [Stream(fields=[*passed, ROUTE_FIELD]), Stream(fields=list(ROWS_FIELDS), name=ROWS_STREAM)]
     return KeyRouterSpec(component, key=key, grouping=grouping, to=to, workers=workers, passed=passed,
                          batch=batch, name=name, par=par, inputs=streams,
                          config=_json_config(config, {ROUTER_CONFIG: cfg, "topology.tick.tuple.freq.secs": 1}),
@@ -256,7 +286,8 @@ class Aggregate:
                                      "key must be merged; implement merge(a, b)")
         tick = _ticks(period, where)
         cfg = {"key": inputs.key, "accumulator": acc.describe(), "period": float(period)}
-        return PartialSpec(PartialAggregate, router=inputs, accumulator=acc, name=name, par=par, inputs=inputs.into(),
+        return PartialSpec(PartialAggregate, router=inputs, accumulator=acc, name=name, par=par,
+                           inputs=inputs.into_partial(),
                            config=_json_config(config, {PARTIAL_CONFIG: cfg, "topology.tick.tuple.freq.secs": tick}),
                            outputs=[Stream(fields=list(PARTIAL_FIELDS), name=PARTIALS_STREAM)])
 
@@ -347,8 +378,26 @@ def check_topology(topology: Any) -> None:
 
     merges = []
     for spec in specs.values():
-        if isinstance(spec, KeyRouterSpec):
+        if isinstance(spec, FeedSpoutSpec):
+            batched = [name for name, _ in subscribers.get((spec.name, ROWS_STREAM), [])]
+            single = [name for name, _ in subscribers.get((spec.name, "default"), [])]
+            strangers = [name for name in batched if not isinstance(specs[name], KeyRouterSpec)]
+            if strangers:
+                raise TopologyBuildError(f"FeedSpout {spec.name}: its {ROWS_STREAM!r} stream carries rows in batches, "
+                                         f"which only a KeyRouter unpacks, and {strangers[0]!r} is not one; subscribe "
+                                         f"it with inputs=[{spec.name}] (one tuple a row)")
+            if batched and single:
+                raise TopologyBuildError(f"FeedSpout {spec.name}: {batched[0]!r} takes its rows in batches and "
+                                         f"{single[0]!r} one tuple a row, and a feed sends each row once: give the "
+                                         "spout batch=1 (every subscriber one tuple a row)")
+        elif isinstance(spec, KeyRouterSpec):
             where = f"KeyRouter {spec.name}"
+            strangers = [name for name, _ in subscribers.get((spec.name, ROWS_STREAM), [])
+                         if not isinstance(specs[name], PartialSpec)]
+            if strangers:
+                raise TopologyBuildError(f"{where}: its {ROWS_STREAM!r} stream packs rows into tuples that only "
+                                         f"Aggregate.partial unpacks, and {strangers[0]!r} is not one; subscribe it "
+                                         f"with inputs={spec.name}.into() (one tuple a row)")
             behind = routed(spec.name, "default")
             if spec.to is not None:
                 if spec.to not in specs:
@@ -363,9 +412,6 @@ def check_topology(topology: Any) -> None:
                                          f"inputs={spec.name}.into(), found {behind or 'none'}")
             else:
                 target = behind[0]
-            if spec.batch > 1 and not isinstance(specs[target], PartialSpec):
-                raise TopologyBuildError(f"{where}: batch={spec.batch} packs rows into tuples that only "
-                                         f"Aggregate.partial unpacks, and {target!r} is not one (use batch=1)")
             tasks = specs[target].par
             workers = spec.workers or tasks
             if not isinstance(tasks, int) or workers > tasks:
