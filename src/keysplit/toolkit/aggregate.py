@@ -2,14 +2,14 @@
 
 ``PartialAggregate`` (behind a :class:`~keysplit.toolkit.router.KeyRouter`) adds each record to its key's state
 with the accumulator (:mod:`keysplit.toolkit.accumulators`), the rows of a batching router's batch one by one (all of
-them, or none when one is refused: the batch is failed whole, so its rows replay), and flushes every period T, by
-its own clock and at its tick (T after its last flush: a record waits for its one partial task's flush, so the
-phases of several tasks, which the word count's counters align to the wall clock's multiples of T for lines of
-many words, storm/flush_clock.py, cost it nothing): one tuple per merge task on the ``partials`` stream,
-anchored to the inputs it covers, then acks them (a batch once, however many merge tasks its rows went to).
-``MergeAggregate`` merges the partial states of the keys it owns
-(:func:`~keysplit.toolkit.contract.merge_index`), commits them every period, emits ``(key, result)`` for each key
-that changed, anchored to the partials it merged, and acks those. A crash anywhere before the commit loses nothing:
+them, or none when one is refused: the batch is failed whole, so its rows replay), and flushes at the wall clock's
+multiples of its period T, the same instants in every partial task, as the word count's counters do
+(storm/flush_clock.py): one tuple per merge task on the ``partials`` stream, anchored to the inputs it covers, then
+acks them (a batch once, however many merge tasks its rows went to). ``MergeAggregate`` merges the partial states
+of the keys it owns (:func:`~keysplit.toolkit.contract.merge_index`) and commits each partial task's flush as it
+arrives (one tuple holds all of it, as the word count's aggregator commits a counter's flush), so a row waits for one
+flush, T/2 on average; it emits ``(key, result)`` for each key that changed, anchored to the partials it merged, and
+acks those. A crash anywhere before the commit loses nothing:
 the spout replays the rows whose trees did not complete.
 
 Delivery (docs/design/toolkit.md):
@@ -32,11 +32,14 @@ last attempt the row is set aside as a dead letter that the run's summary names 
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
 
 from streamparse import Bolt, Stream
 
 from keysplit.storm import quiet_exit
+from keysplit.storm.flush_clock import FlushClock
 from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.streams import component_tasks, route_value
 from keysplit.toolkit.accumulators import load_accumulator
@@ -110,7 +113,11 @@ class PartialAggregate(CoalescedWrites, Bolt):
         self.entries = 0  # entries flushed: (key, state) per flush, plus one per replayed row
         # per merge task, the inputs its partials cover (a batch may cover several merge tasks: acked once)
         self.inputs: list[dict] = [{} for _ in range(merges)]
-        self.flushed_at = time.monotonic()
+        # flushes at the wall clock's multiples of T, the same instants in every partial task (storm/flush_clock.py):
+        # a row waits for one flush, T/2 on average, and every merge gets the partial states of a period together
+        self.flushes = FlushClock(self.period)
+        self.lock = threading.Lock()  # the main thread's tuples and ticks, and the flush timer's flushes
+        threading.Thread(target=self._flush_timer, name="flush-timer", daemon=True).start()
         self.records = 0
         self.tuples = 0  # input tuples: fewer than records behind a batching router
         # the keys this task held since its last flush; every flush adds them to a set in Redis whose size is the
@@ -127,7 +134,24 @@ class PartialAggregate(CoalescedWrites, Bolt):
                 self.records, self.tuples = int(stored.get("records", 0)), int(stored.get("tuples", 0))
                 self.entries = int(stored.get("entries", 0))
 
+    def _flush_timer(self) -> None:
+        """Flush at each multiple of T if no tuple or tick did since the last one (the timer thread)."""
+        try:
+            while True:
+                time.sleep(self.flushes.until_next())
+                with self.lock:
+                    if self.flushes.due():
+                        self.flush()
+                        self.serializer.flush()  # the main thread may be waiting for input: write them now
+        except Exception:  # a timer that stops would leave an idle task's inputs unacked until they time out
+            self.logger.exception("the flush timer failed; stopping the task")
+            os._exit(1)
+
     def process(self, tup):
+        with self.lock:  # the flush timer flushes too
+            self._process(tup)
+
+    def _process(self, tup):
         where = (tup.component, tup.stream)
         fields = self.fields.get(where, ())
         rows = decode_rows(tup.values[0]) if where in self.batched else [tup.values]
@@ -175,7 +199,7 @@ class PartialAggregate(CoalescedWrites, Bolt):
             self.inputs[owner][tup.id] = None
         self.records += accepted
         self.tuples += 1
-        if time.monotonic() - self.flushed_at >= self.period:
+        if self.flushes.due():
             self.flush()
 
     def _set_aside(self, record: dict, key, exc: Exception) -> bool:
@@ -198,12 +222,13 @@ class PartialAggregate(CoalescedWrites, Bolt):
                                 tup.component, tup.stream, why, self.failed)
 
     def process_tick(self, tup):
-        self.flush()
-        self.ack(tup)  # ticks too: Storm's ShellBolt holds every input until it is acked or failed
+        with self.lock:
+            self.flush()
+            self.ack(tup)  # ticks too: Storm's ShellBolt holds every input until it is acked or failed
 
     def flush(self) -> None:
         """Send each merge task the partial states of its keys, anchored to the inputs they cover; ack those."""
-        self.flushed_at = time.monotonic()
+        self.flushes.flushed()
         if not self.states and not self.replays:
             return
         by_merge: list[list] = [[] for _ in self.routes]
@@ -236,7 +261,7 @@ class PartialAggregate(CoalescedWrites, Bolt):
 
 
 class MergeAggregate(CoalescedWrites, Bolt):
-    """Merges the partial states of the keys it owns and commits them every period (module docstring)."""
+    """Merges the partial states of the keys it owns and commits each partial flush as it arrives (module docstring)."""
 
     outputs = [Stream(fields=list(RESULT_FIELDS))]
     auto_ack = False
@@ -248,7 +273,6 @@ class MergeAggregate(CoalescedWrites, Bolt):
         self.settings, self.keys, self.conn = connect(conf, context, me, self.task_id)
         self.acc = load_accumulator(cfg["accumulator"])
         self.top = int(cfg.get("top") or 0)
-        self.period = float(cfg["period"])
         self.index, self.merges = task_index(context, me, self.task_id)
         self.partial_index = {task: i for source, _ in input_fields(context)
                               for i, task in enumerate(component_tasks(context, source))}
@@ -275,7 +299,6 @@ class MergeAggregate(CoalescedWrites, Bolt):
         self.pending: list = []
         self.batch: dict[str, list[Entry]] = {}  # exactly-once: key -> entries since the commit
         self.tuples: list[list[tuple[str, Entry]]] = []  # at-least-once: each partial tuple's entries, in order
-        self.committed_at = time.monotonic()
 
     def process(self, tup):
         started = time.process_time()
@@ -290,8 +313,7 @@ class MergeAggregate(CoalescedWrites, Bolt):
             self.tuples.append(entries)
         self.pending.append(tup.id)
         self.work["busy_s"] += time.process_time() - started
-        if time.monotonic() - self.committed_at >= self.period:
-            self.commit()
+        self.commit()  # a partial task's whole flush for this merge: nothing to wait for
 
     def process_tick(self, tup):
         self.ack(tup)
@@ -301,7 +323,6 @@ class MergeAggregate(CoalescedWrites, Bolt):
     def commit(self) -> None:
         """Merge and commit the partials since the last commit, emit the changed results, ack the partials (fail those
         carrying an entry a replay overtook: their rows replay, toolkit/commit.py)."""
-        self.committed_at = time.monotonic()
         if not self.pending:
             return
         started = time.process_time()

@@ -222,6 +222,10 @@ class KeyRouter(CoalescedWrites, Bolt):
         unreported, targets = self.unreported, router.targets
         for worker in chosen:
             unreported[worker] += 1
+        # under exactly-once a batch's loads are in Redis before any of it leaves (one write a batch), so the loads
+        # hold every row of every completed tree even when this task dies (a kill before the first report lost them)
+        if self.conn is not None and (self.settings.exactly_once or time.monotonic() >= self.next_report):
+            self.report()
         if self.batcher is not None:
             with self.lock:
                 idle = not self.batcher.open
@@ -232,8 +236,6 @@ class KeyRouter(CoalescedWrites, Bolt):
             for row, worker in zip(rows, chosen):
                 self.emit([*row, targets[worker]], anchors=[tup.id], need_task_ids=False)
             self.ack(tup)
-        if self.conn is not None and time.monotonic() >= self.next_report:
-            self.report()
 
     def _emit_batch(self, route: int, batch: Batch) -> None:
         """One batch: its rows as text and the route value of their task, anchored to every input it carries."""

@@ -294,8 +294,9 @@ class Aggregate:
     @staticmethod
     def merge(*, inputs: PartialSpec, top: int = 0, period: float = 1.0, name: str | None = None, par: int = 1,
               config: Mapping[str, Any] | None = None) -> MergeSpec:
-        """Each key's partial states merged, committed every ``period`` seconds; ``top`` > 0 keeps the ``top`` keys
-        with the largest results (in Redis, for the run's summary)."""
+        """Each key's partial states merged, each partial task's flush committed as it arrives (and, every
+        ``period`` seconds, at the merge's tick, whatever is left); ``top`` > 0 keeps the ``top`` keys with the
+        largest results (in Redis, for the run's summary)."""
         from keysplit.toolkit.aggregate import MERGE_CONFIG, MergeAggregate
 
         where = f"Aggregate.merge {name or ''}".strip()

@@ -75,7 +75,7 @@ _F_RUNNER, _F_FIRST, _F_LAST, _F_SUM, _F_COMP, _F_MAX, _F_MIN, _F_LAG = range(8)
 #: the message timeout, the hop to a counter, the runner's per word, a counter's per input tuple, the batch size
 #: (words) and wait, the most ticks the loop follows (its bound on its own work).
 #: Then the topology's shape (``_S_SHAPE``): 0 the word count, 1 a toolkit topology (keysplit.toolkit: partials flush
-#: one tuple per merge task, and a merge commits a flush at once unless it committed less than T ago).
+#: one tuple per merge task, which commits it at once).
 #: With the toolkit's shape the spout emits ahead of the stages, ``_S_SPOUT`` apart (its own time per row), and a
 #: merge task spends ``_S_MERGE_ENTRY`` per partial-state entry of a flush it receives (0 in the word count's shape).
 _S_SERVICE, _S_RUNNER, _S_TUPLE, _S_COMMIT, _S_ACK, _S_TICK, _S_PHASE, _S_CAP, _S_RATE, _S_TIMEOUT, _S_HOP, \
@@ -368,8 +368,8 @@ def _on_tick(heap, iv, now, arg, final, counters, aggregators, words, stamp, set
 def _on_partial(heap, iv, now, head, aggregators, words, stamp, settings):
     """One counter's flush reaches the aggregators: one partial count per distinct word each, a tuple per partial
     count (``--batch 1``: held until the aggregator's tick) or one tuple per aggregator (batches: committed at once,
-    ``AggregatorBolt.process``). A toolkit merge receives one tuple per partial flush and commits it at once when
-    its last commit is T or more ago, else holds it for its tick (``MergeAggregate.process``); it spends
+    ``AggregatorBolt.process``). A toolkit merge receives one tuple per partial flush and commits it at once
+    (``MergeAggregate.process``); it spends
     ``_S_MERGE_ENTRY`` per entry of the flush (one per distinct key the flush sends it), as the flush arrives: a
     grouping that puts a key on several partial tasks sends the merge that key's state once from each of them. That
     time is the merge task's alone, not the serial stage's: the merge is a process of its own, and the calibration
@@ -403,7 +403,7 @@ def _on_partial(heap, iv, now, head, aggregators, words, stamp, settings):
                 cost += settings[_S_MERGE_ENTRY] * a_seen[a]
             a_free[a] = max(now, a_free[a]) + cost
             a_busy[a] += cost
-            if batched and (not toolkit or a_free[a] - a_last[a] >= settings[_S_TICK]):
+            if batched:
                 heap = _commit(heap, iv, a_free[a], a, aggregators, words, stamp, settings)
     return heap
 
