@@ -38,7 +38,7 @@ from keysplit.storm.components import AGGREGATOR, COUNTER, record_start
 from keysplit.storm.counting import BatchedCounts, PartialCounts, Totals, merge_top
 from keysplit.storm.cpu_delay import DelayClock, tighten_timer_slack
 from keysplit.storm.exactly_once import Dedup
-from keysplit.storm.flush_clock import FlushClock
+from keysplit.storm.flush_clock import FlushClock, start_flush_timer
 from keysplit.storm.keys import RunKeys
 from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.router import Batch, Batcher, GroupingChannel, Router
@@ -202,20 +202,7 @@ class CounterBolt(CoalescedWrites, Bolt):
         self.first_tuple: float | None = None  # when the first word reached this task (the run's first hop)
         self.flushes = FlushClock(settings.flush_secs)
         self.lock = threading.Lock()  # the main thread's tuples and ticks, and the flush timer's flushes
-        threading.Thread(target=self._flush_timer, name="flush-timer", daemon=True).start()
-
-    def _flush_timer(self) -> None:
-        """Flush at each multiple of T if no tuple or tick did since the last one (the timer thread)."""
-        try:
-            while True:
-                time.sleep(self.flushes.until_next())
-                with self.lock:
-                    if self.flushes.due():
-                        self.flush()
-                        self.serializer.flush()  # the main thread may be waiting for input: write them now
-        except Exception:  # a timer that stops would leave an idle counter's inputs unacked until they time out
-            self.logger.exception("the flush timer failed; stopping the task")
-            os._exit(1)
+        start_flush_timer(self.flushes, self.lock, self.flush, lambda: self.serializer.flush(), self.logger)
 
     def process(self, tup):
         with self.lock:

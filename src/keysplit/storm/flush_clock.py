@@ -18,8 +18,11 @@ Storm's ticks can do (``topology.tick.tuple.freq.secs``), so the timer is the co
 from __future__ import annotations
 
 import math
+import os
+import threading
 import time
 from collections.abc import Callable
+from logging import Logger
 
 
 class FlushClock:
@@ -57,3 +60,24 @@ class FlushClock:
         """Seconds from ``now`` to the next multiple of T."""
         now = self.clock() if now is None else now
         return (self.index(now) + 1) * self.period - now
+
+
+def start_flush_timer(flushes: FlushClock, lock: threading.Lock, flush: Callable[[], None],
+                      written: Callable[[], None], logger: Logger) -> None:
+    """A task's flush timer thread: at each multiple of T, ``flush()`` under ``lock`` unless a tuple or tick did
+    since, then ``written()`` (the main thread may be waiting for input: what the flush wrote must leave now). A timer
+    that stopped would leave an idle task's inputs unacked until they time out, so an error ends the process."""
+
+    def serve() -> None:
+        try:
+            while True:
+                time.sleep(flushes.until_next())
+                with lock:
+                    if flushes.due():
+                        flush()
+                        written()
+        except Exception:
+            logger.exception("the flush timer failed; stopping the task")
+            os._exit(1)
+
+    threading.Thread(target=serve, name="flush-timer", daemon=True).start()

@@ -32,14 +32,13 @@ last attempt the row is set aside as a dead letter that the run's summary names 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 
 from streamparse import Bolt, Stream
 
 from keysplit.storm import quiet_exit
-from keysplit.storm.flush_clock import FlushClock
+from keysplit.storm.flush_clock import FlushClock, start_flush_timer
 from keysplit.storm.multilang import CoalescedWrites
 from keysplit.storm.streams import component_tasks, route_value
 from keysplit.toolkit.accumulators import load_accumulator
@@ -117,7 +116,7 @@ class PartialAggregate(CoalescedWrites, Bolt):
         # a row waits for one flush, T/2 on average, and every merge gets the partial states of a period together
         self.flushes = FlushClock(self.period)
         self.lock = threading.Lock()  # the main thread's tuples and ticks, and the flush timer's flushes
-        threading.Thread(target=self._flush_timer, name="flush-timer", daemon=True).start()
+        start_flush_timer(self.flushes, self.lock, self.flush, lambda: self.serializer.flush(), self.logger)
         self.records = 0
         self.tuples = 0  # input tuples: fewer than records behind a batching router
         # the keys this task held since its last flush; every flush adds them to a set in Redis whose size is the
@@ -133,19 +132,6 @@ class PartialAggregate(CoalescedWrites, Bolt):
                 stored = json.loads(before)
                 self.records, self.tuples = int(stored.get("records", 0)), int(stored.get("tuples", 0))
                 self.entries = int(stored.get("entries", 0))
-
-    def _flush_timer(self) -> None:
-        """Flush at each multiple of T if no tuple or tick did since the last one (the timer thread)."""
-        try:
-            while True:
-                time.sleep(self.flushes.until_next())
-                with self.lock:
-                    if self.flushes.due():
-                        self.flush()
-                        self.serializer.flush()  # the main thread may be waiting for input: write them now
-        except Exception:  # a timer that stops would leave an idle task's inputs unacked until they time out
-            self.logger.exception("the flush timer failed; stopping the task")
-            os._exit(1)
 
     def process(self, tup):
         with self.lock:  # the flush timer flushes too

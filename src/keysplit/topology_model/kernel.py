@@ -375,7 +375,7 @@ def _on_partial(heap, iv, now, head, aggregators, words, stamp, settings):
     time is the merge task's alone, not the serial stage's: the merge is a process of its own, and the calibration
     runs' row cost already holds what its CPU takes from the rows' processes (charging it again to the serial stage
     predicted a quiet machine's sg run a period slower than it ran: 0.83 of its rows/s)."""
-    a_head, a_tail, a_free, a_seen, a_last, a_busy, a_entries = aggregators
+    a_head, a_tail, a_free, a_seen, _, a_busy, a_entries = aggregators
     w_key, w_agg, w_nxt = words[2], words[1], words[4]
     wm = w_nxt.shape[0] - 1
     toolkit = settings[_S_SHAPE] == 1
