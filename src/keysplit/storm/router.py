@@ -364,20 +364,13 @@ class Batcher:
     def add_tuple(self, tup: Hashable, lines: Iterable[tuple[int, Sequence[tuple[str, int]]]]) -> None:
         """The lines of input tuple ``tup``: each its feed line number and its words ``(word, target)`` in order;
         each word joins its target's batch, and a batch that reaches ``size`` words is emitted at once."""
-        refs = self.refs
-        refs[tup] = 1
-        open_, size = self.open, self.size
+        self.refs[tup] = 1
+        size = self.size
         for line, routed in lines:
             prefix = f"{line},"  # occurrence texts, streams.occurrence(line, position), one format a line
             for position, (word, target) in enumerate(routed):
-                batch = open_.get(target)
-                if batch is None:
-                    batch = open_[target] = Batch(self.clock())
-                batch.items.append(word)
+                batch = self._join(tup, word, target)
                 batch.occurrences.append(prefix + str(position))
-                if tup not in batch.inputs:
-                    batch.inputs[tup] = None
-                    refs[tup] += 1
                 if len(batch.items) >= size:
                     self._send(target)
         self._release(tup)
@@ -392,13 +385,8 @@ class Batcher:
         >>> sent, acked
         ([(5, [['a', 1], ['c', 3]])], ['T0', 'T2'])
         """
-        batch = self.open.get(target)
-        if batch is None:
-            batch = self.open[target] = Batch(self.clock())
-        batch.items.append(item)
-        batch.inputs[tup] = None
-        self.refs[tup] = 1
-        if len(batch.items) >= self.size:
+        self.refs[tup] = 0
+        if len(self._join(tup, item, target).items) >= self.size:
             self._send(target)
 
     def add_items(self, tup: Hashable, items: Iterable[tuple[object, int]]) -> None:
@@ -411,20 +399,24 @@ class Batcher:
         >>> sent, acked
         ([(5, ['a', 'c']), (6, ['b', 'd'])], ['T0', 'T1'])
         """
-        refs = self.refs
-        refs[tup] = 1  # held while its items are added, so a batch that fills among them does not free it early
-        open_, size = self.open, self.size
+        self.refs[tup] = 1  # held while its items are added, so a batch that fills among them does not free it early
+        size = self.size
         for item, target in items:
-            batch = open_.get(target)
-            if batch is None:
-                batch = open_[target] = Batch(self.clock())
-            batch.items.append(item)
-            if tup not in batch.inputs:
-                batch.inputs[tup] = None
-                refs[tup] += 1
-            if len(batch.items) >= size:
+            if len(self._join(tup, item, target).items) >= size:
                 self._send(target)
         self._release(tup)
+
+    def _join(self, tup: Hashable, item: object, target: int) -> Batch:
+        """``item`` of input tuple ``tup`` into ``target``'s batch (opened if none is): the batch holds a reference
+        to ``tup`` once, however many of its items it carries."""
+        batch = self.open.get(target)
+        if batch is None:
+            batch = self.open[target] = Batch(self.clock())
+        batch.items.append(item)
+        if tup not in batch.inputs:
+            batch.inputs[tup] = None
+            self.refs[tup] += 1
+        return batch
 
     def next_due(self) -> float | None:
         """When the oldest open batch must leave (monotonic seconds), or None when none is open."""
