@@ -11,7 +11,8 @@ The targets (throughput is rows or words / (last ack - first emit), as every run
 
 - **ceiling**, D = 0: the page views' rows/s at least 0.9 of the word count's words/s in the same round, and the
   word count at least 110,000 words/s; beside them the page views with one tuple a row (``batch=1`` at the feed
-  and the router), the toolkit before its rows travelled in batches;
+  and the router), the toolkit before its rows travelled in batches, and the word count written with the toolkit
+  (a router that splits each line into its words: :data:`TOOLKIT_WORDCOUNT`) over the same text;
 - **D = 1 ms**: the page views at least 90% of W / D (W = 4 partial tasks: 3,600 rows/s), the word count at least
   90% of its own W / D (W = 8 counters: 7,200 words/s);
 - **light load** (``--light-rate`` rows/s open loop at D = 1 ms): the page views' p50 within 0.6 T + 50 ms, T the
@@ -45,6 +46,20 @@ class PageBytes(Topology):
     route = KeyRouter.spec(inputs=[views], key="page", grouping="pkg:d=2", time="time", par=2, batch={batch})
     partial = Aggregate.partial(inputs=route, accumulator=SlowSum("bytes", delay_ms={delay}), period=1.0, par=4)
     total = Aggregate.merge(inputs=partial, top=10, par=2)
+'''
+
+#: The word count written with the toolkit: the feed's lines, a router that splits each into its words and routes
+#: them (``split``), partial counts and a merge keeping the top 10; the classic word count's shape (4 routers, 8
+#: counters, 2 aggregators, T = 1 s).
+TOOLKIT_WORDCOUNT = '''
+from keysplit.toolkit import Aggregate, Count, FeedSpout, KeyRouter, Topology
+
+
+class WordCount(Topology):
+    lines = FeedSpout.spec(fields=["keys"])
+    words = KeyRouter.spec(inputs=[lines], key="keys", split="\\t", grouping="pkg:d=2", par={sources})
+    counts = Aggregate.partial(inputs=words, accumulator=Count(), period={flush}, par={workers})
+    total = Aggregate.merge(inputs=counts, top=10, par={aggregators})
 '''
 
 SLOW_SUM = '''
@@ -98,6 +113,22 @@ def page_views(project: Path, csv_path: Path, delay: float, *, max_pending: int,
     return json.loads(result.stdout)
 
 
+def toolkit_wordcount(project: Path, text: Path, args: argparse.Namespace) -> dict:
+    """One ``keysplit run`` of the word count written with the toolkit over the classic word count's text; its
+    summary."""
+    path = project / "topologies" / "toolkit_wordcount.py"
+    path.write_text(TOOLKIT_WORDCOUNT.format(sources=args.sources, workers=args.workers, flush=args.flush,
+                                             aggregators=args.aggregators))
+    cmd = [KEYSPLIT, "run", str(path), "--dataset", f"text:{text}", "--worker-processes", "2",
+           "--max-pending", str(args.max_pending), "--timeout", f"{args.timeout:g}", "--json"]
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=project, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{result.stderr.strip()[-2000:]}")
+    summary = json.loads(result.stdout)
+    summary["words_per_second"] = summary["applied_rows"] / summary["duration_s"]
+    return summary
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_topology_args(p, max_pending=60_000, lines=100_000)
@@ -131,13 +162,18 @@ def main() -> int:
             words = run_once("pkg", 0.0, text, args)
             rows = page_views(project, views[args.rows], 0.0, max_pending=args.max_pending)
             single = page_views(project, views[args.delay_rows], 0.0, max_pending=args.max_pending, batch=1)
+            toolkit_words = toolkit_wordcount(project, text, args)
             row["ceiling"] = {"wordcount_words_per_s": words["words_per_second"],
+                              "toolkit_wordcount_words_per_s": toolkit_words["words_per_second"],
                               "pageviews_rows_per_s": rows["rows_per_second"],
                               "pageviews_one_a_tuple_rows_per_s": single["rows_per_second"],
                               "ratio": rows["rows_per_second"] / words["words_per_second"]}
             say(f"round {round_}: ceiling  word count {words['words_per_second']:>9,.0f} words/s   page views "
                 f"{rows['rows_per_second']:>9,.0f} rows/s (one a tuple: {single['rows_per_second']:,.0f})   ratio "
                 f"{row['ceiling']['ratio']:.2f} (target 0.9; word count target 110,000)   load {row['load_before']}")
+            say(f"round {round_}: ceiling  the word count written with the toolkit "
+                f"{toolkit_words['words_per_second']:>9,.0f} words/s ("
+                f"{toolkit_words['words_per_second'] / words['words_per_second']:.2f} of the classic one's)")
             words = run_once("pkg", 1.0, delay_text, args, max_pending=5000)
             rows = page_views(project, views[args.delay_rows], 1.0, max_pending=5000)
             row["delay_1ms"] = {"wordcount_of_bound": words["words_per_second"] / (args.workers * 1000.0),

@@ -14,6 +14,7 @@ from keysplit.runs.topology_run import read_results
 from keysplit.simulator import simulate
 from keysplit.storm.keys import RunKeys
 from keysplit.toolkit import Aggregate, FeedSpout, KeyRouter, Sum, Topology, TopologyBuildError, check_topology
+from keysplit.toolkit.contract import DEFAULT_ENTRY_ROWS
 from tests.toolkit.test_user_topology_runs import FAMILIES, IN_FLIGHT, run
 
 #: Rows a batch holds at most in these runs: small against the feed (1,500 rows) so that many batches fill.
@@ -61,6 +62,30 @@ def test_the_feed_sends_its_rows_to_the_routers_in_batches(home, redis_url, view
     assert summary["tuples"]["views"]["emitted"] * 4 <= rows and summary["tuples"]["route"]["executed"] * 4 <= rows
     reference = simulate(open_dataset(f"csv:{csv_path},key=page,time=time"), "pkg:d=2", 4, 2, engine="reference")
     assert summary["routers"]["route"]["loads"] == reference.loads
+
+
+def test_a_feed_entry_holds_many_rows_each_counted_once(home, redis_url, views, tmp_path, topology_file):
+    """Under exactly-once a feed entry holds up to DEFAULT_ENTRY_ROWS rows of one router, as a line holds words: the
+    spout's costs are paid per entry, each row keeps its own record (its entry and place), and the merge applies each
+    row once (its commit counts records, not entries); a router still reads its rows in the dataset's order, so the
+    loads are simulate's."""
+    csv_path, total_bytes, page_views = views
+    conn, summary = run(topology_file(tmp_path, "pkg:d=2"), csv_path, redis_url)
+    rows = sum(page_views.values())
+    assert read_results(conn, summary["run_id"], "total") == dict(total_bytes)
+    assert summary["acked"] == rows
+    assert summary["entries_acked"] * (DEFAULT_ENTRY_ROWS - 1) <= rows <= summary["entries_acked"] * DEFAULT_ENTRY_ROWS
+    assert summary["merges"]["total"]["committed"] == rows
+    reference = simulate(open_dataset(f"csv:{csv_path},key=page,time=time"), "pkg:d=2", 4, 2, engine="reference")
+    assert summary["routers"]["route"]["loads"] == reference.loads
+
+
+def test_under_at_least_once_an_entry_is_one_row(home, redis_url, views, tmp_path, topology_file):
+    """A replay repeats every row of its entry, which at-least-once would count again: there an entry is one row."""
+    csv_path, total_bytes, page_views = views
+    conn, summary = run(topology_file(tmp_path, "pkg:d=2"), csv_path, redis_url, delivery="at-least-once")
+    assert read_results(conn, summary["run_id"], "total") == dict(total_bytes)
+    assert summary["entries_acked"] == summary["acked"] == sum(page_views.values())
 
 
 @pytest.mark.parametrize("victim", ["partial:1@0.3", "route:1@0.4", "worker:1@0.5"])

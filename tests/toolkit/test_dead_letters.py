@@ -1,7 +1,7 @@
-"""A row the user's code refuses becomes a dead letter (docs/design/faults.md): the run finishes, names
-the row (its stage, record, key, values and error) in the summary and in ``--collect``, exits 1, and every other row's
-result is exact; no task dies. Each fault under exactly-once and at-least-once: a non-numeric value into ``Sum``, a
-``ZeroDivisionError`` in a user's ``add``, a ``RuntimeError`` in a user's ``merge``. And what the workers could not
+"""A row the user's code refuses becomes a dead letter (docs/design/faults.md): the run finishes, names the row (its
+stage, its place in the dataset, key, values and error) in the summary and in ``--collect``, exits 1, and every other
+row's result is exact; no task dies. Each fault under exactly-once and at-least-once: a non-numeric value into ``Sum``,
+a ``ZeroDivisionError`` in a user's ``add``, a ``RuntimeError`` in a user's ``merge``. And what the workers could not
 import is refused when the topology is built."""
 
 from __future__ import annotations
@@ -138,14 +138,14 @@ def test_a_row_the_users_code_refuses_is_a_dead_letter_and_every_other_row_is_ex
     assert results == totals
     assert summary["acked"] == summary["rows"] == ROWS and summary["task_deaths"] == 0
     [letter] = summary["dead_letters"]
-    assert letter["stage"] == stage and letter["record"] == POISON and letter["key"] == poison["page"]
+    assert letter["stage"] == stage and letter["row"] == POISON and letter["key"] == poison["page"]
     assert letter["error"].startswith(error) and letter["attempts"] == (attempts or 3)
     if stage == "partial":  # the row's own values; a merge holds the row's contribution
         assert letter["values"] == {"page": poison["page"], "bytes": poison_bytes}
     # --collect reads the same from Redis alone, and says it as the run did: exit 1, the row named
     assert main(["run", str(topology), "--collect", summary["run_id"], "--redis", redis_url]) == 1
     text = capsys.readouterr().out
-    assert "dead letters: 1 row(s)" in text and f"record {POISON}, key {json.dumps(poison['page'])}" in text
+    assert "dead letters: 1 row(s)" in text and f"row {POISON} of the dataset, key {json.dumps(poison['page'])}" in text
 
 
 def test_an_accumulator_defined_in_the_topology_file_is_refused_when_the_topology_is_built(tmp_path, capsys):

@@ -15,6 +15,7 @@ from keysplit.storm.exactly_once import Dedup
 from keysplit.storm.keys import RunKeys
 from keysplit.toolkit import Sum
 from keysplit.toolkit.commit import Entry, ExactlyOnceCommit
+from keysplit.toolkit.contract import record_id
 
 
 class CountingSum(Sum):
@@ -115,3 +116,27 @@ def test_a_restarted_task_whose_predecessor_committed_last_reads_again_and_stays
     outcome = new.commit({'"a"': [fold({1: 10})], '"b"': [Entry(1, [0])]})  # row 0 again, under another key's name
     assert stored(conn, keys) == {"a": 11}
     assert outcome.attempts == 2 and new.states['"a"'] == 11
+
+
+def test_the_rows_of_one_entry_are_bits_of_its_mark_and_count_once_each(run):
+    """A feed entry's rows are known by their places in it (contract.record_id), as a line's words are: each is a bit
+    of the entry's mark (a field per 48 places), so two rows of one entry commit apart and a replay of one drops."""
+    conn, keys, _, task = run
+    first, third, far = record_id(5, 0), record_id(5, 2), record_id(5, 50)
+    merge = task()
+    merge.commit({'"a"': [fold({first: 3, far: 4})]})
+    assert conn.hgetall(keys.dedup_seen) == {"5:0": "1", "5:1": "4"}  # bits 0 and 50 - 48
+    outcome = merge.commit({'"a"': [Entry(4, [far]), fold({third: 5})]})  # row 50 replayed, row 2 fresh
+    assert stored(conn, keys) == {"a": 12} and outcome.dropped == 1
+    assert conn.hget(keys.dedup_seen, "5:0") == "5"
+    again = task().commit({'"a"': [Entry(5, [third])]})  # a restarted task reads the marks: row 2 is committed
+    assert stored(conn, keys) == {"a": 12} and again.dropped == 1 and again.attempts == 2
+
+
+def test_an_entry_of_many_rows_completes_whole_and_its_marks_go(run):
+    conn, keys, _, task = run
+    task().commit({'"a"': [fold({record_id(0, p): 1 for p in range(60)})]})
+    Dedup(conn, keys).complete([(0, 60)])  # the entry acked: 60 rows, two mark fields
+    assert int(conn.get(keys.dedup_floor)) == 1 and conn.hlen(keys.dedup_seen) == 0
+    late = task().commit({'"a"': [Entry(1, [record_id(0, 59)])]})
+    assert stored(conn, keys) == {"a": 60} and late.dropped == 1

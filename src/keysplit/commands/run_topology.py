@@ -218,7 +218,8 @@ def print_dead_letters(letters: list[dict], run_id: str) -> None:
     out.write(f"\ndead letters: {len(letters)} row(s) refused by the accumulator on every attempt, left out of the "
               f"results (Redis keysplit:run:{run_id}:dead_letters):\n")
     for d in letters[:DEAD_LETTERS_SHOWN]:
-        where = f"record {d['record']}" if d.get("record") is not None else "a row"
+        where = (f"row {d['row']} of the dataset" if d.get("row") is not None
+                 else f"record {d['record']}" if d.get("record") is not None else "a row")
         out.write(f"  {d['stage']}[{d['task']}]: {where}, key {json.dumps(d.get('key'))}, values "
                   f"{json.dumps(d.get('values'), default=str)}: {d['error']} ({d['attempts']} attempts)\n")
     if len(letters) > DEAD_LETTERS_SHOWN:

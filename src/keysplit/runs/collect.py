@@ -25,11 +25,12 @@ log = logging.getLogger("keysplit.run")
 
 
 def spout_metrics(conn: redis.Redis, keys: RunKeys, spouts: int) -> dict[str, Any]:
-    """The spouts' metrics merged: latency histogram, acked, replayed, first emit, last ack, and each spout's adaptive
+    """The spouts' metrics merged: latency histogram, acked (feed entries), rows_acked (the rows in them: a toolkit
+    feed's entry holds one or more), replayed, first emit, last ack, and each spout's adaptive
     window (storm/window.py: the lines it settled at, its lowest, its cuts; -1 unlimited)."""
     histogram = LatencyHistogram()
     windows: list[dict[str, int]] = []
-    acked = replayed = timed_out = 0
+    acked = rows_acked = replayed = timed_out = 0
     first, last = float("inf"), 0.0
     for i in range(spouts):
         m = conn.hgetall(keys.spout(i))
@@ -37,6 +38,7 @@ def spout_metrics(conn: redis.Redis, keys: RunKeys, spouts: int) -> dict[str, An
             continue
         histogram.merge(LatencyHistogram.from_json(m["histogram"]))
         acked += int(m["acked"])
+        rows_acked += int(m.get("rows_acked", m["acked"]))  # spouts before entries of several rows: one a line
         replayed += int(m["replayed"])
         timed_out += int(m.get("timed_out", 0))  # lines (a spout tuple carries several)
         if "window" in m:  # spouts older than the adaptive window did not write it
@@ -44,8 +46,8 @@ def spout_metrics(conn: redis.Redis, keys: RunKeys, spouts: int) -> dict[str, An
         if float(m["first_emit"]):
             first = min(first, float(m["first_emit"]))
         last = max(last, float(m["last_ack"]))
-    return {"histogram": histogram, "acked": acked, "replayed": replayed, "timed_out_lines": timed_out,
-            "windows": windows,
+    return {"histogram": histogram, "acked": acked, "rows_acked": rows_acked, "replayed": replayed,
+            "timed_out_lines": timed_out, "windows": windows,
             "first_emit": first if first != float("inf") else 0.0, "last_ack": last}
 
 

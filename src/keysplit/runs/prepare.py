@@ -240,18 +240,24 @@ def load_feed(
     return lines, words
 
 
+#: The key of an entry given to :func:`fill_feed` that holds its stream id rather than a field (Redis's own id, the
+#: time of the XADD, when absent).
+ENTRY_ID = "id"
+
+
 def fill_feed(conn: redis.Redis, keys: RunKeys, entries: Iterable[dict], frequencies: Counter, *,
               progress: Callable[[int], None] | None = None, deadline: float | None = None) -> int:
     """Append ``entries`` to the run's new feed stream, pipelined :data:`LOAD_BATCH` at a time (``progress`` after
     each batch; a RunTimeout past ``deadline``), then store ``frequencies`` (filled while the entries are drawn) and
     create the spouts' consumer group; returns how many entries. Both feeds are loaded so: the word count's lines
-    (:func:`load_feed`) and a toolkit topology's rows (keysplit.runs.topology_run.load_rows)."""
+    (:func:`load_feed`) and a toolkit topology's rows (keysplit.runs.topology_run.load_rows, which names each entry's
+    id, :data:`ENTRY_ID`: its line's, so that a record finds its entry)."""
     if conn.exists(keys.feed):
         raise KeysplitError(f"run {keys.run_id!r} already has a feed in Redis; choose another run id")
     count = 0
     pipe = conn.pipeline(transaction=False)
     for entry in entries:
-        pipe.xadd(keys.feed, entry)
+        pipe.xadd(keys.feed, entry, id=entry.pop(ENTRY_ID, "*"))
         count += 1
         if count % LOAD_BATCH == 0:
             pipe.execute()

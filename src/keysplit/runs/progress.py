@@ -51,9 +51,10 @@ def watch_start(deadline: float, progress: RunProgress | None,
 
 
 def report_run(progress: RunProgress | None, metrics: dict[str, Any], total: int) -> None:
-    """``metrics`` (runs/collect.py spout_metrics) to ``progress``: lines acked and the spouts' window."""
+    """``metrics`` (runs/collect.py spout_metrics) to ``progress``: lines (a toolkit feed's rows) acked and the spouts'
+    window."""
     if progress is None:
         return
     windows = [w["window"] for w in metrics.get("windows", ())]
     window = None if not windows else -1 if any(w < 0 for w in windows) else sum(windows)
-    progress("run", metrics["acked"], total, window=window)
+    progress("run", metrics["rows_acked"], total, window=window)

@@ -27,6 +27,7 @@ from typing import Any
 import redis
 
 from keysplit.datasets import Dataset
+from keysplit.datasets.base import KEY_SEPARATOR, Record
 from keysplit.datasets.readers import CsvDataset
 from keysplit.errors import KeysplitError
 from keysplit.groupings import grouping_class
@@ -34,7 +35,7 @@ from keysplit.home import keysplit_home, private_dir
 from keysplit.metrics import imbalance_fraction
 from keysplit.runs.collect import spout_metrics
 from keysplit.runs.faults import Injector, check_kills, parse_kill
-from keysplit.runs.prepare import DEFAULT_STARTUP_TIMEOUT, RunTimeout, check_topology_tasks, fill_feed
+from keysplit.runs.prepare import DEFAULT_STARTUP_TIMEOUT, ENTRY_ID, RunTimeout, check_topology_tasks, fill_feed
 from keysplit.runs.progress import RunProgress, report_run, startup_conf, watch_start
 from keysplit.runs.records import mark_interrupted, reserve, set_state
 from keysplit.runs.redis_server import managed_server
@@ -45,11 +46,11 @@ from keysplit.storm.keys import RunKeys
 from keysplit.storm.settings import PASSWORD_ENV, split_password
 from keysplit.storm.window import DEFAULT_MAX_PENDING
 from keysplit.stream import source_of
-from keysplit.toolkit.contract import ROUTE_FIELD
+from keysplit.toolkit.contract import DEFAULT_ENTRY_ROWS, ENTRY_ROWS_MAX, ROUTE_FIELD, entry_id
 from keysplit.toolkit.deadletter import read_dead_letters
 from keysplit.toolkit.ranking import top_results
 from keysplit.toolkit.shape import run_facts
-from keysplit.toolkit.specs import FeedSpoutSpec, KeyRouterSpec, MergeSpec, PartialSpec
+from keysplit.toolkit.specs import FeedSpoutSpec, KeyRouterSpec, MergeSpec, PartialSpec, rows_a_tuple
 
 log = logging.getLogger("keysplit.run")
 
@@ -91,17 +92,19 @@ def check_options(loaded: LoadedTopology, opts: TopologyRunOptions, *, local: bo
         if opts.dataset is None:
             raise KeysplitError(f"{loaded.name} reads keysplit's feed ({feed.name}): give --dataset "
                                 "csv:FILE,key=COLUMN")
-        if not isinstance(opts.dataset, CsvDataset):
-            raise KeysplitError(f"--dataset {opts.dataset.spec}: a FeedSpout emits the columns of a CSV file's rows; "
-                                "give csv:FILE,key=COLUMN")
-        missing = [f for f in feed.row_fields if f not in opts.dataset.columns]
+        columns = dataset_columns(opts.dataset)
+        missing = [f for f in feed.row_fields if f not in columns]
         if missing:
-            raise KeysplitError(f"{opts.dataset.path} has no column {missing[0]!r}, which {feed.name} emits (columns: "
-                                f"{', '.join(opts.dataset.columns)})")
+            raise KeysplitError(f"--dataset {opts.dataset.spec} has no column {missing[0]!r}, which {feed.name} emits "
+                                f"(columns: {', '.join(columns)})")
     router = _dealt_router(loaded, feed)
-    if router is not None and opts.dataset is not None and router.key != opts.dataset.key_column:
-        raise KeysplitError(f"--dataset keys records by {opts.dataset.key_column!r} but {router.name} routes by "
-                            f"{router.key!r}: give key={router.key} so the dataset's records are the router's keys")
+    if router is not None and opts.dataset is not None:
+        key = opts.dataset.key_column if isinstance(opts.dataset, CsvDataset) else KEYS_COLUMN
+        if router.key != key:
+            raise KeysplitError(f"--dataset keys records by {key!r} but {router.name} routes by {router.key!r}: "
+                                + (f"give key={router.key} so the dataset's records are the router's keys"
+                                   if isinstance(opts.dataset, CsvDataset) else
+                                   f"route by {KEYS_COLUMN!r}, the column of a record's keys"))
     check_topology_tasks(loaded.parallelism)  # what this machine can start: before any server or process
     kinds = tuple(loaded.parallelism)
     kills = [parse_kill(k, kinds) for k in opts.kills]
@@ -127,22 +130,89 @@ def _dealt_router(loaded: LoadedTopology, feed: FeedSpoutSpec | None) -> KeyRout
     return None
 
 
-def load_rows(conn: redis.Redis, keys: RunKeys, dataset: CsvDataset, *, sources: int, split: str,
-              with_frequencies: bool, progress: Callable[[int], None] | None = None,
-              deadline: float | None = None) -> int:
-    """Append every row with a key to the run's feed: its columns as a JSON object (the key column as the record's
-    key: cleaned as every reader cleans it), its record number, and the router it is dealt to; returns the rows."""
+#: The columns a FeedSpout reads from a dataset that is not a CSV file (a text file's lines, a generator's records):
+#: the record's time (empty when it has none) and its keys, between tabs (one key, or a line's words:
+#: ``KeyRouter.spec(key="keys", split="\t")`` routes each).
+TIME_COLUMN, KEYS_COLUMN = "time", "keys"
+
+
+def dataset_columns(dataset: Dataset) -> list[str]:
+    """The columns a FeedSpout can emit from ``dataset``: a CSV file's own, else :data:`TIME_COLUMN` and
+    :data:`KEYS_COLUMN`."""
+    return list(dataset.columns) if isinstance(dataset, CsvDataset) else [TIME_COLUMN, KEYS_COLUMN]
+
+
+def dataset_rows(dataset: Dataset) -> Iterator[tuple[Record, dict[str, str]]]:
+    """Each record of ``dataset`` with its row by column (:func:`dataset_columns`), as a FeedSpout emits it."""
+    if isinstance(dataset, CsvDataset):
+        yield from dataset.rows()
+        return
+    for record in dataset.records():
+        ts, record_keys = record
+        yield record, {TIME_COLUMN: "" if ts is None else repr(ts), KEYS_COLUMN: KEY_SEPARATOR.join(record_keys)}
+
+
+def load_rows(conn: redis.Redis, keys: RunKeys, dataset: Dataset, *, sources: int, split: str,
+              with_frequencies: bool, entry_rows: int = 1, progress: Callable[[int], None] | None = None,
+              deadline: float | None = None) -> tuple[int, int]:
+    """Append every row with a key to the run's feed, up to ``entry_rows`` rows of one router in an entry (a line of
+    them, as a line of the word count holds words): each row's columns as a JSON object (the key column as the
+    record's key: cleaned as every reader cleans it), the entry's sequence number and the router its rows are dealt
+    to (each row's, as the simulator deals records to its sources: a router reads its rows in the dataset's order);
+    returns the rows, the entries and the keys (a text line's words: one each, a CSV row's: one)."""
     frequencies: Counter = Counter()
+    size = max(1, min(entry_rows, ENTRY_ROWS_MAX))
+
+    def packed(line: int, source: int, pack: list[dict], indices: list[int]) -> dict:
+        # "n": the rows' places in the dataset, which name a dead letter's row (toolkit/deadletter.py)
+        return {ENTRY_ID: entry_id(line), "r": json.dumps(pack, separators=(",", ":")), "n": json.dumps(indices),
+                "s": line, "d": source}
+    rows, messages = [0], [0]
 
     def entries() -> Iterator[dict]:
-        for index, (record, row) in enumerate(dataset.rows()):
+        held: dict[int, list[dict]] = {}  # router -> its rows not yet in an entry
+        line = 0
+        for index, (record, row) in enumerate(dataset_rows(dataset)):
             key = record[1][0]
             if with_frequencies:
-                frequencies[key] += 1
-            yield {"r": json.dumps(row, separators=(",", ":")), "n": index, "s": index,
-                   "d": source_of(index, key, sources, split)}
+                frequencies.update(record[1])
+            rows[0] += 1
+            messages[0] += len(record[1])
+            source = source_of(index, key, sources, split)
+            if size == 1:  # one row an entry: the row itself (records are the rows' sequence numbers)
+                yield {ENTRY_ID: entry_id(line), "r": json.dumps(row, separators=(",", ":")), "n": index, "s": line,
+                       "d": source}
+                line += 1
+                continue
+            pack = held.setdefault(source, ([], []))
+            pack[0].append(row)
+            pack[1].append(index)
+            if len(pack[0]) == size:
+                yield packed(line, source, *held.pop(source))
+                line += 1
+        for source, pack in held.items():
+            yield packed(line, source, *pack)
+            line += 1
 
-    return fill_feed(conn, keys, entries(), frequencies, progress=progress, deadline=deadline)
+    told = [0]
+
+    def rows_loaded(_entries: int) -> None:  # progress in rows, whatever an entry holds
+        if progress is not None:
+            progress(rows[0] - told[0])
+            told[0] = rows[0]
+
+    entries_loaded = fill_feed(conn, keys, entries(), frequencies, progress=rows_loaded, deadline=deadline)
+    return rows[0], entries_loaded, messages[0]
+
+
+def entry_rows(feed: FeedSpoutSpec, router: KeyRouterSpec | None, delivery: str) -> int:
+    """Rows a feed entry holds: :data:`~keysplit.toolkit.contract.DEFAULT_ENTRY_ROWS` (at most the feed's batch) when
+    the feed sends a router batches under exactly-once, else one. An entry's rows complete and replay together, so
+    its rows must travel in one tuple, and under at-least-once a replay would count its other rows twice
+    (toolkit/spout.py)."""
+    if router is None or feed.batch == 1 or delivery != "exactly-once" or router.split is not None:
+        return 1  # a router that splits a row into keys gives them places of their own (toolkit/router.py)
+    return min(DEFAULT_ENTRY_ROWS, rows_a_tuple(feed.batch, delivery, DEFAULT_ENTRY_ROWS))
 
 
 def new_run_id(name: str) -> str:
@@ -160,7 +230,7 @@ def load_run(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.Redis
     started = time.time()
     reserve(conn, keys, {"started": started, "grouping": _groupings(loaded),
                          "dataset": opts.dataset.spec if opts.dataset else ""})
-    rows = 0
+    rows = entries = messages = 0
     try:
         if feed is not None:
             needs_pass = any(grouping_class(parse_spec(r.grouping)[0]).needs_full_pass
@@ -172,18 +242,22 @@ def load_run(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.Redis
                 if progress is not None:
                     progress("load", loaded_rows[0], 0)
 
-            rows = load_rows(conn, keys, opts.dataset, sources=router.par if router else 1,  # type: ignore[arg-type]
-                             split=opts.split, with_frequencies=needs_pass, progress=load_progress, deadline=deadline)
+            rows, entries, messages = load_rows(conn, keys, opts.dataset,  # type: ignore[arg-type]
+                                      sources=router.par if router else 1, split=opts.split,
+                                      with_frequencies=needs_pass, entry_rows=entry_rows(feed, router, opts.delivery),
+                                      progress=load_progress, deadline=deadline)
         base = {"run_id": run_id, "topology": f"{loaded.path.name}:{loaded.name}", "topology_path": str(loaded.path),
                 "dataset":
                 opts.dataset.spec if opts.dataset else None, "rows": rows,
+                # what the merges apply once each: the rows, or the keys of a router that splits rows into keys
+                "applied_rows": messages if router is not None and router.split is not None else rows,
                 # exactly-once needs the feed's record ids; a topology of its own spouts gets Storm's acking
                 "delivery": opts.delivery if feed is not None else "at-least-once",
                 "worker_processes": opts.worker_processes, "max_pending": opts.max_pending,
                 "message_timeout_secs": opts.message_timeout, "split": opts.split, "started": started,
                 "components": loaded.parallelism, **run_facts(loaded.cls, opts.dataset, loaded.root)}
         conn.set(keys.config, json.dumps(base))
-        set_state(conn, keys, "loaded", lines=rows, messages=rows, feed_complete=1)
+        set_state(conn, keys, "loaded", lines=entries, messages=rows, feed_complete=1)
     except BaseException as exc:
         mark_interrupted(conn, keys, f"{type(exc).__name__} while loading the feed: {exc}")
         raise
@@ -239,7 +313,7 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
                 return False
             return time.monotonic() >= end if end is not None else idle()
         metrics = spout_metrics(conn, keys, feed.par)
-        injector.fire_due(cluster, metrics["acked"], rows)
+        injector.fire_due(cluster, metrics["rows_acked"], rows)
         if injector.recovering(cluster):
             return False
         report_run(progress, metrics, rows)
@@ -259,9 +333,11 @@ def run_topology(loaded: LoadedTopology, opts: TopologyRunOptions, conn: redis.R
                 if not why.startswith("a hidden"):
                     log.warning("%s is not in the workers' copy of src/: %s", src / path, why)
             if not cluster.run_until(finished, max(0.0, deadline - time.monotonic()), poll=0.2):
-                raise RunTimeout(f"{spout_metrics(conn, keys, feed.par)['acked'] if feed else 0} of {rows} rows acked")
+                acked = spout_metrics(conn, keys, feed.par)["rows_acked"] if feed else 0
+                raise RunTimeout(f"{acked} of {rows} rows acked")
             if router is not None:  # the routers report what they sent at their next tick
-                cluster.run_until(lambda: sum(_loads(conn, keys, router.name)) >= rows, 5.0, poll=0.2)
+                routed = base.get("applied_rows", rows)  # a router that splits rows routes each of their keys
+                cluster.run_until(lambda: sum(_loads(conn, keys, router.name)) >= routed, 5.0, poll=0.2)
             cluster.quiesce(timeout=5.0)
             run_summary = cluster.summary()
             measured = cluster.spout_throughput(spouts) if feed is None else {}  # the feed's own are in Redis
@@ -384,8 +460,8 @@ def summarise(conn: redis.Redis, keys: RunKeys, loaded: LoadedTopology, feed: Fe
         m = spout_metrics(conn, keys, feed.par)
         duration = max(m["last_ack"] - m["first_emit"], 1e-9)
         hist = m["histogram"]
-        out.update({"acked": m["acked"], "replayed": m["replayed"], "duration_s": duration,
-                    "rows_per_second": m["acked"] / duration if m["acked"] else 0.0,
+        out.update({"acked": m["rows_acked"], "entries_acked": m["acked"], "replayed": m["replayed"],
+                    "duration_s": duration, "rows_per_second": m["rows_acked"] / duration if m["acked"] else 0.0,
                     "latency_ms": hist.summary()})
     return out
 
@@ -415,11 +491,12 @@ def mark_topology_totals(summary: dict[str, Any]) -> None:
     if summary.get("delivery") == "exactly-once" and summary.get("dataset"):
         letters = len(summary.get("dead_letters") or [])
         counts = [m.get("committed", 0) for m in summary["merges"].values()]
-        exact = bool(counts) and all(n + letters == summary["rows"] for n in counts)
+        fed = summary.get("applied_rows", summary["rows"])
+        exact = bool(counts) and all(n + letters == fed for n in counts)
         summary["totals"] = "exact" if exact else "mismatch"
         if not exact:
             log.warning("run %s: the merges applied %s rows (and %d dead letters), but the feed has %d",
-                        summary["run_id"], counts, letters, summary["rows"])
+                        summary["run_id"], counts, letters, fed)
     else:
         summary["totals"] = "exact" if not summary.get("replayed") else "at-least"
 

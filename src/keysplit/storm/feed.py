@@ -137,6 +137,7 @@ class StreamFeed:
         self.histogram = LatencyHistogram(bits=SPOUT_BITS)
         self.emitted = 0
         self.acked = 0
+        self.rows_acked = 0  # a toolkit feed's rows (an entry holds one or more: toolkit/spout.py); else its lines
         self.replayed = 0
         self.timed_out = 0  # lines failed a message timeout or more after their emit (Storm's timeouts, in lines)
         self.first_emit = 0.0
@@ -357,14 +358,16 @@ class StreamFeed:
 
     # -- acknowledgements ------------------------------------------------------------------------------
 
-    def ack(self, entry_id: str) -> None:
-        """The tuple tree of ``entry_id`` completed: record its latency and XACK it (batched)."""
+    def ack(self, entry_id: str, rows: int = 1) -> None:
+        """The tuple tree of ``entry_id`` (holding ``rows`` rows) completed: record its latency and XACK it
+        (batched)."""
         item = self.in_flight.pop(entry_id, None)
         if item is None:
             return  # an ack for a tuple this process never emitted (or already acked)
         now = self.clock()
         self.histogram.record((now - item[1]) * 1000.0)
         self.acked += 1
+        self.rows_acked += rows
         self.last_ack = now
         if self.flow is not None:
             self.flow.on_ack(self.out, now, now - item[1])
@@ -415,6 +418,7 @@ class StreamFeed:
         self.histogram = LatencyHistogram.from_json(old["histogram"])
         self.emitted = int(old["emitted"])
         self.acked = int(old["acked"])
+        self.rows_acked = int(old.get("rows_acked", self.acked))
         self.replayed = int(old["replayed"])
         self.healed = int(old.get("healed", 0))
         self.timed_out = int(old.get("timed_out", 0))
@@ -428,6 +432,7 @@ class StreamFeed:
         return {
             "emitted": self.emitted,
             "acked": self.acked,
+            "rows_acked": self.rows_acked,
             "replayed": self.replayed,
             "healed": self.healed,
             "timed_out": self.timed_out,

@@ -21,9 +21,9 @@ Delivery (docs/design/toolkit.md):
   rows of their first emission into one state per key and flush it with the record ids it covers; a replayed row
   travels alone, as its contribution and its record. The merge applies each such entry whole or not at all with a
   compare-and-set that marks its records and writes the new states atomically (:mod:`keysplit.toolkit.commit`): one
-  ``merge`` per entry, not per row. The marks are the word count's (``dedup:seen``, field ``"record:0"``), so the
-  feed's completion of a row forgets them (storm/exactly_once.py COMPLETE) and their memory stays bounded by the
-  window.
+  ``merge`` per entry, not per row. The marks are the word count's (``dedup:seen``, a bit a row in its feed entry's
+  field, toolkit/commit.py), so the feed's completion of the entry forgets them (storm/exactly_once.py COMPLETE) and
+  their memory stays bounded by the window.
 
 Whatever the user's accumulator raises on a row, no task dies of it: the row's tuple is failed and replays, and at its
 last attempt the row is set aside as a dead letter that the run's summary names (:mod:`keysplit.toolkit.deadletter`).

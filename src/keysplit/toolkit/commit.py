@@ -41,34 +41,52 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keysplit.errors import KeysplitError
+from keysplit.storm.exactly_once import SPAN
 from keysplit.storm.keys import RunKeys
 from keysplit.toolkit.accumulators import Accumulator
+from keysplit.toolkit.contract import mark_field, record_id
 
 #: Attempts of a commit whose compare-and-set lost (a restarted task's predecessor still finishing its last commit,
 #: a state or a mark that the first, optimistic attempt did not read).
 COMMIT_ATTEMPTS = 20
 
-# KEYS: seen (commit marks), floor (lowest incomplete record), results, dropped, committed. ARGV[1]: JSON [record, ...]
+# KEYS: seen (commit marks), floor (lowest incomplete entry), results, dropped, committed. ARGV[1]: JSON [record, ...]
 # to mark; ARGV[2]: JSON [[key, old state text or false, new state text], ...]; ARGV[3]: records dropped as committed
 # before; ARGV[4]: JSON {partial task index: records whose state this commit applies}, added to the committed hash
 # (each record's row counted once, at the partial task its commit came from: the loads counted once).
 # Returns 1, or 0 (nothing written) when a record is marked or complete, or a state changed, since the caller read
-# them: the caller reads again and retries. A record's mark is bit 0 of field "record:0", the field the feed's
-# completion deletes (storm/exactly_once.py COMPLETE_LINES, a row being a line of one word).
+# them: the caller reads again and retries. A record is line + position * 2^32 (toolkit/contract.py record_id), and
+# its mark bit ``position % SPAN`` of field "line:segment", segment = position // SPAN: the word count's layout, a row
+# being a word of its entry's line (storm/exactly_once.py COMMIT), the fields the feed's completion of the entry
+# deletes.
 COMMIT = """
 local floor = tonumber(redis.call('GET', KEYS[2]) or '0')
 local records = cjson.decode(ARGV[1])
-local fields = {}
+local fields, slot, where, bit = {}, {}, {}, {}
 for i = 1, #records do
   local r = records[i]
-  if r < floor then return 0 end
-  fields[i] = string.format('%d:0', r)
-end
-for s = 1, #fields, 1000 do
-  local marks = redis.call('HMGET', KEYS[1], unpack(fields, s, math.min(s + 999, #fields)))
-  for k = 1, #marks do
-    if (tonumber(marks[k]) or 0) % 2 == 1 then return 0 end
+  local line = r % POSITION
+  if line < floor then return 0 end
+  local position = math.floor(r / POSITION)
+  local segment = math.floor(position / SPAN)
+  local name = string.format('%d:%d', line, segment)
+  local f = slot[name]
+  if f == nil then
+    fields[#fields + 1] = name
+    f = #fields
+    slot[name] = f
   end
+  where[i], bit[i] = f, 2 ^ (position - segment * SPAN)
+end
+local marks = {}
+for s = 1, #fields, 1000 do
+  local part = redis.call('HMGET', KEYS[1], unpack(fields, s, math.min(s + 999, #fields)))
+  for k = 1, #part do marks[s + k - 1] = tonumber(part[k]) or 0 end
+end
+for i = 1, #records do
+  local f, b = where[i], bit[i]
+  if marks[f] % (b + b) >= b then return 0 end
+  marks[f] = marks[f] + b
 end
 local states = cjson.decode(ARGV[2])
 for i = 1, #states do
@@ -79,7 +97,7 @@ for s = 1, #fields, 1000 do
   local out = {}
   for k = s, math.min(s + 999, #fields) do
     out[#out + 1] = fields[k]
-    out[#out + 1] = 1
+    out[#out + 1] = string.format('%.0f', marks[k])
   end
   redis.call('HSET', KEYS[1], unpack(out))
 end
@@ -87,7 +105,7 @@ for i = 1, #states do redis.call('HSET', KEYS[3], states[i][1], states[i][3]) en
 if tonumber(ARGV[3]) > 0 then redis.call('INCRBY', KEYS[4], ARGV[3]) end
 for origin, n in pairs(cjson.decode(ARGV[4])) do redis.call('HINCRBY', KEYS[5], origin, n) end
 return 1
-"""
+""".replace("POSITION", str(record_id(0, 1))).replace("SPAN", str(SPAN))
 
 
 @dataclass
@@ -168,7 +186,7 @@ class ExactlyOnceCommit:
     def _plan(self, batch: dict[str, list[Entry]], names: list[str], stored: list[str | None], marked: set[int]):
         """Merge each entry none of whose records is committed (marked, below the floor, or taken by an earlier entry
         of this commit) into its key's stored state; drop those all of whose records are; the others split."""
-        acc, floor = self.acc, self.floor
+        acc, floor, entry_span = self.acc, self.floor, record_id(0, 1)
         out = Outcome()
         updates: list[list] = []
         taken: set[int] = set()
@@ -178,7 +196,7 @@ class ExactlyOnceCommit:
             for entry in batch[name]:
                 out.entries += 1
                 out.records += len(entry.records)
-                committed = [r < floor or r in marked or r in taken for r in entry.records]  # a bit a record
+                committed = [r % entry_span < floor or r in marked or r in taken for r in entry.records]  # r's entry
                 if not any(committed):
                     try:  # the user's code: whatever it raises, this task stays up (toolkit/deadletter.py)
                         base = state if state is not None else json.loads(old) if old is not None else acc.zero()
@@ -209,12 +227,14 @@ class ExactlyOnceCommit:
 
     def _read(self, batch: dict[str, list[Entry]], names: list[str]) -> tuple[set[int], list[str | None]]:
         """The floor, the marks of the batch's records and the stored states of its keys, read at one moment."""
-        records = list({r for entries in batch.values() for e in entries for r in e.records})
+        records = [(r, mark_field(r)) for r in {r for entries in batch.values() for e in entries for r in e.records}]
+        fields = list({f for _, (f, _) in records})
         pipe = self.conn.pipeline(transaction=True)
         pipe.get(self.keys.dedup_floor)
-        pipe.hmget(self.keys.dedup_seen, [f"{r}:0" for r in records]) if records else pipe.ping()
+        pipe.hmget(self.keys.dedup_seen, fields) if fields else pipe.ping()
         pipe.hmget(self.results_key, names) if names else pipe.ping()
         floor_text, marks, stored = pipe.execute()
         self.floor = int(floor_text or 0)
-        marked = {r for r, m in zip(records, marks) if m and int(float(m)) % 2} if records else set()
+        mask = {f: int(float(m)) for f, m in zip(fields, marks) if m} if fields else {}
+        marked = {r for r, (f, bit) in records if mask.get(f, 0) >> bit & 1}
         return marked, list(stored) if names else []

@@ -5,8 +5,9 @@ for the toolkit's components).
 - A :class:`~keysplit.toolkit.router.KeyRouter` passes each tuple through with every field unchanged and
   appends :data:`ROUTE_FIELD`, the value that makes Storm's fields grouping deliver it to the task its grouping
   chose (:func:`keysplit.storm.router.route_value`, the route trick that works on every Storm release).
-- keysplit's feed spout (:class:`~keysplit.toolkit.spout.FeedSpout`) adds :data:`RECORD_FIELD`, the record's
-  sequence number in the feed: the identity exactly-once commits deduplicate by (storm/exactly_once.py),
+- keysplit's feed spout (:class:`~keysplit.toolkit.spout.FeedSpout`) adds :data:`RECORD_FIELD`, the row's
+  identity in the feed (:func:`record_id`: its entry and its place in it): what exactly-once commits deduplicate by
+  (storm/exactly_once.py),
   :data:`REPLAY_FIELD`, 0 on a row's first emission (made once per row for the whole run) and 1 when it may have been
   emitted before, and its own :data:`ROUTE_FIELD`, which deals records to the routers as the simulator deals them to
   sources.
@@ -33,10 +34,19 @@ from typing import Any
 from keysplit.hashing import MERGE_SEED, merge_index  # noqa: F401
 
 # the field a KeyRouter appends (and the feed spout emits to deal records to the routers): the word count's own
+from keysplit.storm.exactly_once import SPAN
 from keysplit.storm.streams import ROUTE_FIELD
 
-#: The feed spout's record identity (its sequence number in the feed).
+#: The feed spout's record identity: :func:`record_id` of the row's feed entry and its place in it (a row alone in
+#: its entry, as under at-least-once, is known by the entry's sequence number itself).
 RECORD_FIELD = "keysplit_record"
+#: Rows one feed entry holds at most: the positions one commit mark holds (storm/exactly_once.py ``SPAN``), so that an
+#: entry has one mark field; its rows are acked, replayed and forgotten together.
+ENTRY_ROWS_MAX = SPAN
+#: Rows a feed entry holds by default when the feed sends a router batches under exactly-once (else one): a line of
+#: the word count's datasets holds about ten words, and the spout's costs are per entry (toolkit/spout.py).
+DEFAULT_ENTRY_ROWS = 16
+_POSITION = 1 << 32  # record ids: the entry's sequence number below 2**32, the row's place in it above
 #: The feed spout's replay flag: 0 on a row's first emission, 1 when it may have been emitted before (storm/feed.py
 #: ``StreamFeed.replaying``); a partial folds only first emissions together (toolkit/commit.py).
 REPLAY_FIELD = "keysplit_replay"
@@ -70,6 +80,39 @@ def key_text(key: Any) -> str | None:
     if isinstance(key, KEY_TYPES):
         return json.dumps(key)
     return None
+
+
+def record_id(line: int, position: int) -> int:
+    """The identity of the row at ``position`` in the feed entry ``line`` (that entry's sequence number): its commit
+    mark is bit ``position`` of field ``"line:0"`` (storm/exactly_once.py), and a row alone in its entry is known by
+    ``line`` itself.
+
+    >>> record_id(7, 0), record_id(7, 3), split_record(record_id(7, 3))
+    (7, 12884901895, (7, 3))
+    """
+    return line + position * _POSITION
+
+
+def split_record(record: int) -> tuple[int, int]:
+    """``(line, position)`` of a record id (:func:`record_id`)."""
+    return record % _POSITION, record // _POSITION
+
+
+def entry_id(line: int) -> str:
+    """The feed's stream id of entry ``line`` (a toolkit feed names its entries so, runs/topology_run.py
+    ``load_rows``): where a record's row is found again (a dead letter's place in the dataset)."""
+    return f"{line + 1}-0"
+
+
+def mark_field(record: int) -> tuple[str, int]:
+    """Where a record's commit mark is: the field of ``dedup:seen`` and the bit in it (storm/exactly_once.py: bit
+    ``position % SPAN`` of field ``"line:segment"``, a row being a word of its entry's line).
+
+    >>> mark_field(7), mark_field(record_id(7, 50))
+    (('7:0', 0), ('7:1', 2))
+    """
+    line, position = record % _POSITION, record // _POSITION
+    return f"{line}:{position // SPAN}", position % SPAN
 
 
 def encode_partials(entries: list) -> str:

@@ -9,9 +9,10 @@ user's accumulator raises on a row, counts the row's attempts in Redis (``stage:
 into another task, or a task restarted after a crash, counts on), fails the tuple so that the row replays while it
 has attempts left, and at the N-th (``keysplit.dead_letter.attempts``, default :data:`DEFAULT_ATTEMPTS`) writes a
 **dead letter** and lets the row go: ``keysplit:run:ID:dead_letters``, one field per row, the JSON of its stage, task,
-record id, key, values (or, in a merge, the contribution it carried) and the error. Under exactly-once the row's
-commit mark is set in the same script, so a copy of it still in flight adds nothing either: the row is neither
-counted nor lost, it is named. A run with dead letters reports them (``keysplit run`` prints them and exits 1).
+record id, row (its place in the dataset keysplit loaded), key, values (or, in a merge, the contribution it carried) and
+the error. Under exactly-once the row's commit mark is set in the same script, so a copy of it still in flight adds
+nothing either: the row is neither counted nor lost, it is named. A run with dead letters reports them (``keysplit run``
+prints them and exits 1).
 
 A row is known by its record id (keysplit's feed) or, from a user's spout, by the JSON text of its values; a merge
 entry that covers several rows is never a dead letter: its tuple is failed, and the rows replay, each alone (the
@@ -26,7 +27,9 @@ import time
 import traceback
 from typing import Any
 
+from keysplit.storm.exactly_once import SPAN
 from keysplit.storm.keys import RunKeys
+from keysplit.toolkit.contract import entry_id, record_id, split_record
 
 #: Attempts a row gets before it becomes a dead letter: the first try and two replays. A transient error (a lost
 #: connection in a user's code) gets replays; a row that cannot be taken costs three trips of its tree.
@@ -35,16 +38,24 @@ DEFAULT_ATTEMPTS = 3
 ATTEMPTS_CONFIG = "keysplit.dead_letter.attempts"
 
 # KEYS: dead letters, seen (commit marks), floor. ARGV: field, letter (JSON), record (-1: none), mark (1: exactly-once).
-# The letter is written once (a retried script, or the same row set aside by two tasks, keeps the first); the mark,
-# when asked for, only above the floor (below it the row is complete, and the floor's pass deletes marks only there).
+# The letter is written once (a retried script, or the same row set aside by two tasks, keeps the first); the mark
+# (toolkit/commit.py: bit ``position % SPAN`` of field "line:segment"), when asked for, only above the floor (below it
+# the row's entry is complete, and the floor's pass deletes marks only there).
 WRITE = """
 redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
 local record = tonumber(ARGV[3])
-if ARGV[4] == '1' and record >= 0 and record >= tonumber(redis.call('GET', KEYS[3]) or '0') then
-  redis.call('HSET', KEYS[2], string.format('%d:0', record), 1)
+if ARGV[4] == '1' and record >= 0 then
+  local line = record % POSITION
+  if line >= tonumber(redis.call('GET', KEYS[3]) or '0') then
+    local position = math.floor(record / POSITION)
+    local segment = math.floor(position / SPAN)
+    local field, b = string.format('%d:%d', line, segment), 2 ^ (position - segment * SPAN)
+    local m = tonumber(redis.call('HGET', KEYS[2], field) or '0')
+    if m % (b + b) < b then redis.call('HSET', KEYS[2], field, string.format('%.0f', m + b)) end
+  end
 end
 return 1
-"""
+""".replace("POSITION", str(record_id(0, 1))).replace("SPAN", str(SPAN))
 
 
 def attempts_setting(conf: Any) -> int:
@@ -98,14 +109,29 @@ class DeadLetters:
     def write(self, row: str, *, record: int | None, key: Any, values: Any, error: str, attempts: int | None = None
               ) -> dict:
         """Set ``row`` aside: its dead letter, and under exactly-once its commit mark."""
-        letter = {"stage": self.stage, "task": self.task, "record": record, "key": key, "values": values,
-                  "error": error, "attempts": attempts or self.attempts, "time": time.time()}
+        letter = {"stage": self.stage, "task": self.task, "record": record, "row": self.dataset_row(record), "key": key,
+                  "values": values, "error": error, "attempts": attempts or self.attempts, "time": time.time()}
         self.written += 1
         if self._write is not None:
             self._write(keys=[self.keys.dead_letters, self.keys.dedup_seen, self.keys.dedup_floor],
                         args=[f"{self.stage}:{row}", json.dumps(letter, default=str),
                               record if record is not None else -1, 1 if self.exactly_once else 0])
         return letter
+
+
+    def dataset_row(self, record: int | None) -> int | None:
+        """The row's place in the dataset keysplit loaded (None for a row of a user's spout, or a feed that is gone):
+        its feed entry keeps the places of its rows (runs/topology_run.py ``load_rows``)."""
+        if record is None or self.conn is None:
+            return None
+        line, position = split_record(record)
+        found = self.conn.xrange(self.keys.feed, entry_id(line), entry_id(line))
+        if not found or "n" not in found[0][1]:
+            return None
+        places = json.loads(found[0][1]["n"])
+        if isinstance(places, int):  # an entry of one row (a line split into keys: its words share the line's place)
+            return places
+        return places[position] if position < len(places) else None
 
 
 def read_dead_letters(conn, keys: RunKeys) -> list[dict]:

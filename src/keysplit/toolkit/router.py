@@ -49,6 +49,7 @@ from keysplit.storm.router import Batch, Batcher, GroupingChannel, Router
 from keysplit.storm.streams import component_tasks
 from keysplit.stream import DEFAULT_BATCH, DEFAULT_BATCH_MS
 from keysplit.toolkit.contract import (
+    RECORD_FIELD,
     ROUTE_FIELD,
     ROUTER_CONFIG,
     ROWS_FIELDS,
@@ -56,6 +57,8 @@ from keysplit.toolkit.contract import (
     decode_rows,
     encode_rows,
     key_text,
+    record_id,
+    split_record,
 )
 from keysplit.toolkit.runtime import ToolkitError, connect, fields_subscriber, input_fields, subscribers, task_index
 from keysplit.toolkit.specs import KeyRouterSpec, key_router_spec, rows_a_tuple
@@ -78,14 +81,17 @@ class KeyRouter(CoalescedWrites, Bolt):
     @classmethod
     def spec(cls, *, inputs: Any, key: str, grouping: str, to: str | None = None, time: str | None = None,
              workers: int | None = None, batch: int | None = None, batch_ms: float = DEFAULT_BATCH_MS,
-             name: str | None = None, par: int = 1, config: Mapping[str, Any] | None = None) -> KeyRouterSpec:
+             split: str | None = None, name: str | None = None, par: int = 1,
+             config: Mapping[str, Any] | None = None) -> KeyRouterSpec:
         """Any keysplit grouping on a keyed edge: ``KeyRouter.spec(inputs=..., key="page", grouping="pkg:d=2")``.
         In front of an ``Aggregate.partial`` it sends the rows bound for one task together, up to ``batch`` rows or
         ``batch_ms`` milliseconds after the first, whichever comes first, in one tuple (``batch=1``: one tuple a
         row; None, the default: ``keysplit.stream.DEFAULT_BATCH`` rows under exactly-once, one under at-least-once);
-        a user's bolt behind it gets one tuple a row."""
+        a user's bolt behind it gets one tuple a row. With ``split`` the key field holds several keys, between
+        occurrences of that text (``split=" "``: a line's words), and each is a row of its own, in order: the one hop
+        that splits and routes, as the word count's router splits its lines."""
         return key_router_spec(cls, inputs=inputs, key=key, grouping=grouping, to=to, time=time, workers=workers,
-                               batch=batch, batch_ms=batch_ms, name=name, par=par, config=config)
+                               batch=batch, batch_ms=batch_ms, name=name, par=par, config=config, split=split)
 
     outputs: list = []  # declared per spec: the upstream's fields plus the route field
     auto_ack = False  # acked after its emit (or its batch's), or failed: never both (ShellBolt kills a worker that
@@ -133,19 +139,23 @@ class KeyRouter(CoalescedWrites, Bolt):
         self.time_field = cfg.get("time")
         # per input stream: where the key (and time) is, and which positions pass through (an incoming route
         # field, keysplit's feed spout's dealing value, is replaced by this router's)
-        self.layout: dict[tuple[str, str], tuple[int | None, int | None, list[int] | None]] = {}
+        self.layout: dict[tuple[str, str], tuple[int | None, int | None, list[int] | None, int | None]] = {}
         self.from_feed: set[tuple[str, str]] = set()  # the feed spout's batches of rows (toolkit/spout.py)
+        self.split = cfg.get("split")  # the key field holds several keys (a line's words): a row each
+
+        def at(row: list[str], name: str | None) -> int | None:
+            return row.index(name) if name is not None and name in row else None
+
         row = [f for f in cfg.get("fields") or [] if f != ROUTE_FIELD]  # a batched row's values: no route
-        self.row_layout = (row.index(self.key_field) if self.key_field in row else None,
-                           row.index(self.time_field) if self.time_field in row else None)
+        self.row_layout = (at(row, self.key_field), at(row, self.time_field), at(row, RECORD_FIELD))
         for stream, fields in input_fields(context).items():
             if stream[1] == ROWS_STREAM and fields == list(ROWS_FIELDS):
                 self.from_feed.add(stream)
                 continue
+            kept = [f for f in fields if f != ROUTE_FIELD]  # positions in the row passed on (no incoming route)
             keep = [i for i, f in enumerate(fields) if f != ROUTE_FIELD]
-            self.layout[stream] = (fields.index(self.key_field) if self.key_field in fields else None,
-                                   fields.index(self.time_field) if self.time_field in fields else None,
-                                   None if len(keep) == len(fields) else keep)
+            self.layout[stream] = (at(kept, self.key_field), at(kept, self.time_field),
+                                   None if len(keep) == len(fields) else keep, at(kept, RECORD_FIELD))
         self.unreported = [0] * workers  # tuples sent to each worker since the last write to Redis
         self.failed = 0  # tuples failed since the last report
         self.failed_total = 0
@@ -164,57 +174,40 @@ class KeyRouter(CoalescedWrites, Bolt):
                 "sources": sources, "to": target, "key": self.key_field})
 
     def process(self, tup):
-        if (tup.component, tup.stream) in self.from_feed:
-            return self._route_rows(tup)
-        key_at, time_at, keep = self.layout.get((tup.component, tup.stream), (None, None, None))
+        where = (tup.component, tup.stream)
+        if where in self.from_feed:  # a batch of the feed's rows, each routed as a tuple of its own would be
+            self._route(tup, decode_rows(tup.values[0]), *self.row_layout, batch=True)
+            return
+        key_at, time_at, keep, record_at = self.layout.get(where, (None, None, None, None))
         values = tup.values
-        key = values[key_at] if key_at is not None and key_at < len(values) else None
-        text = key_text(key)
-        if text is None:
-            return self._refuse(tup, key_at)
-        router = self.router
-        if time_at is not None:
-            try:
-                now = float(values[time_at])
-            except (TypeError, ValueError):
-                return self._refuse(tup, key_at, f"its time field {self.time_field!r} holds {values[time_at]!r}")
-        else:
-            now = router.elapsed()
-        worker = router.choose(text, now, event_time=time_at is not None)
-        out = list(values) if keep is None else [values[i] for i in keep]
-        self.unreported[worker] += 1
-        if self.batcher is not None:
-            with self.lock:
-                idle = not self.batcher.open
-                self.batcher.add(tup.id, out, router.targets[worker])
-                if idle and self.batcher.open:
-                    self.lock.notify()  # the flusher waits without a deadline while no batch is open
-        else:
-            out.append(router.targets[worker])
-            self.emit(out, anchors=[tup.id], need_task_ids=False)
-            self.ack(tup)
-        if self.conn is not None and time.monotonic() >= self.next_report:
-            self.report()
+        self._route(tup, [list(values) if keep is None else [values[i] for i in keep]], key_at, time_at, record_at,
+                    batch=False)
 
-    def _route_rows(self, tup) -> None:
-        """A batch of the feed's rows: every row routed in order, as one tuple each would be, then passed on in the
-        downstream batches (or one tuple a row), the input acked once they have all left. A row that cannot be
-        routed fails the whole batch (its rows replay together), before any of it is routed."""
-        rows = decode_rows(tup.values[0])
-        key_at, time_at = self.row_layout
-        router = self.router
+    def _route(self, tup, rows: list[list], key_at: int | None, time_at: int | None, record_at: int | None, *,
+               batch: bool) -> None:
+        """Route ``rows`` (the input's, each a list of values without a route) in order, as one tuple each would be,
+        then pass them on in the downstream batches (or one tuple a row) and ack the input once they have all left.
+        With ``split`` each row is first one row per key of its key field. A row that cannot be routed fails the
+        input whole (its rows replay together), before any of it is routed."""
+        if self.split is not None:
+            rows = self._split(tup, rows, key_at, record_at, batch)
+            if rows is None:
+                return
         texts = [key_text(row[key_at]) if key_at is not None and key_at < len(row) else None for row in rows]
         if None in texts:
             bad = rows[texts.index(None)]
-            return self._refuse(tup, key_at, f"a row of its batch has no field {self.key_field!r}"
-                                if key_at is None or key_at >= len(bad) else
-                                f"a row of its batch has the key {bad[key_at]!r}, not a JSON scalar")
+            missing = key_at is None or key_at >= len(bad)
+            return self._refuse(tup, (f"a row of its batch has no field {self.key_field!r}" if batch else
+                                      f"it has no field {self.key_field!r}") if missing else
+                                f"{'a row of its batch has' if batch else 'its'} key {bad[key_at]!r} is not a JSON "
+                                "scalar (string, number or boolean)")
+        router = self.router
         if time_at is not None:
             try:
                 times = [float(row[time_at]) for row in rows]
             except (TypeError, ValueError, IndexError):
-                return self._refuse(tup, key_at, f"a row of its batch has no number in its time field "
-                                    f"{self.time_field!r}")
+                return self._refuse(tup, f"{'a row of its batch has' if batch else 'it has'} no number in its time "
+                                    f"field {self.time_field!r}")
             chosen = [router.choose(text, now, event_time=True) for text, now in zip(texts, times)]
         else:
             now = router.elapsed()
@@ -222,20 +215,46 @@ class KeyRouter(CoalescedWrites, Bolt):
         unreported, targets = self.unreported, router.targets
         for worker in chosen:
             unreported[worker] += 1
-        # under exactly-once a batch's loads are in Redis before any of it leaves (one write a batch), so the loads
-        # hold every row of every completed tree even when this task dies (a kill before the first report lost them)
-        if self.conn is not None and (self.settings.exactly_once or time.monotonic() >= self.next_report):
+        # under exactly-once a feed batch's loads are in Redis before any of it leaves (one write a batch), so the
+        # loads hold every row of every completed tree even when this task dies (a kill before the first report lost
+        # them)
+        if self.conn is not None and ((batch and self.settings.exactly_once) or time.monotonic() >= self.next_report):
             self.report()
         if self.batcher is not None:
             with self.lock:
                 idle = not self.batcher.open
                 self.batcher.add_items(tup.id, [(row, targets[w]) for row, w in zip(rows, chosen)])
                 if idle and self.batcher.open:
-                    self.lock.notify()
+                    self.lock.notify()  # the flusher waits without a deadline while no batch is open
         else:
             for row, worker in zip(rows, chosen):
                 self.emit([*row, targets[worker]], anchors=[tup.id], need_task_ids=False)
             self.ack(tup)
+
+    def _split(self, tup, rows: list[list], key_at: int | None, record_at: int | None, batch: bool) -> list | None:
+        """``split``: each row as one row per key of its key field's text (the pieces between separators, empty
+        ones left out), in order; a row from keysplit's feed gives each the record of its place
+        (contract.record_id, as a line's words are known by their positions). None when the input was failed."""
+        out: list[list] = []
+        sep = self.split
+        for row in rows:
+            text = row[key_at] if key_at is not None and key_at < len(row) else None
+            if not isinstance(text, str):
+                self._refuse(tup, f"{'a row of its batch has' if batch else 'its'} key field {self.key_field!r} "
+                             f"holding {text!r}, not text to split into keys")
+                return None
+            record = row[record_at] if record_at is not None else None
+            if record is not None and split_record(record)[1]:
+                self._refuse(tup, f"its row {record} shares a feed entry with others, so its keys have no places of "
+                             "their own; load the feed for this topology (keysplit run)")
+                return None
+            for position, key in enumerate(k for k in text.split(sep) if k):
+                piece = list(row)
+                piece[key_at] = key  # type: ignore[index]
+                if record is not None:
+                    piece[record_at] = record_id(record, position)  # type: ignore[index]
+                out.append(piece)
+        return out
 
     def _emit_batch(self, route: int, batch: Batch) -> None:
         """One batch: its rows as text and the route value of their task, anchored to every input it carries."""
@@ -252,14 +271,11 @@ class KeyRouter(CoalescedWrites, Bolt):
             self.logger.exception("the batch flusher failed; stopping the task")
             os._exit(1)
 
-    def _refuse(self, tup, key_at: int | None, why: str | None = None) -> None:
+    def _refuse(self, tup, why: str) -> None:
         """Fail a tuple that cannot be routed, and say why: the first one and then at 10, 100, 1000, ... of them."""
         self.fail(tup)
         self.failed += 1
         self.failed_total += 1
-        if why is None:
-            why = (f"it has no field {self.key_field!r}" if key_at is None or key_at >= len(tup.values)
-                   else f"its key {tup.values[key_at]!r} is not a JSON scalar (string, number or boolean)")
         if str(self.failed_total).rstrip("0") == "1":
             self.logger.warning("%s: failed a tuple from %s/%s because %s (%d failed so far)", self.component_name,
                                 tup.component, tup.stream, why, self.failed_total)

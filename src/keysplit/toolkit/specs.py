@@ -114,11 +114,11 @@ class KeyRouterSpec(_Spec, ShellBoltSpec):
     toolkit_kind = "router"
 
     def __init__(self, component_cls, *, key: str, grouping: str, to: str | None, workers: int | None,
-                 passed: list[str], batch: int | None = None, **kwargs) -> None:
+                 passed: list[str], batch: int | None = None, split: str | None = None, **kwargs) -> None:
         super().__init__(component_cls, command="streamparse_run",
                          script=f"{component_cls.__module__}.{component_cls.__name__}", **kwargs)
         self.key, self.grouping, self.to, self.workers, self.passed = key, grouping, to, workers, passed
-        self.batch = batch
+        self.batch, self.split = batch, split
 
     def into(self) -> dict:
         """``inputs=`` for a user's bolt behind this router: the fields grouping on the route field, which delivers
@@ -220,7 +220,7 @@ def _check_batch(batch: Any, where: str) -> None:
 
 def key_router_spec(component: type, *, inputs: Any, key: str, grouping: str, to: str | None, time: str | None,
                     workers: int | None, batch: int | None, batch_ms: float, name: str | None, par: int,
-                    config: Mapping[str, Any] | None) -> KeyRouterSpec:
+                    config: Mapping[str, Any] | None, split: str | None = None) -> KeyRouterSpec:
     """:meth:`keysplit.toolkit.KeyRouter.spec`, checked here, where every spec is built."""
     where = f"KeyRouter {name or ''}".strip()
     fields, streams = _router_inputs(inputs, where)
@@ -232,18 +232,21 @@ def key_router_spec(component: type, *, inputs: Any, key: str, grouping: str, to
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise TopologyBuildError(f"{where}: workers must be a positive integer, got {workers!r}")
     _check_batch(batch, where)
+    if split is not None and (not isinstance(split, str) or not split):
+        raise TopologyBuildError(f"{where}: split must be the text between two keys of the key field (a line's "
+                                 f"words: split=' '), got {split!r}")
     if isinstance(batch_ms, bool) or not isinstance(batch_ms, (int, float)) or not 0 < batch_ms <= 60_000:
         raise TopologyBuildError(f"{where}: batch_ms must be a number of milliseconds in (0, 60000], got "
                                  f"{batch_ms!r}")
     passed = [f for f in fields if f != ROUTE_FIELD]
     # fields: how a row of a batch from a feed reads (the router's rows stream input carries no field names)
     cfg = {"key": key, "grouping": grouping, "to": to, "time": time, "workers": workers, "batch": batch,
-           "batch_ms": float(batch_ms), "fields": fields}
+           "batch_ms": float(batch_ms), "fields": fields, "split": split}
     # the rows stream, batches of rows, goes to an Aggregate.partial only (check_topology); a user's bolt subscribes
     # to the default stream, one tuple a row, and a router that no task takes batches from sends none
     outputs = [Stream(fields=[*passed, ROUTE_FIELD]), Stream(fields=list(ROWS_FIELDS), name=ROWS_STREAM)]
     return KeyRouterSpec(component, key=key, grouping=grouping, to=to, workers=workers, passed=passed,
-                         batch=batch, name=name, par=par, inputs=streams,
+                         batch=batch, split=split, name=name, par=par, inputs=streams,
                          config=_json_config(config, {ROUTER_CONFIG: cfg, "topology.tick.tuple.freq.secs": 1}),
                          outputs=outputs)
 
