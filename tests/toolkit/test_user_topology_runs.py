@@ -119,7 +119,7 @@ def test_the_cli_runs_a_topology_file_and_reports_json(home, redis_url, views, t
 @pytest.mark.parametrize(("args", "message"), [
     (["--grouping", "pkg"], "--grouping: only for `keysplit run wordcount`"),
     ([], "reads keysplit's feed (views): give --dataset"),
-    (["--dataset", "zipf:messages=10"], "a FeedSpout emits the columns of a CSV file's rows"),
+    (["--dataset", "zipf:messages=10"], "has no column 'page', which views emits (columns: time, keys)"),
     (["--dataset", "csv:{csv},key=bytes"], "routes by 'page': give key=page"),
     (["--dataset", "csv:{csv},key=page", "--kill", "nothing@0.5"], "expected COMPONENT[:INDEX]@FRACTION"),
     (["--dataset", "csv:{csv},key=page", "--kill", "partial:4@0.5"], "partial has 4 task(s)"),
