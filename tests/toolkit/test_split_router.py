@@ -44,7 +44,7 @@ def text(tmp_path_factory):
 
 
 def run(tmp_path, path, redis_url, **options):
-    topology = tmp_path / "wordcount.py"
+    topology = tmp_path / "line_words.py"  # not wordcount.py: streamparse imports a topology by its file name
     topology.write_text(TOPOLOGY, encoding="utf-8")
     opts = TopologyRunOptions(dataset=open_dataset(f"text:{path}"), worker_processes=2, timeout=300, **options)
     conn = redis_server.connect(redis_url)
